@@ -1,0 +1,1 @@
+"""Lightning callbacks (NT-ASGD, parse F1, ...)."""

@@ -1,0 +1,1 @@
+"""DataModules, readers, generators, vocabularies and downloaders."""

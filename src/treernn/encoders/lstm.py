@@ -1,0 +1,88 @@
+"""Multi-layer LSTM baseline with AWD-LSTM weight drop (Merity et al. 2018).
+
+Each layer is a ``torch.nn.LSTM`` (fused kernels on CPU and GPU). Weight drop is DropConnect on the
+hidden-to-hidden matrix ``weight_hh``: one mask per forward call (one BPTT segment), shared over time
+and batch, applied with ``F.dropout`` semantics (rescaled by 1/(1-p) in training, identity in eval),
+as AWD-LSTM's ``WeightDrop`` does. Between layers, locked (variational) dropout as in AWD-LSTM.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from treernn.encoders.base import Encoder, EncoderOutput, LockedDropout, check_dropout, last_real_step
+
+LSTMState = list[tuple[Tensor, Tensor]]  # per layer (h, c), each (B, H_l)
+
+
+class LSTMEncoder(Encoder):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        weight_drop: float = 0.0,
+        output_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        check_dropout("dropout", dropout)
+        check_dropout("weight_drop", weight_drop)
+        if num_layers < 1:
+            raise ValueError(f"num_layers={num_layers}: an LSTM needs at least one layer")
+        self.input_size = input_size
+        self.output_size = output_size or hidden_size
+        self.weight_drop = weight_drop
+        sizes = [input_size] + [hidden_size] * (num_layers - 1) + [self.output_size]
+        self.layers = nn.ModuleList(
+            nn.LSTM(sizes[i], sizes[i + 1], batch_first=True) for i in range(num_layers)
+        )
+        self.hidden_sizes = sizes[1:]
+        self.lockdrop = LockedDropout(dropout)
+
+    def init_state(self, batch_size: int, device=None, dtype=None) -> LSTMState:
+        return [
+            (
+                torch.zeros(batch_size, h, device=device, dtype=dtype),
+                torch.zeros(batch_size, h, device=device, dtype=dtype),
+            )
+            for h in self.hidden_sizes
+        ]
+
+    def _run_layer(
+        self, layer: nn.LSTM, x: Tensor, state: tuple[Tensor, Tensor], lengths: Tensor | None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        h0, c0 = (s.unsqueeze(0).contiguous() for s in state)  # (1, B, H)
+        if self.weight_drop > 0 and self.training:
+            weight = F.dropout(layer.weight_hh_l0, p=self.weight_drop, training=True)
+            run = lambda inputs, hx: functional_call(layer, {"weight_hh_l0": weight}, (inputs, hx))  # noqa: E731
+        else:
+            run = layer
+        if lengths is None:
+            out, (h, c) = run(x, (h0, c0))
+        else:
+            packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            out, (h, c) = run(packed, (h0, c0))
+            out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
+        return out, (h.squeeze(0), c.squeeze(0))
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, state: LSTMState | None = None) -> EncoderOutput:
+        batch_size = x.size(0)
+        if state is None:
+            state = self.init_state(batch_size, x.device, x.dtype)
+        lengths = None
+        if mask is not None and not bool(mask.all()):
+            lengths = mask.long().sum(1).clamp(min=1)
+        layer_outputs, new_state = [], []
+        for index, layer in enumerate(self.layers):
+            out, layer_state = self._run_layer(layer, x, state[index], lengths)  # (B, T, H_l)
+            layer_outputs.append(out)
+            new_state.append(layer_state)
+            x = self.lockdrop(out) if index < len(self.layers) - 1 else out
+        return EncoderOutput(
+            hidden=x, pooled=last_real_step(x, mask), state=new_state, layer_outputs=layer_outputs
+        )

@@ -1,0 +1,195 @@
+"""Word-level language modelling with the AWD-LSTM recipe (Merity et al. 2018), as ON-LSTM trains on PTB.
+
+Embedding -> embedding dropout (whole words) -> locked dropout -> encoder -> locked dropout -> tied decoder.
+Loss = cross-entropy + activation regularisation (AR) + temporal activation regularisation (TAR).
+The hidden state is carried across BPTT segments and detached; the learning rate of each step is scaled
+by seq_len / bptt. NT-ASGD lives in :mod:`treernn.callbacks.ntasgd`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from treernn.data.vocab import Vocabulary
+from treernn.encoders.base import Encoder, LockedDropout, check_dropout
+from treernn.metrics import Perplexity
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a NaN or infinite loss."""
+
+
+def embedded_dropout(embedding: nn.Embedding, words: Tensor, p: float, training: bool) -> Tensor:
+    """Drop whole rows of the embedding matrix (the same word is dropped everywhere in the batch)."""
+    weight = embedding.weight
+    if training and p > 0:
+        mask = weight.new_empty(weight.size(0), 1).bernoulli_(1 - p) / (1 - p)
+        weight = weight * mask
+    return F.embedding(words, weight, embedding.padding_idx)
+
+
+def detach_state(state: Any) -> Any:
+    if state is None:
+        return None
+    if isinstance(state, Tensor):
+        return state.detach()
+    return type(state)(detach_state(s) for s in state)
+
+
+def state_batch_size(state: Any) -> int | None:
+    """Batch size of a (nested) carried state, None when there is no tensor in it."""
+    if isinstance(state, Tensor):
+        return state.size(0)
+    for item in state if isinstance(state, (list, tuple)) else ():
+        size = state_batch_size(item)
+        if size is not None:
+            return size
+    return None
+
+
+class LanguageModelTask(pl.LightningModule):
+    def __init__(
+        self,
+        encoder: Callable[..., Encoder],
+        vocab_size: int,
+        vocab: Vocabulary | None = None,
+        optimizer: Callable[..., torch.optim.Optimizer] | None = None,
+        embedding_size: int = 400,
+        tie_weights: bool = True,
+        embedding_dropout: float = 0.1,
+        input_dropout: float = 0.5,
+        output_dropout: float = 0.45,
+        ar_alpha: float = 2.0,
+        tar_beta: float = 1.0,
+        ar_on_dropped: bool = False,
+        bptt: int = 70,
+        rescale_lr: bool = True,
+    ) -> None:
+        super().__init__()
+        for name in ("embedding_dropout", "input_dropout", "output_dropout"):
+            check_dropout(name, locals()[name])
+        self.save_hyperparameters(ignore=["encoder", "vocab", "optimizer"])
+        self.vocab = vocab
+        self.optimizer_factory = optimizer or (lambda params: torch.optim.SGD(params, lr=30.0))
+        self.embedding = nn.Embedding(vocab_size, embedding_size)
+        self.encoder = encoder(
+            input_size=embedding_size, output_size=embedding_size if tie_weights else None
+        )
+        self.decoder = nn.Linear(self.encoder.output_size, vocab_size)
+        nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
+        nn.init.zeros_(self.decoder.bias)
+        if tie_weights:
+            self.decoder.weight = self.embedding.weight
+        self.lockdrop = LockedDropout()
+        self.train_ppl, self.val_ppl, self.test_ppl = Perplexity(), Perplexity(), Perplexity()
+        self._state: Any = None  # carried hidden state of the current stage
+        self._epoch_tokens, self._epoch_start = 0, 0.0
+
+    # ----------------------------------------------------------------- model
+    def forward(self, inputs: Tensor, state: Any = None, mask: Tensor | None = None):
+        """inputs (B, T) -> logits (B, T, V), encoder output."""
+        hp = self.hparams
+        emb = embedded_dropout(self.embedding, inputs, hp.embedding_dropout, self.training)
+        emb = self.lockdrop(emb, hp.input_dropout)  # (B, T, E)
+        out = self.encoder(emb, mask=mask, state=state)
+        dropped = self.lockdrop(out.hidden, hp.output_dropout)
+        return self.decoder(dropped), out, dropped
+
+    @torch.no_grad()
+    def token_log_probs(self, inputs: Tensor, targets: Tensor, mask: Tensor | None = None) -> Tensor:
+        """log p(targets[t] | inputs[:t+1]) with a fresh state, in eval mode: (B, T), 0 at padding."""
+        was_training = self.training
+        self.eval()
+        logits, _, _ = self(inputs, mask=mask)
+        log_probs = logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        self.train(was_training)
+        return log_probs if mask is None else log_probs * mask
+
+    def _step(self, batch: tuple[Tensor, Tensor], stage: str) -> tuple[Tensor, Tensor, Any]:
+        inputs, targets = batch  # (B, T)
+        if state_batch_size(self._state) not in (None, inputs.size(0)):
+            self._state = None
+        logits, out, dropped = self(inputs, state=detach_state(self._state))
+        self._state = detach_state(out.state)
+        raw_loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        return raw_loss, out, dropped
+
+    # ----------------------------------------------------------------- training
+    def on_train_epoch_start(self) -> None:
+        self._state = None
+        self._epoch_tokens, self._epoch_start = 0, time.perf_counter()
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        hp = self.hparams
+        raw_loss, out, dropped = self._step(batch, "train")
+        loss = raw_loss
+        if hp.ar_alpha:
+            loss = loss + hp.ar_alpha * (dropped if hp.ar_on_dropped else out.hidden).pow(2).mean()
+        if hp.tar_beta:
+            loss = loss + hp.tar_beta * (out.hidden[:, 1:] - out.hidden[:, :-1]).pow(2).mean()
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(
+                f"non-finite training loss ({loss.item()}) at epoch {self.current_epoch}, "
+                f"step {self.global_step}; lower the learning rate or the gradient clip. "
+                "The last good checkpoint is untouched."
+            )
+        seq_len = batch[0].size(1)
+        if hp.rescale_lr:
+            for group in self.optimizers().param_groups:
+                group["lr"] = group["base_lr"] * seq_len / hp.bptt
+        tokens = batch[0].numel()
+        self._epoch_tokens += tokens
+        self.train_ppl.update(raw_loss, tokens)
+        self.log("train/loss", raw_loss, prog_bar=True)
+        self.log("train/ppl", self.train_ppl, on_step=False, on_epoch=True)
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        elapsed = time.perf_counter() - self._epoch_start
+        if elapsed > 0 and self._epoch_tokens:
+            self.log("train/tokens_per_sec", self._epoch_tokens / elapsed * self.trainer.world_size)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        optimizer = self.optimizer_factory(self.parameters())
+        for group in optimizer.param_groups:
+            group.setdefault("base_lr", group["lr"])
+        return optimizer
+
+    # ----------------------------------------------------------------- evaluation
+    def on_validation_epoch_start(self) -> None:
+        self._train_state_backup, self._state = self._state, None
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        raw_loss, _, _ = self._step(batch, "val")
+        self.val_ppl.update(raw_loss, batch[0].numel())
+        self.log("val/ppl", self.val_ppl, on_step=False, on_epoch=True, prog_bar=True)
+
+    def on_validation_epoch_end(self) -> None:
+        self._state = getattr(self, "_train_state_backup", None)
+
+    def on_test_epoch_start(self) -> None:
+        self._state = None
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        raw_loss, _, _ = self._step(batch, "test")
+        self.test_ppl.update(raw_loss, batch[0].numel())
+        self.log("test/ppl", self.test_ppl, on_step=False, on_epoch=True)
+
+    # ----------------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # the carried hidden state, so a run resumed mid-epoch continues exactly
+        checkpoint["carried_state"] = self._state
+        if self.vocab is not None:
+            checkpoint["vocab"] = self.vocab.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._state = checkpoint.get("carried_state")
+        if "vocab" in checkpoint and self.vocab is None:
+            self.vocab = Vocabulary.from_state_dict(checkpoint["vocab"])

@@ -1,0 +1,35 @@
+"""Shared fixtures: the real-data directory and a fast, deterministic torch set-up."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _torch_defaults():
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The real datasets (`TREERNN_DATA_DIR`, `.ci/run` sets it to `../shared/data`).
+
+    Outside CI a missing directory skips the test with instructions; in CI (`CI=true`) it fails.
+    """
+    value = os.environ.get("TREERNN_DATA_DIR")
+    if value and Path(value).is_dir():
+        return Path(value).resolve()
+    message = (
+        "real datasets not found: set TREERNN_DATA_DIR to a directory holding ptb/, ptb_nltk_sample/, "
+        "propositional_logic/, listops/, sst/, syneval/, ud_english_ewt/ (see README 'Data')"
+    )
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
