@@ -59,7 +59,11 @@ class RemoteFile:
     archive_member: str | None = None
 
     def verify(self, path: Path) -> None:
-        for algorithm, expected in (("sha256", self.sha256), ("md5", self.md5), ("git", self.git_blob)):
+        for algorithm, expected in (
+            ("sha256", self.sha256),
+            ("md5", self.md5),
+            ("git", self.git_blob),
+        ):
             if expected and file_digest(path, algorithm) != expected:
                 raise ChecksumError(
                     f"{path} fails its {algorithm} check (expected {expected}); it was not used. "
@@ -72,13 +76,18 @@ def fetch(remote: RemoteFile, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         download = Path(tmp) / "download"
-        with urllib.request.urlopen(remote.url, timeout=60) as response, open(download, "wb") as out:
+        with (
+            urllib.request.urlopen(remote.url, timeout=60) as response,
+            open(download, "wb") as out,
+        ):
             shutil.copyfileobj(response, out)
         if remote.archive_member:
             with tarfile.open(download) as archive:
                 member = archive.extractfile(remote.archive_member)
                 if member is None:
-                    raise DatasetNotFoundError(f"{remote.url} has no member {remote.archive_member}")
+                    raise DatasetNotFoundError(
+                        f"{remote.url} has no member {remote.archive_member}"
+                    )
                 extracted = Path(tmp) / "member"
                 with open(extracted, "wb") as out:
                     shutil.copyfileobj(member, out)

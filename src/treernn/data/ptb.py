@@ -78,7 +78,13 @@ class BPTTStream(IterableDataset):
     schedule is reproducible and a run resumed mid-epoch continues with the same lengths.
     """
 
-    def __init__(self, data: torch.Tensor, bptt: int, variable: bool, seed: int = 0) -> None:
+    def __init__(
+        self,
+        data: torch.Tensor,
+        bptt: int,
+        variable: bool,
+        seed: int = 0,
+    ) -> None:
         self.data, self.bptt, self.variable, self.seed = data, bptt, variable, seed
         # where a checkpoint taken now must continue: (epoch, batches already done in it)
         self.epoch, self.batches_done = 0, 0
@@ -115,7 +121,7 @@ class BPTTStream(IterableDataset):
 
 
 class StreamLoader(DataLoader):
-    """A DataLoader whose position Lightning saves in checkpoints (mid-epoch resume)."""
+    """A DataLoader over a :class:`BPTTStream` (one batch per item, no workers)."""
 
     def __init__(self, stream: BPTTStream) -> None:
         super().__init__(stream, batch_size=None, num_workers=0)
@@ -126,12 +132,6 @@ class StreamLoader(DataLoader):
             # the number of batches changes from epoch to epoch: Lightning runs to exhaustion
             raise TypeError("a variable-BPTT stream has no fixed length")
         return len(self.stream.lengths(0))
-
-    def state_dict(self) -> dict:
-        return self.stream.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.stream.load_state_dict(state)
 
 
 class PTBDataModule(pl.LightningDataModule):
@@ -148,8 +148,12 @@ class PTBDataModule(pl.LightningDataModule):
         train_fraction: float = 1.0,
     ) -> None:
         super().__init__()
-        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
-                            ("test_batch_size", test_batch_size), ("bptt", bptt)):
+        for name, value in (
+            ("batch_size", batch_size),
+            ("eval_batch_size", eval_batch_size),
+            ("test_batch_size", test_batch_size),
+            ("bptt", bptt),
+        ):
             if value < 1:
                 raise ValueError(f"{name}={value} must be a positive integer")
         if not 0 < train_fraction <= 1:
@@ -157,6 +161,8 @@ class PTBDataModule(pl.LightningDataModule):
         self.save_hyperparameters()
         self.vocab: Vocabulary | None = None
         self.ids: dict[str, torch.Tensor] = {}
+        self._train_stream: BPTTStream | None = None
+        self._resume_state: dict | None = None
 
     def _paths(self, download: bool) -> dict[str, Path]:
         paths, missing = {}, []
@@ -190,6 +196,22 @@ class PTBDataModule(pl.LightningDataModule):
             keep = int(self.ids["train"].numel() * self.hparams.train_fraction)
             self.ids["train"] = self.ids["train"][:keep]
 
+    # Lightning saves a datamodule's state in checkpoints and restores it before building the
+    # dataloaders, so a resumed run continues the BPTT schedule where it stopped.
+    def state_dict(self) -> dict:
+        stream = self._train_stream
+        if stream is None or self.trainer is None:
+            return {}
+        state = stream.state_dict()
+        if state["batches_done"]:
+            # mid-epoch: count the batches trained, not the ones prefetched by the loop
+            progress = self.trainer.fit_loop.epoch_loop.batch_progress.current
+            state["batches_done"] = progress.processed
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._resume_state = dict(state_dict) or None
+
     def task_kwargs(self) -> dict:
         return {"vocab_size": len(self.vocab), "vocab": self.vocab}
 
@@ -208,14 +230,28 @@ class PTBDataModule(pl.LightningDataModule):
         return rows[rank * per_rank : (rank + 1) * per_rank]
 
     def train_dataloader(self) -> StreamLoader:
-        stream = BPTTStream(self._rows("train", self.hparams.batch_size), self.hparams.bptt,
-                            self.hparams.variable_bptt, self.hparams.seed)
+        stream = BPTTStream(
+            self._rows("train", self.hparams.batch_size),
+            self.hparams.bptt,
+            self.hparams.variable_bptt,
+            self.hparams.seed,
+        )
+        if self._resume_state:
+            stream.load_state_dict(self._resume_state)
+            self._resume_state = None
+        self._train_stream = stream
         return StreamLoader(stream)
 
     def val_dataloader(self) -> StreamLoader:
-        return StreamLoader(BPTTStream(self._rows("valid", self.hparams.eval_batch_size),
-                                       self.hparams.bptt, variable=False))
+        return StreamLoader(
+            BPTTStream(
+                self._rows("valid", self.hparams.eval_batch_size), self.hparams.bptt, variable=False
+            )
+        )
 
     def test_dataloader(self) -> StreamLoader:
-        return StreamLoader(BPTTStream(self._rows("test", self.hparams.test_batch_size),
-                                       self.hparams.bptt, variable=False))
+        return StreamLoader(
+            BPTTStream(
+                self._rows("test", self.hparams.test_batch_size), self.hparams.bptt, variable=False
+            )
+        )

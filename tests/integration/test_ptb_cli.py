@@ -1,0 +1,130 @@
+"""The language-model task through the real CLI on the real PTB files.
+
+Each task x model pair trains a few steps in-process (Hydra compose, the code path of train.py);
+the things that only a real command line shows (error messages, multirun, DDP, resume) run
+``python train.py`` in a subprocess.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import TINY_LM, run_cli, train_in_process
+
+pytestmark = pytest.mark.usefixtures("data_dir")
+
+
+@pytest.mark.parametrize("model", ["onlstm", "lstm"])
+def test_each_model_trains_a_few_steps_on_ptb(model, tmp_path):
+    metrics = train_in_process(
+        [f"model={model}", "trainer=smoke", *TINY_LM], tmp_path / "run"
+    )
+    assert 1 < metrics["val/ppl"] < 20_000
+    assert 1 < metrics["test/ppl"] < 20_000
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["test/ppl"] > 1
+
+
+def test_unknown_model_lists_the_valid_choices(tmp_path):
+    result = run_cli(["model=onlsmt", f"paths.log_dir={tmp_path}"])
+    assert result.returncode != 0
+    assert "Could not find 'model/onlsmt'" in result.stderr
+    assert "onlstm" in result.stderr and "lstm" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.chunk_size=7", "chunk"),
+        ("model.dropout=-0.2", "dropout=-0.2"),
+        ("task.module.output_dropout=1.5", "output_dropout=1.5"),
+    ],
+)
+def test_bad_values_fail_with_one_line(override, message, tmp_path):
+    result = run_cli([override, "trainer=smoke", f"paths.log_dir={tmp_path}", *TINY_LM])
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and message in error_lines[0]
+
+
+def test_dropout_multirun_gives_each_job_its_own_directory(tmp_path):
+    result = run_cli(
+        ["-m", "model.dropout=0.3,0.4", "trainer=smoke", f"paths.log_dir={tmp_path}", *TINY_LM]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = sorted(tmp_path.glob("multirun/ptb/onlstm/*/*/metrics.json"))
+    assert len(runs) == 2
+    dropouts = set()
+    for path in runs:
+        overrides = (path.parent / ".hydra" / "overrides.yaml").read_text()
+        dropouts |= {value for value in ("model.dropout=0.3", "model.dropout=0.4") if value in overrides}
+    assert dropouts == {"model.dropout=0.3", "model.dropout=0.4"}
+    for path in runs:
+        assert (path.parent / "checkpoints" / "last.ckpt").is_file()
+        assert (path.parent / "csv" / "metrics.csv").is_file()
+
+
+def _val_ppl_by_epoch(run_dir: Path) -> list[float]:
+    with open(run_dir / "csv" / "metrics.csv") as handle:
+        return [float(row["val/ppl"]) for row in csv.DictReader(handle) if row.get("val/ppl")]
+
+
+# deterministic small runs: no dropout (masks are random per process), two epochs of 1% of PTB
+EXACT = [
+    *TINY_LM,
+    "model.dropout=0",
+    "model.weight_drop=0",
+    "task.module.embedding_dropout=0",
+    "task.module.input_dropout=0",
+    "task.module.output_dropout=0",
+    "task.datamodule.test_batch_size=2",
+    "trainer.limit_val_batches=5",
+    "trainer.limit_test_batches=5",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.enable_progress_bar=false",
+]
+
+
+def _single_run(tmp_path: Path, *extra: str) -> Path:
+    result = run_cli([*EXACT, f"paths.log_dir={tmp_path}", *extra])
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = [p.parent for p in tmp_path.glob("ptb/onlstm/*/metrics.json")]
+    return run_dir
+
+
+def test_two_process_ddp_matches_one_process(tmp_path):
+    single = _single_run(tmp_path / "single", "trainer.max_epochs=1")
+    ddp = _single_run(tmp_path / "ddp", "trainer=ddp_cpu", "trainer.max_epochs=1")
+    one = json.loads((single / "metrics.json").read_text())
+    two = json.loads((ddp / "metrics.json").read_text())
+    assert two["val/ppl"] == pytest.approx(one["val/ppl"], rel=1e-4)
+    assert two["test/ppl"] == pytest.approx(one["test/ppl"], rel=1e-4)
+
+
+def test_resume_gives_the_same_result_as_an_uninterrupted_run(tmp_path):
+    whole = _single_run(tmp_path / "whole", "trainer.max_epochs=2", "seed=7")
+    first = _single_run(tmp_path / "first", "trainer.max_epochs=1", "seed=7")
+    last = first / "checkpoints" / "last.ckpt"
+    resumed = _single_run(
+        tmp_path / "resumed", "trainer.max_epochs=2", "seed=7", f"ckpt_path={last}"
+    )
+    assert _val_ppl_by_epoch(resumed)[-1] == pytest.approx(_val_ppl_by_epoch(whole)[-1], rel=1e-5)
+    whole_metrics = json.loads((whole / "metrics.json").read_text())
+    resumed_metrics = json.loads((resumed / "metrics.json").read_text())
+    assert resumed_metrics["test/ppl"] == pytest.approx(whole_metrics["test/ppl"], rel=1e-5)
+
+
+def test_test_only_mode_evaluates_a_checkpoint(tmp_path):
+    run_dir = _single_run(tmp_path / "fit", "trainer.max_epochs=1")
+    result = run_cli(
+        [*EXACT, f"paths.log_dir={tmp_path / 'test'}", "mode=test",
+         f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "test/ppl" in result.stdout

@@ -1,0 +1,77 @@
+"""The LSTM baseline: nn.LSTM equivalence, AWD weight drop, padding and carried state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from treernn.encoders.lstm import LSTMEncoder
+
+
+def test_matches_nn_lstm_without_dropout():
+    encoder = LSTMEncoder(5, 7, num_layers=1).eval()
+    reference = nn.LSTM(5, 7, batch_first=True)
+    reference.load_state_dict(encoder.layers[0].state_dict())
+    x = torch.randn(3, 6, 5)
+    expected, (h, c) = reference(x)
+    out = encoder(x)
+    assert torch.allclose(out.hidden, expected, atol=1e-6)
+    assert torch.allclose(out.state[0][0], h[0], atol=1e-6)
+
+
+def test_weight_drop_one_rescaled_mask_per_call_and_identity_in_eval():
+    torch.manual_seed(0)
+    encoder = LSTMEncoder(4, 50, weight_drop=0.5).train()
+    seen = []
+    original = torch.func.functional_call
+
+    def spy(module, params, args):
+        seen.append(params["weight_hh_l0"].detach().clone())
+        return original(module, params, args)
+
+    import treernn.encoders.lstm as lstm_module
+
+    lstm_module.functional_call = spy
+    try:
+        encoder(torch.randn(2, 5, 4))
+        encoder(torch.randn(2, 5, 4))
+    finally:
+        lstm_module.functional_call = original
+    raw = encoder.layers[0].weight_hh_l0.detach()
+    first, second = seen
+    ratio = first[raw != 0] / raw[raw != 0]
+    assert set(torch.round(ratio, decimals=4).unique().tolist()) <= {0.0, 2.0}  # rescaled by 1/(1-p)
+    assert 0.4 < (first == 0).float().mean() < 0.6
+    assert not torch.equal(first, second)  # a new mask for each forward call
+    encoder.eval()
+    x = torch.randn(2, 5, 4)
+    assert torch.equal(encoder(x).hidden, encoder(x).hidden)
+
+
+def test_padding_and_batch_order_do_not_change_results():
+    encoder = LSTMEncoder(4, 8, num_layers=2).eval()
+    x = torch.randn(3, 6, 4)
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    mask[1, 4:] = False
+    out = encoder(x, mask)
+    alone = encoder(x[1:2, :4])
+    assert torch.allclose(out.hidden[1, :4], alone.hidden[0], atol=1e-6)
+    assert torch.allclose(out.state[1][0][1], alone.state[1][0][0], atol=1e-6)
+    assert torch.allclose(out.pooled[1], alone.hidden[0, -1], atol=1e-6)
+    flipped = encoder(x.flip(0), mask.flip(0))
+    assert torch.allclose(flipped.hidden.flip(0), out.hidden, atol=1e-6)
+
+
+def test_carried_state_equals_one_long_run():
+    encoder = LSTMEncoder(3, 6, num_layers=2).eval()
+    x = torch.randn(2, 10, 3)
+    whole = encoder(x)
+    first = encoder(x[:, :4])
+    second = encoder(x[:, 4:], state=first.state)
+    assert torch.allclose(torch.cat([first.hidden, second.hidden], 1), whole.hidden, atol=1e-6)
+
+
+def test_negative_dropout_is_rejected():
+    with pytest.raises(ValueError, match="dropout=-0.1"):
+        LSTMEncoder(3, 6, dropout=-0.1)
