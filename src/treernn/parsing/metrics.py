@@ -1,0 +1,207 @@
+"""Unlabeled bracket F1, per-label recall and tree depth for unsupervised constituency parsing.
+
+Two F1 scores, both over the filtered words (ON-LSTM paper, Table 2; see REFERENCE.md):
+
+- **corpus F1** (:func:`corpus_f1`, what the paper reports): EVALB's unlabeled bracket scoring
+  summed over the corpus. Every internal node is a bracket, the whole-sentence bracket included;
+  single words are not. Brackets match as a multiset per sentence; precision = matched / predicted,
+  recall = matched / gold, F1 = 2PR / (P + R), all over corpus totals.
+- **sentence-averaged F1** (:func:`sentence_f1`, printed by the authors'
+  ``test_phrase_grammar.py``): per sentence over the set of spans without the whole-sentence span,
+  averaged over sentences; a sentence with no gold span (two words or fewer) counts 1.0.
+
+Gold ``((a b) (c d))`` against predicted ``(a (b (c d)))``: corpus F1 = 2/3 (66.67), sentence
+F1 = 1/2.
+
+Per-label recall: the fraction of gold constituents with that label (spans of two or more words)
+that are brackets of the predicted tree. Depth: the mean number of brackets above a word, averaged
+over sentences (the paper does not define its depth column; this definition ranks right-branching
+far above balanced trees, as Table 2 does).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from treernn.parsing.trees import Span, Tree, spans_and_depths, tree_spans
+
+#: The labels of Table 2's per-label columns.
+TABLE2_LABELS: tuple[str, ...] = ("ADJP", "NP", "PP", "INTJ")
+
+
+@dataclass(frozen=True)
+class BracketCounts:
+    """EVALB's three counts; add them over sentences (and processes) before taking F1."""
+
+    matched: int = 0
+    predicted: int = 0
+    gold: int = 0
+
+    def __add__(self, other: BracketCounts) -> BracketCounts:
+        return BracketCounts(
+            self.matched + other.matched, self.predicted + other.predicted, self.gold + other.gold
+        )
+
+    @property
+    def precision(self) -> float:
+        return self.matched / self.predicted if self.predicted else 0.0
+
+    @property
+    def recall(self) -> float:
+        return self.matched / self.gold if self.gold else 0.0
+
+    @property
+    def f1(self) -> float:
+        return f1_from_counts(self.matched, self.predicted, self.gold)
+
+
+def f1_from_counts(matched: float, predicted: float, gold: float) -> float:
+    """2PR / (P + R) = 2 matched / (predicted + gold); 0 when nothing matches."""
+    return 2.0 * matched / (predicted + gold) if matched > 0 else 0.0
+
+
+def bracket_counts(predicted: Tree, gold: Tree) -> BracketCounts:
+    """EVALB's unlabeled counts for one sentence (whole-sentence bracket included, words not)."""
+    return counts_from_spans(tree_spans(predicted), tree_spans(gold))
+
+
+def counts_from_spans(predicted_spans: list[Span], gold_spans: list[Span]) -> BracketCounts:
+    """:func:`bracket_counts` from the two trees' :func:`tree_spans` (whole sentence first)."""
+    if predicted_spans and gold_spans and predicted_spans[0] != gold_spans[0]:
+        raise ValueError(
+            f"the predicted tree spans words {predicted_spans[0]} but the gold tree {gold_spans[0]}"
+        )
+    predicted_counter, gold_counter = Counter(predicted_spans), Counter(gold_spans)
+    matched = sum((predicted_counter & gold_counter).values())
+    return BracketCounts(matched, len(predicted_spans), len(gold_spans))
+
+
+def corpus_f1(predicted: Sequence[Tree], gold: Sequence[Tree]) -> float:
+    """Corpus-level unlabeled bracket F1 (EVALB), as a fraction in [0, 1]."""
+    return sum_counts(bracket_counts(p, g) for p, g in zip(predicted, gold, strict=True)).f1
+
+
+def sum_counts(counts: Iterable[BracketCounts]) -> BracketCounts:
+    total = BracketCounts()
+    for count in counts:
+        total = total + count
+    return total
+
+
+def sentence_f1_one(predicted: Tree, gold: Tree) -> float:
+    """The authors' per-sentence F1: span sets without the whole-sentence span; 1.0 with no gold
+    span."""
+    return sentence_f1_from_spans(tree_spans(predicted), tree_spans(gold))
+
+
+def sentence_f1_from_spans(predicted_spans: list[Span], gold_spans: list[Span]) -> float:
+    """:func:`sentence_f1_one` from the two trees' :func:`tree_spans` (whole sentence first)."""
+    predicted_set = set(predicted_spans[1:])  # tree_spans lists the whole sentence first
+    gold_set = set(gold_spans[1:])
+    if not gold_set:
+        return 1.0
+    overlap = len(predicted_set & gold_set)
+    if overlap == 0:
+        return 0.0
+    precision = overlap / len(predicted_set)
+    recall = overlap / len(gold_set)
+    return 2.0 * precision * recall / (precision + recall)
+
+
+def sentence_f1(predicted: Sequence[Tree], gold: Sequence[Tree]) -> float:
+    """The authors' sentence-averaged F1 (not EVALB's), as a fraction in [0, 1]."""
+    scores = [sentence_f1_one(p, g) for p, g in zip(predicted, gold, strict=True)]
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+def label_recall_counts(
+    predicted: Tree, labelled_spans: Iterable[tuple[str, int, int]], labels: Iterable[str]
+) -> dict[str, tuple[int, int]]:
+    """``label -> (found, total)``: gold constituents of that label found among the predicted
+    brackets."""
+    return _label_counts(set(tree_spans(predicted)), labelled_spans, tuple(labels))
+
+
+def _label_counts(
+    predicted_spans: set[Span],
+    labelled_spans: Iterable[tuple[str, int, int]],
+    labels: tuple[str, ...],
+) -> dict[str, tuple[int, int]]:
+    counts = {label: [0, 0] for label in labels}
+    for label, start, end in labelled_spans:
+        if label in counts:
+            counts[label][1] += 1
+            counts[label][0] += (start, end) in predicted_spans
+    return {label: (found, total) for label, (found, total) in counts.items()}
+
+
+@dataclass
+class ParseScores:
+    """Scores of predicted trees against gold trees (fractions in [0, 1], depth in brackets)."""
+
+    corpus_f1: float
+    sentence_f1: float
+    counts: BracketCounts
+    depth: float
+    label_recall: dict[str, float | None] = field(default_factory=dict)  # None: no gold constituent
+    label_counts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    sentences: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "corpus_f1": self.corpus_f1,
+            "sentence_f1": self.sentence_f1,
+            "matched": self.counts.matched,
+            "predicted": self.counts.predicted,
+            "gold": self.counts.gold,
+            "depth": self.depth,
+            "label_recall": dict(self.label_recall),
+            "label_counts": {label: list(pair) for label, pair in self.label_counts.items()},
+            "sentences": self.sentences,
+        }
+
+
+def score_trees(
+    predicted: Sequence[Tree],
+    gold: Sequence[Tree],
+    labelled_spans: Sequence[Iterable[tuple[str, int, int]]] | None = None,
+    labels: Iterable[str] = TABLE2_LABELS,
+) -> ParseScores:
+    """All Table 2 scores of ``predicted`` against ``gold`` (one tree per sentence in each)."""
+    if len(predicted) != len(gold):
+        raise ValueError(f"{len(predicted)} predicted trees for {len(gold)} gold trees")
+    if labelled_spans is not None and len(labelled_spans) != len(gold):
+        raise ValueError(f"{len(labelled_spans)} labelled-span lists for {len(gold)} gold trees")
+    labels = tuple(dict.fromkeys(labels))
+    counts = BracketCounts()
+    sentence_scores: list[float] = []
+    depths: list[float] = []
+    label_totals = {label: (0, 0) for label in labels}
+    for index, (predicted_tree, gold_tree) in enumerate(zip(predicted, gold)):
+        predicted_spans, leaf_depth_list = spans_and_depths(predicted_tree)
+        gold_spans = tree_spans(gold_tree)
+        counts = counts + counts_from_spans(predicted_spans, gold_spans)
+        sentence_scores.append(sentence_f1_from_spans(predicted_spans, gold_spans))
+        depths.append(sum(leaf_depth_list) / len(leaf_depth_list))
+        if labelled_spans is not None:
+            found_total = _label_counts(set(predicted_spans), labelled_spans[index], labels)
+            for label, (found, total) in found_total.items():
+                label_totals[label] = (
+                    label_totals[label][0] + found,
+                    label_totals[label][1] + total,
+                )
+    count = len(predicted)
+    return ParseScores(
+        corpus_f1=counts.f1,
+        sentence_f1=sum(sentence_scores) / count if count else 0.0,
+        counts=counts,
+        depth=sum(depths) / count if count else 0.0,
+        label_recall={
+            label: (found / total if total else None)
+            for label, (found, total) in label_totals.items()
+        },
+        label_counts=label_totals,
+        sentences=count,
+    )

@@ -1,0 +1,178 @@
+"""The parse-F1 callback: per-layer logging, sharding and summing over 2 gloo processes."""
+
+from __future__ import annotations
+
+import socket
+import warnings
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from treernn.callbacks.parse_f1 import BracketF1, ParseF1Callback
+from treernn.data.vocab import Vocabulary
+from treernn.encoders.onlstm import ONLSTMEncoder
+from treernn.parsing.induce import induce_distances, trees_from_distances
+from treernn.parsing.metrics import score_trees
+from treernn.parsing.trees import balanced, right_branching
+from treernn.parsing.wsj import GoldSentence
+
+WORDS = [f"w{i}" for i in range(20)]
+
+
+def gold_sentences() -> list[GoldSentence]:
+    lengths = [5, 3, 8, 1, 6, 4, 7]
+    return [
+        GoldSentence(
+            words=tuple(WORDS[(3 * index + k) % 20] for k in range(n)),
+            tree=balanced(n) if index % 2 else right_branching(n),
+            labelled_spans=(),
+            source=f"hand:{index}",
+            section=0,
+        )
+        for index, n in enumerate(lengths)
+    ]
+
+
+class FakeModule:
+    """What the callback reads from a LanguageModelTask, and a recording ``log``."""
+
+    def __init__(self, distances: bool = True) -> None:
+        torch.manual_seed(0)
+        self.vocab = Vocabulary(["<eos>", *WORDS])
+        self.embedding = nn.Embedding(len(self.vocab), 6)
+        self.encoder = ONLSTMEncoder(input_size=6, hidden_size=8, num_layers=2, chunk_size=2)
+        self.encoder.has_distances = distances
+        self.device = torch.device("cpu")
+        self.logged: dict[str, float] = {}
+
+    def log(self, name: str, value, sync_dist: bool = False) -> None:
+        self.logged[name] = float(value)
+
+
+def fake_trainer(epoch: int = 0, rank: int = 0, world: int = 1) -> SimpleNamespace:
+    return SimpleNamespace(
+        sanity_checking=False,
+        current_epoch=epoch,
+        global_rank=rank,
+        world_size=world,
+        is_global_zero=rank == 0,
+        loggers=[],
+    )
+
+
+def callback_with(sentences: list[GoldSentence], **kwargs) -> ParseF1Callback:
+    callback = ParseF1Callback(treebank="sample", **kwargs)
+    callback._sentences, callback._split_name = sentences, "hand"
+    return callback
+
+
+def expected_f1(module: FakeModule, sentences: list[GoldSentence]) -> dict[str, float]:
+    ids = [module.vocab.encode(s.words) for s in sentences]
+    trees = trees_from_distances(
+        induce_distances(module.embedding, module.encoder, ids, module.vocab.eos_index)
+    )
+    gold = [s.tree for s in sentences]
+    expected = {}
+    for layer, layer_trees in enumerate(trees, start=1):
+        scores = score_trees(layer_trees, gold)
+        expected[f"val/parse_f1/layer{layer}"] = scores.corpus_f1
+        expected[f"val/parse_f1_sentence/layer{layer}"] = scores.sentence_f1
+    return expected
+
+
+def test_logs_corpus_and_sentence_f1_per_layer():
+    module, sentences = FakeModule(), gold_sentences()
+    callback_with(sentences, batch_size=3).on_validation_epoch_end(fake_trainer(), module)
+    expected = expected_f1(module, sentences)
+    assert set(module.logged) == set(expected) and len(expected) == 4
+    for key, value in expected.items():
+        assert module.logged[key] == pytest.approx(value, abs=1e-6)
+
+
+def test_every_n_epochs_and_skipping_without_distances():
+    module = FakeModule()
+    callback = callback_with(gold_sentences(), every_n_epochs=2)
+    callback.on_validation_epoch_end(fake_trainer(epoch=0), module)
+    assert module.logged == {}
+    callback.on_validation_epoch_end(fake_trainer(epoch=1), module)
+    assert "val/parse_f1/layer2" in module.logged
+
+    module = FakeModule(distances=False)
+    callback = callback_with(gold_sentences())
+    with pytest.warns(UserWarning, match="ParseF1Callback is skipped: ONLSTMEncoder has no"):
+        callback.on_validation_epoch_end(fake_trainer(), module)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # only one warning
+        callback.on_validation_epoch_end(fake_trainer(epoch=1), module)
+    assert module.logged == {}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ddp_worker(rank: int, port: int, results) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        # the metric alone: rank 0 holds (2 matched, 3, 3, sentence F1 0.5), rank 1 (1, 2, 2, 0.0)
+        metric = BracketF1()
+        metric.update(*((2, 3, 3, 0.5) if rank == 0 else (1, 2, 2, 0.0)))
+        values = metric.compute()
+        # the callback: each rank parses its shard of the same sentences
+        module = FakeModule()
+        callback_with(gold_sentences()).on_validation_epoch_end(fake_trainer(0, rank, 2), module)
+        results[rank] = (float(values["corpus_f1"]), float(values["sentence_f1"]), module.logged)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_processes_sum_counts_before_f1():
+    results = mp.Manager().dict()
+    mp.spawn(_ddp_worker, args=(_free_port(), results), nprocs=2, join=True)
+    for rank in (0, 1):
+        corpus, sentence, logged = results[rank]
+        # summed counts (3 matched, 5 predicted, 5 gold) -> 0.6, not the mean of 2/3 and 1/2
+        assert corpus == pytest.approx(0.6)
+        assert sentence == pytest.approx(0.25)
+        expected = expected_f1(FakeModule(), gold_sentences())
+        for key, value in expected.items():
+            assert logged[key] == pytest.approx(value, abs=1e-6)
+
+
+class WandbLogger:
+    """Stands in for lightning's WandbLogger (the callback looks at the class name)."""
+
+    def __init__(self) -> None:
+        self.tables: list[dict] = []
+
+    def log_table(self, key: str, columns: list[str], data: list[list]) -> None:
+        self.tables.append({"key": key, "columns": columns, "data": data})
+
+
+def test_wandb_table_of_induced_and_gold_trees():
+    module, logger = FakeModule(), WandbLogger()
+    trainer = fake_trainer(epoch=3)
+    trainer.loggers = [logger]
+    callback_with(gold_sentences(), num_examples=2).on_validation_epoch_end(trainer, module)
+    (table,) = logger.tables
+    assert table["key"] == "val/parse_trees"
+    assert table["columns"] == ["epoch", "sentence", "layer", "induced", "gold"]
+    assert [row[:3] for row in table["data"]] == [
+        [3, "hand:0", 1],
+        [3, "hand:0", 2],
+        [3, "hand:1", 1],
+        [3, "hand:1", 2],
+    ]
+    # sentence 1 has 3 words and a balanced gold tree: (w3 (w4 w5))
+    assert table["data"][2][4] == "(w3 (w4 w5))"
+    assert sorted(table["data"][2][3].replace("(", "").replace(")", "").split()) == [
+        "w3",
+        "w4",
+        "w5",
+    ]

@@ -1,0 +1,99 @@
+"""Bracket F1 (EVALB corpus-level and the authors' sentence average), label recall and depth on
+hand-built trees with hand-computed answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from treernn.parsing.metrics import (
+    BracketCounts,
+    bracket_counts,
+    corpus_f1,
+    label_recall_counts,
+    score_trees,
+    sentence_f1,
+    sentence_f1_one,
+)
+
+GOLD = ((0, 1), (2, 3))  # ((a b) (c d))
+RIGHT = (0, (1, (2, 3)))  # (a (b (c d)))
+
+
+def test_reference_example_corpus_and_sentence_level():
+    # gold brackets {(0,4), (0,2), (2,4)}, predicted {(0,4), (1,4), (2,4)}: 2 of 3 match.
+    assert bracket_counts(RIGHT, GOLD) == BracketCounts(matched=2, predicted=3, gold=3)
+    assert 100 * corpus_f1([RIGHT], [GOLD]) == pytest.approx(66.6667, abs=1e-3)
+    # without the whole sentence: {(0,2), (2,4)} vs {(1,4), (2,4)}: P = R = 1/2.
+    assert 100 * sentence_f1([RIGHT], [GOLD]) == pytest.approx(50.0)
+
+
+def test_corpus_f1_sums_counts_before_dividing():
+    # sentence 1: the example above (2 / 3 / 3); sentence 2: 3 words, gold (a (b c)),
+    # predicted ((a b) c): brackets {(0,3),(0,2)} vs {(0,3),(1,3)}, 1 match of 2 / 2.
+    predicted = [RIGHT, ((0, 1), 2)]
+    gold = [GOLD, (0, (1, 2))]
+    # P = R = 3 / 5 -> F1 = 0.6 (the mean of per-sentence EVALB F1s would be (2/3 + 1/2) / 2).
+    assert corpus_f1(predicted, gold) == pytest.approx(0.6)
+    # sentence level: sentence 1 = 0.5, sentence 2 = {(0,2)} vs {(1,3)} = 0.0 -> 0.25.
+    assert sentence_f1(predicted, gold) == pytest.approx(0.25)
+
+
+def test_nary_gold_and_unequal_bracket_counts():
+    # gold (a b c d) flat: one bracket; predicted right-branching: 3 brackets, 1 match.
+    counts = bracket_counts(RIGHT, (0, 1, 2, 3))
+    assert counts == BracketCounts(1, 3, 1)
+    assert counts.precision == pytest.approx(1 / 3)
+    assert counts.recall == pytest.approx(1.0)
+    assert counts.f1 == pytest.approx(2 * (1 / 3) * 1 / (1 / 3 + 1))  # 0.5
+    # no gold span besides the whole sentence -> the authors' script counts 1.0
+    assert sentence_f1_one(RIGHT, (0, 1, 2, 3)) == 1.0
+
+
+def test_short_sentences():
+    # one word: no bracket at all; two words: only the whole-sentence bracket, always right.
+    assert bracket_counts(0, 0) == BracketCounts(0, 0, 0)
+    assert bracket_counts((0, 1), (0, 1)) == BracketCounts(1, 1, 1)
+    assert corpus_f1([0, (0, 1)], [0, (0, 1)]) == 1.0
+    assert sentence_f1([0, (0, 1)], [0, (0, 1)]) == 1.0
+
+
+def test_perfect_and_disjoint_trees():
+    five_gold = ((0, 1), (2, (3, 4)))
+    assert corpus_f1([five_gold], [five_gold]) == 1.0
+    assert sentence_f1([five_gold], [five_gold]) == 1.0
+    # (((0 1) 2) 3) vs (0 (1 (2 3))): only the whole sentence matches.
+    assert bracket_counts((((0, 1), 2), 3), RIGHT) == BracketCounts(1, 3, 3)
+    assert sentence_f1_one((((0, 1), 2), 3), RIGHT) == 0.0
+
+
+def test_brackets_match_as_a_multiset():
+    # a gold tree with a unary-looking duplicate bracket (not produced by our clean-up, but EVALB's
+    # rule): gold ((0 1)) has (0,2) twice, predicted (0 1) once -> 1 match, 1 predicted, 2 gold.
+    assert bracket_counts((0, 1), ((0, 1),)) == BracketCounts(1, 1, 2)
+
+
+def test_mismatched_lengths_are_refused():
+    with pytest.raises(ValueError, match="spans words"):
+        bracket_counts((0, (1, 2)), GOLD)
+
+
+def test_label_recall():
+    labelled = [("NP", 0, 2), ("VP", 2, 4), ("NP", 2, 4), ("S", 0, 4), ("PP", 1, 3)]
+    found = label_recall_counts(RIGHT, labelled, ["NP", "VP", "PP", "ADJP", "S"])
+    # predicted brackets (0,4), (1,4), (2,4)
+    assert found == {"NP": (1, 2), "VP": (1, 1), "PP": (0, 1), "ADJP": (0, 0), "S": (1, 1)}
+
+
+def test_score_trees_collects_everything():
+    labelled = [[("NP", 0, 2), ("VP", 2, 4)], [("NP", 1, 3)]]
+    scores = score_trees([RIGHT, ((0, 1), 2)], [GOLD, (0, (1, 2))], labelled, ["NP", "VP", "INTJ"])
+    assert scores.counts == BracketCounts(3, 5, 5)
+    assert scores.corpus_f1 == pytest.approx(0.6)
+    assert scores.sentence_f1 == pytest.approx(0.25)
+    # NP: (0,2) not in sentence 1's brackets, (1,3) not in sentence 2's -> 0 of 2; VP (2,4) found.
+    assert scores.label_recall == {"NP": 0.0, "VP": 1.0, "INTJ": None}
+    assert scores.label_counts["NP"] == (0, 2)
+    # mean leaf depths: (1 + 2 + 3 + 3) / 4 = 2.25 and (2 + 2 + 1) / 3 = 5/3
+    assert scores.depth == pytest.approx((2.25 + 5 / 3) / 2)
+    assert scores.sentences == 2
+    assert scores.as_dict()["matched"] == 3
