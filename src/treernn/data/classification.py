@@ -1,0 +1,306 @@
+"""Shared pieces for sentence and sentence-pair classification data (ListOps, logic, SST).
+
+An :class:`Example` holds one or two :class:`Sentence` objects, a label, a length bucket (number of
+operators for logical inference, a length range for ListOps) and an evaluation group (the test split
+it belongs to, e.g. the plain length test or a systematic-generalisation test). :func:`collate`
+turns a list of examples into a :class:`ClassificationBatch`; pairs are stacked sentence-major
+(rows ``[0, B)`` are first sentences, ``[B, 2B)`` second ones), so one encoder call reads both, as
+the Ordered Memory code does.
+
+Each sentence carries two views: ``token_ids`` (what a sequence model reads, brackets included
+where the task feeds them) and ``leaf_ids`` (the tree's leaves, what a gold-tree model reads), with
+``tree`` given as nested tuples of leaf positions (see CONTRIBUTING.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+from torch.utils.data import BatchSampler, DataLoader, Sampler
+
+from treernn.data.vocab import Vocabulary
+
+#: A binary (or n-ary) tree over leaf positions: an int leaf or a tuple of subtrees.
+Tree: TypeAlias = int | tuple["Tree", ...]
+
+
+class DataFormatError(ValueError):
+    """A malformed line in a dataset file; the message names the file and line."""
+
+
+def format_error(path: str | Path, line_number: int, what: str) -> DataFormatError:
+    return DataFormatError(
+        f"{path}:{line_number}: {what}. Fix or remove this line, or download the file again."
+    )
+
+
+def parse_bracketed(
+    tokens: Sequence[str], open_token: str = "(", close_token: str = ")"
+) -> tuple[list[int], Tree]:
+    """Read a bracketed token sequence: (positions of the non-bracket tokens, tree over them).
+
+    ``( d ( and e ) )`` -> ([1, 3, 4], (0, (1, 2))). A bracket around a single subtree is
+    collapsed; a bare token gives the tree ``0``. Iterative, so deep trees do not hit Python's
+    recursion limit. Raises ``ValueError`` (without file context) on unbalanced or empty brackets.
+    """
+    leaf_positions: list[int] = []
+    stack: list[list[Tree]] = []
+    current: list[Tree] = []  # children of the innermost open bracket
+    for position, token in enumerate(tokens):
+        if token == open_token:
+            stack.append(current)
+            current = []
+        elif token == close_token:
+            if not stack:
+                raise ValueError(
+                    f"unbalanced brackets: '{close_token}' at token {position} closes nothing"
+                )
+            if not current:
+                raise ValueError(f"empty brackets ending at token {position}")
+            node = current[0] if len(current) == 1 else tuple(current)
+            current = stack.pop()
+            current.append(node)
+        else:
+            current.append(len(leaf_positions))
+            leaf_positions.append(position)
+    if stack:
+        raise ValueError(f"unbalanced brackets: {len(stack)} '{open_token}' never closed")
+    if not current:
+        raise ValueError("no tokens")
+    return leaf_positions, current[0] if len(current) == 1 else tuple(current)
+
+
+def tree_leaves(tree: Tree) -> list[int]:
+    """Leaf positions of ``tree`` in left-to-right order (iterative)."""
+    leaves: list[int] = []
+    stack: list[Tree] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, int):
+            leaves.append(node)
+        else:
+            stack.extend(reversed(node))
+    return leaves
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence: ids for sequence models, ids of the tree's leaves, and the gold tree."""
+
+    token_ids: tuple[int, ...]
+    leaf_ids: tuple[int, ...]
+    tree: Tree
+
+
+@dataclass(frozen=True)
+class Example:
+    sentences: tuple[Sentence, ...]
+    label: int
+    bucket: int = 0
+    group: int = 0
+
+    @property
+    def length(self) -> int:
+        return max(len(sentence.token_ids) for sentence in self.sentences)
+
+
+@dataclass
+class ClassificationBatch:
+    """A padded batch (right padding). S sentences per example, stacked sentence-major.
+
+    tokens / mask: (S*B, T) ids and real-token mask of what sequence models read.
+    leaf_tokens / leaf_mask: (S*B, L) the trees' leaves, what gold-tree models read.
+    trees: S*B trees over leaf positions. labels, buckets, groups: (B,).
+    """
+
+    tokens: Tensor
+    mask: Tensor
+    leaf_tokens: Tensor
+    leaf_mask: Tensor
+    trees: list[Tree]
+    labels: Tensor
+    buckets: Tensor
+    groups: Tensor
+    num_sentences: int = 1
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.labels.size(0)
+
+    def to(self, device: torch.device | str) -> ClassificationBatch:
+        """Move the tensors only. Lightning calls this directly, so it never walks the trees."""
+        return ClassificationBatch(
+            tokens=self.tokens.to(device),
+            mask=self.mask.to(device),
+            leaf_tokens=self.leaf_tokens.to(device),
+            leaf_mask=self.leaf_mask.to(device),
+            trees=self.trees,
+            labels=self.labels.to(device),
+            buckets=self.buckets.to(device),
+            groups=self.groups.to(device),
+            num_sentences=self.num_sentences,
+            extras=self.extras,
+        )
+
+
+class Collator:
+    """Picklable collate function (DataLoader workers need one)."""
+
+    def __init__(self, pad_index: int) -> None:
+        self.pad_index = pad_index
+
+    def __call__(self, examples: list[Example]) -> ClassificationBatch:
+        num_sentences = len(examples[0].sentences)
+        # sentence-major: all first sentences, then all second sentences
+        sentences = [ex.sentences[s] for s in range(num_sentences) for ex in examples]
+        tokens, mask = _pad_with_lengths([s.token_ids for s in sentences], self.pad_index)
+        leaf_tokens, leaf_mask = _pad_with_lengths([s.leaf_ids for s in sentences], self.pad_index)
+        return ClassificationBatch(
+            tokens=tokens,
+            mask=mask,
+            leaf_tokens=leaf_tokens,
+            leaf_mask=leaf_mask,
+            trees=[s.tree for s in sentences],
+            labels=torch.tensor([ex.label for ex in examples], dtype=torch.long),
+            buckets=torch.tensor([ex.bucket for ex in examples], dtype=torch.long),
+            groups=torch.tensor([ex.group for ex in examples], dtype=torch.long),
+            num_sentences=num_sentences,
+        )
+
+
+def _pad_with_lengths(sequences: Sequence[Sequence[int]], pad_index: int) -> tuple[Tensor, Tensor]:
+    # the mask comes from the lengths, so a real token equal to pad_index stays visible
+    width = max(1, max(len(sequence) for sequence in sequences))
+    ids = torch.full((len(sequences), width), pad_index, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.bool)
+    for row, sequence in enumerate(sequences):
+        ids[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
+        mask[row, : len(sequence)] = True
+    return ids, mask
+
+
+class LengthBucketBatchSampler(BatchSampler):
+    """Batches of similar length: draw ``pool_batches`` batches' worth of indices from ``sampler``,
+    sort them by length, cut into batches, and yield the batches in random order.
+
+    Takes ``sampler`` as its first argument so Lightning can swap in a DistributedSampler.
+    """
+
+    def __init__(
+        self,
+        sampler: Sampler[int] | Sequence[int],
+        batch_size: int,
+        drop_last: bool = False,
+        lengths: Sequence[int] = (),
+        pool_batches: int = 50,
+        shuffle_batches: bool = True,
+    ) -> None:
+        super().__init__(sampler, batch_size, drop_last)
+        self.lengths = list(lengths)
+        self.pool_batches = pool_batches
+        self.shuffle_batches = shuffle_batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        indices = list(iter(self.sampler))
+        pool_size = self.batch_size * self.pool_batches
+        batches: list[list[int]] = []
+        for start in range(0, len(indices), pool_size):
+            pool = sorted(indices[start : start + pool_size], key=self.lengths.__getitem__)
+            for offset in range(0, len(pool), self.batch_size):
+                batch = pool[offset : offset + self.batch_size]
+                if len(batch) == self.batch_size or not self.drop_last:
+                    batches.append(batch)
+        if self.shuffle_batches:
+            # torch's generator, so seed_everything makes the order reproducible
+            order = torch.randperm(len(batches)).tolist()
+            batches = [batches[i] for i in order]
+        yield from batches
+
+
+class ClassificationDataModule(pl.LightningDataModule):
+    """Base DataModule: subclasses fill ``self.splits`` ({"train", "val", "test"} -> examples)
+    in ``setup`` and define the fixed vocabulary, label, bucket and group names."""
+
+    #: 1 for single sentences, 2 for sentence pairs
+    num_sentences: int = 1
+
+    def __init__(
+        self,
+        data_dir: str | Path | None = None,
+        batch_size: int = 128,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        length_bucketing: bool = True,
+    ) -> None:
+        super().__init__()
+        self.data_dir = Path(data_dir).expanduser() if data_dir else None
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.num_workers = num_workers
+        self.length_bucketing = length_bucketing
+        self.splits: dict[str, list[Example]] = {}
+
+    # --- what subclasses define -------------------------------------------------------------
+    vocab: Vocabulary
+    label_names: list[str]
+    bucket_names: list[str]
+    group_names: list[str]
+
+    def task_kwargs(self) -> dict[str, Any]:
+        """Constructor arguments for the classification task (no file is read)."""
+        return {
+            "vocab_size": len(self.vocab),
+            "num_classes": len(self.label_names),
+            "vocab": self.vocab,
+            "pad_index": self.vocab.pad_index,
+            "num_sentences": self.num_sentences,
+            "label_names": list(self.label_names),
+            "bucket_names": list(self.bucket_names),
+            "group_names": list(self.group_names),
+        }
+
+    # --- loaders ------------------------------------------------------------------------------
+    def _loader(self, stage: str, shuffle: bool) -> DataLoader:
+        if stage not in self.splits:
+            raise RuntimeError(f"{type(self).__name__}: call setup() before {stage} data")
+        examples = self.splits[stage]
+        batch_size = self.batch_size if stage == "train" else self.eval_batch_size
+        collate = Collator(self.vocab.pad_index)
+        common = {"num_workers": self.num_workers, "collate_fn": collate}
+        if self.length_bucketing:
+            lengths = [example.length for example in examples]
+            # RandomSampler draws from torch's global generator, which seed_everything seeds
+            sampler: Sampler[int] = (
+                torch.utils.data.RandomSampler(examples)
+                if shuffle
+                else torch.utils.data.SequentialSampler(examples)
+            )
+            batch_sampler = LengthBucketBatchSampler(
+                sampler,
+                batch_size,
+                drop_last=False,
+                lengths=lengths,
+                # evaluation: one pool over everything, kept in sorted order
+                pool_batches=50 if shuffle else max(1, len(examples)),
+                shuffle_batches=shuffle,
+            )
+            return DataLoader(examples, batch_sampler=batch_sampler, **common)
+        return DataLoader(examples, batch_size=batch_size, shuffle=shuffle, **common)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def split_sizes(self) -> dict[str, int]:
+        return {name: len(examples) for name, examples in self.splits.items()}
