@@ -27,8 +27,9 @@ def data_dir() -> Path:
     if value and Path(value).is_dir():
         return Path(value).resolve()
     message = (
-        "real datasets not found: set TREERNN_DATA_DIR to a directory holding ptb/, ptb_nltk_sample/, "
-        "propositional_logic/, listops/, sst/, syneval/, ud_english_ewt/ (see README 'Data')"
+        "real datasets not found: set TREERNN_DATA_DIR to a directory holding ptb/, "
+        "ptb_nltk_sample/, propositional_logic/, listops/, sst/, syneval/, ud_english_ewt/ "
+        "(see README 'Data')"
     )
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message)

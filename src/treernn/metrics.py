@@ -1,4 +1,4 @@
-"""torchmetrics metrics shared by the tasks; their states are sums, so they reduce across processes."""
+"""torchmetrics metrics shared by the tasks; their states are sums, so they reduce across ranks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from torchmetrics import Metric
 
 
 class Perplexity(Metric):
-    """exp(total NLL / total tokens), accumulated over a whole epoch (the paper's corpus perplexity)."""
+    """exp(total NLL / total tokens) over a whole epoch: the papers' corpus perplexity."""
 
     full_state_update = False
     higher_is_better = False

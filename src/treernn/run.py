@@ -1,4 +1,4 @@
-"""Compose -> instantiate -> fit -> test. ``train.py`` is a thin Hydra entry point around :func:`train`."""
+"""Compose, instantiate, fit, test; ``train.py`` is a thin Hydra entry around :func:`train`."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.errors import InstantiationException
 import lightning.pytorch as pl
 import torch
+from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
@@ -56,7 +56,7 @@ def _deserialise(value: Any) -> Any:
 
 
 class RunInfo(Callback):
-    """Stores what rebuilding the task needs (config, data-dependent kwargs, wandb id) in checkpoints."""
+    """Puts what rebuilding the task needs (config, data kwargs, wandb id) in checkpoints."""
 
     def __init__(self, cfg: DictConfig, task_kwargs: dict[str, Any], wandb_id: str | None) -> None:
         self.cfg = OmegaConf.to_container(cfg, resolve=True)
@@ -166,9 +166,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     wandb_id = None
     if ckpt_path:
-        wandb_id = torch.load(ckpt_path, map_location="cpu", weights_only=False).get(
-            "treernn", {}
-        ).get("wandb_id")
+        wandb_id = (
+            torch.load(ckpt_path, map_location="cpu", weights_only=False)
+            .get("treernn", {})
+            .get("wandb_id")
+        )
     loggers = _loggers(cfg, wandb_id)
     try:
         callbacks = _instantiate_group(cfg.get("callbacks"))
@@ -221,7 +223,14 @@ def main(cfg: DictConfig) -> dict[str, float] | None:
         except InstantiationException as error:
             # a constructor rejected its arguments: show the constructor's own message
             cause = error.__cause__
-            raise cause if isinstance(cause, (ValueError, TypeError)) else error
-    except (UserError, TypeError, DatasetNotFoundError, ChecksumError, NonFiniteLossError, ValueError) as error:
+            raise (cause if isinstance(cause, (ValueError, TypeError)) else error) from None
+    except (
+        UserError,
+        TypeError,
+        DatasetNotFoundError,
+        ChecksumError,
+        NonFiniteLossError,
+        ValueError,
+    ) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(1)

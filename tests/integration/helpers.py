@@ -24,6 +24,9 @@ TINY_LM = [
     "task.datamodule.train_fraction=0.01",
 ]
 
+#: ON-LSTM on PTB parses the treebank sample at each validation: keep it short in tests
+TINY_PARSE = ["task.callbacks.parse_f1.max_sentences=40"]
+
 
 def compose_config(overrides: list[str], output_dir: Path):
     """The composed config of ``python train.py <overrides>``, with its run directory set."""
@@ -41,7 +44,9 @@ def train_in_process(overrides: list[str], output_dir: Path) -> dict[str, float]
     return run.train(compose_config(overrides, output_dir))
 
 
-def run_cli(args: list[str], cwd: Path = REPO_ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_cli(
+    args: list[str], cwd: Path = REPO_ROOT, timeout: int = 600
+) -> subprocess.CompletedProcess:
     """``python train.py <args>`` as a user would type it; outputs go to the caller's log_dir."""
     env = dict(os.environ)
     env.setdefault("WANDB_MODE", "offline")

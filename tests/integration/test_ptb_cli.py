@@ -13,15 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import TINY_LM, run_cli, train_in_process
+from tests.integration.helpers import TINY_LM, TINY_PARSE, run_cli, train_in_process
 
 pytestmark = pytest.mark.usefixtures("data_dir")
 
 
 @pytest.mark.parametrize("model", ["onlstm", "lstm"])
 def test_each_model_trains_a_few_steps_on_ptb(model, tmp_path):
+    extra = TINY_PARSE if model == "onlstm" else []
     metrics = train_in_process(
-        [f"model={model}", "trainer=smoke", *TINY_LM], tmp_path / "run"
+        [f"model={model}", "trainer=smoke", *TINY_LM, *extra], tmp_path / "run"
     )
     assert 1 < metrics["val/ppl"] < 20_000
     assert 1 < metrics["test/ppl"] < 20_000
@@ -46,7 +47,9 @@ def test_unknown_model_lists_the_valid_choices(tmp_path):
     ],
 )
 def test_bad_values_fail_with_one_line(override, message, tmp_path):
-    result = run_cli([override, "trainer=smoke", f"paths.log_dir={tmp_path}", *TINY_LM])
+    result = run_cli(
+        [override, "trainer=smoke", f"paths.log_dir={tmp_path}", *TINY_LM, *TINY_PARSE]
+    )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -55,7 +58,14 @@ def test_bad_values_fail_with_one_line(override, message, tmp_path):
 
 def test_dropout_multirun_gives_each_job_its_own_directory(tmp_path):
     result = run_cli(
-        ["-m", "model.dropout=0.3,0.4", "trainer=smoke", f"paths.log_dir={tmp_path}", *TINY_LM]
+        [
+            "-m",
+            "model.dropout=0.3,0.4",
+            "trainer=smoke",
+            f"paths.log_dir={tmp_path}",
+            *TINY_LM,
+            *TINY_PARSE,
+        ]
     )
     assert result.returncode == 0, result.stderr[-3000:]
     runs = sorted(tmp_path.glob("multirun/ptb/onlstm/*/*/metrics.json"))
@@ -63,7 +73,9 @@ def test_dropout_multirun_gives_each_job_its_own_directory(tmp_path):
     dropouts = set()
     for path in runs:
         overrides = (path.parent / ".hydra" / "overrides.yaml").read_text()
-        dropouts |= {value for value in ("model.dropout=0.3", "model.dropout=0.4") if value in overrides}
+        dropouts |= {
+            value for value in ("model.dropout=0.3", "model.dropout=0.4") if value in overrides
+        }
     assert dropouts == {"model.dropout=0.3", "model.dropout=0.4"}
     for path in runs:
         assert (path.parent / "checkpoints" / "last.ckpt").is_file()
@@ -78,6 +90,7 @@ def _val_ppl_by_epoch(run_dir: Path) -> list[float]:
 # deterministic small runs: no dropout (masks are random per process), two epochs of 1% of PTB
 EXACT = [
     *TINY_LM,
+    *TINY_PARSE,
     "model.dropout=0",
     "model.weight_drop=0",
     "task.module.embedding_dropout=0",
@@ -123,8 +136,61 @@ def test_resume_gives_the_same_result_as_an_uninterrupted_run(tmp_path):
 def test_test_only_mode_evaluates_a_checkpoint(tmp_path):
     run_dir = _single_run(tmp_path / "fit", "trainer.max_epochs=1")
     result = run_cli(
-        [*EXACT, f"paths.log_dir={tmp_path / 'test'}", "mode=test",
-         f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"]
+        [
+            *EXACT,
+            f"paths.log_dir={tmp_path / 'test'}",
+            "mode=test",
+            f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}",
+        ]
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "test/ppl" in result.stdout
+
+
+def test_nan_loss_stops_with_a_message_and_keeps_the_last_good_checkpoint(tmp_path):
+    good = _single_run(tmp_path / "good", "trainer.max_epochs=1")
+    last = good / "checkpoints" / "last.ckpt"
+    before = last.read_bytes()
+    result = run_cli(
+        [
+            *EXACT,
+            f"paths.log_dir={tmp_path / 'bad'}",
+            f"ckpt_path={last}",
+            "trainer.max_epochs=3",
+            "task.module.optimizer.lr=1e30",
+            "trainer.gradient_clip_val=null",
+        ]
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "error: non-finite training loss" in result.stderr
+    assert last.read_bytes() == before
+    assert not list(tmp_path.glob("bad/**/*.ckpt"))  # nothing written from the diverged weights
+
+
+def test_wandb_logger_runs_offline_one_run_per_job(tmp_path):
+    result = run_cli(
+        [
+            "-m",
+            "model.dropout=0.3,0.4",
+            "trainer=smoke",
+            "logger=wandb",
+            f"paths.log_dir={tmp_path}",
+            *TINY_LM,
+            *TINY_PARSE,
+        ]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = list(tmp_path.glob("multirun/ptb/onlstm/*/*/wandb/offline-run-*"))
+    assert len(runs) == 2
+
+
+def test_ckpt_path_last_finds_the_newest_run(tmp_path):
+    run_dir = _single_run(tmp_path, "trainer.max_epochs=1")
+    result = run_cli(
+        [*EXACT, f"paths.log_dir={tmp_path}", "ckpt_path=last", "trainer.max_epochs=2"]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (
+        f"Restoring states from the checkpoint path at {run_dir}" in result.stdout + result.stderr
+    )

@@ -1,4 +1,4 @@
-"""The AWD-LSTM recipe's pieces on small cases: dropouts, AR/TAR, BPTT lengths, NT-ASGD, perplexity."""
+"""The AWD-LSTM recipe's pieces on small cases: dropouts, AR/TAR, BPTT, NT-ASGD, perplexity."""
 
 from __future__ import annotations
 
@@ -62,7 +62,9 @@ def test_ntasgd_switch_rule_is_awd_lstms():
     # needs more than nonmono past validations, then compares with the best before the last nonmono
     assert not should_switch([5.0, 4.0, 3.0], 10.0, nonmono=5)
     history = [5.0, 4.0, 3.9, 3.8, 3.7, 3.6]
-    assert not should_switch(history, 4.9, nonmono=5)  # 4.9 < min([5.0]) is false -> 4.9 < 5.0: no switch
+    assert not should_switch(
+        history, 4.9, nonmono=5
+    )  # 4.9 < min([5.0]) is false -> 4.9 < 5.0: no switch
     assert should_switch(history, 5.1, nonmono=5)
     assert should_switch(history + [3.5], 4.1, nonmono=5)  # best before the window is 4.0
 
@@ -106,7 +108,11 @@ def test_lm_ties_weights_and_initialises_like_awd():
 
 def test_ar_and_tar_terms_match_hand_computation():
     task = _tiny_task(
-        embedding_dropout=0.0, input_dropout=0.0, output_dropout=0.0, ar_alpha=2.0, tar_beta=1.0,
+        embedding_dropout=0.0,
+        input_dropout=0.0,
+        output_dropout=0.0,
+        ar_alpha=2.0,
+        tar_beta=1.0,
         rescale_lr=False,
     ).train()
     task.log = lambda *args, **kwargs: None  # no trainer attached

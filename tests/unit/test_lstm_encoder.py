@@ -41,7 +41,10 @@ def test_weight_drop_one_rescaled_mask_per_call_and_identity_in_eval():
     raw = encoder.layers[0].weight_hh_l0.detach()
     first, second = seen
     ratio = first[raw != 0] / raw[raw != 0]
-    assert set(torch.round(ratio, decimals=4).unique().tolist()) <= {0.0, 2.0}  # rescaled by 1/(1-p)
+    assert set(torch.round(ratio, decimals=4).unique().tolist()) <= {
+        0.0,
+        2.0,
+    }  # rescaled by 1/(1-p)
     assert 0.4 < (first == 0).float().mean() < 0.6
     assert not torch.equal(first, second)  # a new mask for each forward call
     encoder.eval()

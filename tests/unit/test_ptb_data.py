@@ -32,7 +32,12 @@ def test_token_counts_and_vocabulary_match_the_paper_setting(ptb):
 
 def test_batchify_rows_are_contiguous_stretches():
     rows = batchify(torch.arange(23), 4)
-    assert rows.tolist() == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14], [15, 16, 17, 18, 19]]
+    assert rows.tolist() == [
+        [0, 1, 2, 3, 4],
+        [5, 6, 7, 8, 9],
+        [10, 11, 12, 13, 14],
+        [15, 16, 17, 18, 19],
+    ]
 
 
 def test_stream_targets_are_inputs_shifted_and_resume_mid_epoch():
@@ -84,7 +89,13 @@ def test_missing_data_names_files_url_and_directory(tmp_path, monkeypatch):
     with pytest.raises(DatasetNotFoundError) as error:
         datamodule.prepare_data()
     message = str(error.value)
-    for name in ("ptb.train.txt", "ptb.valid.txt", "ptb.test.txt", "https://", str(tmp_path / "ptb")):
+    for name in (
+        "ptb.train.txt",
+        "ptb.valid.txt",
+        "ptb.test.txt",
+        "https://",
+        str(tmp_path / "ptb"),
+    ):
         assert name in message
 
 

@@ -1,9 +1,9 @@
 """Non-monotonically triggered averaged SGD (NT-ASGD, Merity et al. 2018, Algorithm 1).
 
-Training runs plain SGD. After each validation of an SGD epoch, once the validation loss is worse than
-the best of all but the last ``nonmono`` validations, the run switches to averaged SGD: from then on
-the callback keeps the running mean of the parameters after every optimizer step, and validation,
-test and the exported weights use that mean.
+Training runs plain SGD. After each validation of an SGD epoch, once the validation loss is worse
+than the best of all but the last ``nonmono`` validations, the run switches to averaged SGD: from
+then on the callback keeps the running mean of the parameters after every optimizer step, and
+validation, test and the exported weights use that mean.
 
 AWD-LSTM switches to ``torch.optim.ASGD(lr, t0=0, lambd=0)``. With ``lambd=0`` its step is the plain
 SGD step (the learning rate never decays) and with ``t0=0`` its average is the uniform mean of the
@@ -21,7 +21,7 @@ from lightning.pytorch.callbacks import Callback
 
 
 def should_switch(history: list[float], val_loss: float, nonmono: int) -> bool:
-    """AWD-LSTM's rule: more than ``nonmono`` past validations and worse than the best before them."""
+    """AWD-LSTM's rule: over ``nonmono`` past validations, and worse than the best before them."""
     return len(history) > nonmono and val_loss > min(history[:-nonmono])
 
 
@@ -76,7 +76,9 @@ class NTASGD(Callback):
             return
         val_loss = math.log(float(value)) if self.monitor.endswith("ppl") else float(value)
         if should_switch(self.history, val_loss, self.nonmono):
-            pl_module.print(f"NT-ASGD: validation loss {val_loss:.4f} is not improving, switching to ASGD")
+            pl_module.print(
+                f"NT-ASGD: validation loss {val_loss:.4f} is not improving, switching to ASGD"
+            )
             self.start_averaging(pl_module)
         self.history.append(val_loss)
 

@@ -1,9 +1,10 @@
 """Penn Treebank language modelling (Mikolov et al. 2010 split), read the AWD-LSTM way.
 
-Each line gets ``<eos>``; the vocabulary is built over train, valid and test in file order (10,000 types);
-each split becomes one stream of ids cut into ``batch_size`` rows (batch-first). Training batches use
-AWD-LSTM's variable BPTT length; validation and test use a fixed length. Under DDP each process takes a
-contiguous block of rows, so 2 processes with batch 10 each compute exactly what 1 process with batch 20 does.
+Each line gets ``<eos>``; the vocabulary is built over train, valid and test in file order (10,000
+types); each split becomes one stream of ids cut into ``batch_size`` rows (batch-first). Training
+batches use AWD-LSTM's variable BPTT length; validation and test use a fixed length. Under DDP each
+process takes a contiguous block of rows, so 2 processes with batch 10 each compute exactly what 1
+process with batch 20 does.
 """
 
 from __future__ import annotations

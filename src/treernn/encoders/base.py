@@ -1,8 +1,8 @@
 """The interface every encoder shares.
 
-An encoder maps batch-first embedded inputs ``x`` of shape (B, T, D) and a padding mask of shape (B, T)
-(True marks a real token) to an :class:`EncoderOutput`. Encoders are torch-only: no Lightning, no Hydra,
-no config objects. Tasks own embeddings, decoders and losses; encoders own the recurrence.
+An encoder maps batch-first embedded inputs ``x`` of shape (B, T, D) and a padding mask of shape (B,
+T) (True marks a real token) to an :class:`EncoderOutput`. Encoders are torch-only: no Lightning, no
+Hydra, no config objects. Tasks own embeddings, decoders and losses; encoders own the recurrence.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 

@@ -1,9 +1,10 @@
 """Multi-layer LSTM baseline with AWD-LSTM weight drop (Merity et al. 2018).
 
 Each layer is a ``torch.nn.LSTM`` (fused kernels on CPU and GPU). Weight drop is DropConnect on the
-hidden-to-hidden matrix ``weight_hh``: one mask per forward call (one BPTT segment), shared over time
-and batch, applied with ``F.dropout`` semantics (rescaled by 1/(1-p) in training, identity in eval),
-as AWD-LSTM's ``WeightDrop`` does. Between layers, locked (variational) dropout as in AWD-LSTM.
+hidden-to-hidden matrix ``weight_hh``: one mask per forward call (one BPTT segment), shared over
+time and batch, applied with ``F.dropout`` semantics (rescaled by 1/(1-p) in training, identity in
+eval), as AWD-LSTM's ``WeightDrop`` does. Between layers, locked (variational) dropout as in
+AWD-LSTM.
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from treernn.encoders.base import Encoder, EncoderOutput, LockedDropout, check_dropout, last_real_step
+from treernn.encoders.base import (
+    Encoder,
+    EncoderOutput,
+    LockedDropout,
+    check_dropout,
+    last_real_step,
+)
 
 LSTMState = list[tuple[Tensor, Tensor]]  # per layer (h, c), each (B, H_l)
 
@@ -70,7 +77,9 @@ class LSTMEncoder(Encoder):
             out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
         return out, (h.squeeze(0), c.squeeze(0))
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, state: LSTMState | None = None) -> EncoderOutput:
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, state: LSTMState | None = None
+    ) -> EncoderOutput:
         batch_size = x.size(0)
         if state is None:
             state = self.init_state(batch_size, x.device, x.dtype)

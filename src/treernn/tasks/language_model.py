@@ -1,9 +1,9 @@
-"""Word-level language modelling with the AWD-LSTM recipe (Merity et al. 2018), as ON-LSTM trains on PTB.
+"""Word-level language modelling, the AWD-LSTM recipe (Merity et al. 2018) as ON-LSTM runs it.
 
-Embedding -> embedding dropout (whole words) -> locked dropout -> encoder -> locked dropout -> tied decoder.
-Loss = cross-entropy + activation regularisation (AR) + temporal activation regularisation (TAR).
-The hidden state is carried across BPTT segments and detached; the learning rate of each step is scaled
-by seq_len / bptt. NT-ASGD lives in :mod:`treernn.callbacks.ntasgd`.
+Embedding -> embedding dropout (whole words) -> locked dropout -> encoder -> locked dropout -> tied
+decoder. Loss = cross-entropy + activation regularisation (AR) + temporal activation regularisation
+(TAR). The hidden state is carried across BPTT segments and detached; the learning rate of each step
+is scaled by seq_len / bptt. NT-ASGD lives in :mod:`treernn.callbacks.ntasgd`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class NonFiniteLossError(FloatingPointError):
 
 
 def embedded_dropout(embedding: nn.Embedding, words: Tensor, p: float, training: bool) -> Tensor:
-    """Drop whole rows of the embedding matrix (the same word is dropped everywhere in the batch)."""
+    """Drop whole rows of the embedding matrix: a word is dropped everywhere in the batch."""
     weight = embedding.weight
     if training and p > 0:
         mask = weight.new_empty(weight.size(0), 1).bernoulli_(1 - p) / (1 - p)
@@ -103,8 +103,10 @@ class LanguageModelTask(pl.LightningModule):
         return self.decoder(dropped), out, dropped
 
     @torch.no_grad()
-    def token_log_probs(self, inputs: Tensor, targets: Tensor, mask: Tensor | None = None) -> Tensor:
-        """log p(targets[t] | inputs[:t+1]) with a fresh state, in eval mode: (B, T), 0 at padding."""
+    def token_log_probs(
+        self, inputs: Tensor, targets: Tensor, mask: Tensor | None = None
+    ) -> Tensor:
+        """log p(targets[t] | inputs[:t+1]), fresh state, eval mode: (B, T), 0 at padding."""
         was_training = self.training
         self.eval()
         logits, _, _ = self(inputs, mask=mask)
