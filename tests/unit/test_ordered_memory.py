@@ -1,0 +1,266 @@
+"""Ordered Memory: the Gated Recursive Cell, the masked attention, the memory update on hand-derived
+steps, agreement with a plain all-slots implementation of Algorithm 1, padding invariance, slot
+counts, dropout and gradients."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from treernn.encoders.grc import GatedRecursiveCell
+from treernn.encoders.ordered_memory import OrderedMemoryEncoder, masked_attention
+
+
+# ----------------------------------------------------------------------------- cell
+def test_grc_matches_hand_computation():
+    cell = GatedRecursiveCell(3)
+    with torch.no_grad():
+        cell.first_layer.weight.zero_()
+        cell.first_layer.bias.zero_()
+        cell.second_layer.weight.zero_()
+        # gate logits 0 -> every gate 0.5; candidate u = (0, 0, 6)
+        cell.second_layer.bias.copy_(torch.tensor([0.0] * 9 + [0.0, 0.0, 6.0]))
+    left, right = torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[3.0, 2.0, 1.0]])
+    # 0.5 * (1,2,3) + 0.5 * (3,2,1) + 0.5 * (0,0,6) = (2,2,5): mean 3, variance 2
+    expected = torch.tensor([[-1.0, -1.0, 2.0]]) / math.sqrt(2.0 + 1e-5)
+    torch.testing.assert_close(cell(left, right), expected)
+
+
+def test_grc_shares_the_given_layer_norm_and_split_path_agrees():
+    norm = nn.LayerNorm(4)
+    cell = GatedRecursiveCell(4, layer_norm=norm)
+    assert cell.layer_norm is norm
+    left, right = torch.randn(5, 4), torch.randn(5, 4)
+    weight_left, weight_right, bias = cell.split_first_layer()
+    first = left @ weight_left.t() + right @ weight_right.t() + bias
+    torch.testing.assert_close(cell.compose(left, right, first, None), cell(left, right))
+    with pytest.raises(ValueError, match="hidden_size=4"):
+        cell(torch.randn(5, 3), torch.randn(5, 3))
+
+
+def test_grc_given_dropout_masks_are_used():
+    cell = GatedRecursiveCell(4, dropout=0.5).train()
+    left, right = torch.randn(2, 4), torch.randn(2, 4)
+    ones = (torch.ones(2, 8), torch.ones(2, 16))
+    cell.eval()
+    reference = cell(left, right)
+    cell.train()
+    torch.testing.assert_close(cell(left, right, dropout_masks=ones), reference)
+    masks = cell.sample_dropout_masks(2, left)
+    assert set(masks[0].unique().tolist()) <= {0.0, 2.0}
+
+
+# ----------------------------------------------------------------------------- attention
+def test_masked_attention_hand_case():
+    scores = torch.tensor([[5.0, math.log(2.0), 0.0]])
+    allowed = torch.tensor([[0.0, 1.0, 0.5]])
+    # slot 0 masked out; weights 2 * 1 and 1 * 0.5 -> (0, 0.8, 0.2)
+    torch.testing.assert_close(masked_attention(scores, allowed), torch.tensor([[0.0, 0.8, 0.2]]))
+
+
+# ----------------------------------------------------------------------------- steps by hand
+def make_encoder(**kwargs) -> OrderedMemoryEncoder:
+    torch.manual_seed(0)
+    options = {"input_size": 5, "hidden_size": 6, "memory_slots": 3}
+    options.update(kwargs)
+    return OrderedMemoryEncoder(**options).eval()
+
+
+def test_first_steps_follow_the_paper_by_hand():
+    encoder = make_encoder(memory_slots=2)
+    memory = encoder.forward_memory
+    x = torch.randn(1, 3, 5)
+    out = encoder(x)
+    attention = out.extras["attention"][0]  # (T, N)
+    with torch.no_grad():
+        x1, x2, x3 = memory.layer_norm(memory.input_projection(x[0])).unbind(0)  # eq. (1)
+        cell = memory.cell
+        # t = 1: no attention, every candidate slot is x1, output x1
+        torch.testing.assert_close(attention[0], torch.zeros(2))
+        torch.testing.assert_close(out.hidden[0, 0], x1)
+        # t = 2: only the last slot is allowed; M_2 = M_hat_1 = (x1, x1); output cell(x2, x1)
+        torch.testing.assert_close(attention[1], torch.tensor([0.0, 1.0]))
+        candidate_2_last = cell(x2[None], x1[None])[0]
+        torch.testing.assert_close(out.hidden[0, 1], candidate_2_last)
+        # t = 3: p = (p0, p1); cp = (p0, 1), rcp = (1, p1)
+        p0, p1 = attention[2]
+        assert 0 < p0 < 1 and torch.isclose(p0 + p1, torch.tensor(1.0))
+        memory_0 = x2  # rcp^0 = 1: M_hat_2^0 (= x2, its cp was 0)
+        memory_1 = x1 * (1 - p1) + candidate_2_last * p1  # eq. (5)
+        candidate_0 = x3 * (1 - p0) + cell(x3[None], memory_0[None])[0] * p0  # eq. (7)
+        output_3 = cell(candidate_0[None], memory_1[None])[0]  # cp^1 = 1
+        torch.testing.assert_close(out.hidden[0, 2], output_3, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(out.pooled[0], output_3, rtol=1e-5, atol=1e-6)
+
+
+def reference_ordered_memory(encoder: OrderedMemoryEncoder, x: torch.Tensor, length: int):
+    """Algorithm 1 as written: every slot, every step, one unpadded sequence (eval mode)."""
+    memory_module = encoder.forward_memory
+    slots, size = encoder.num_slots, encoder.hidden_size
+    inputs = memory_module.layer_norm(memory_module.input_projection(x[:length]))  # (T, H)
+    pointer = torch.zeros(slots)
+    memory = torch.zeros(slots, size)
+    candidate = torch.zeros(slots, size)
+    outputs, attentions = [], []
+    for t in range(length):
+        x_t = inputs[t]
+        if t == 0:
+            p = torch.zeros(slots)
+            cp, rcp = torch.zeros(slots), torch.ones(slots)
+        else:
+            query = memory_module.query_norm(memory_module.query_projection(x_t))
+            keys = memory_module.key_norm(memory_module.key_projection(candidate))
+            scores = memory_module.score(torch.relu(query + keys)).squeeze(-1) / math.sqrt(size)
+            allowed = torch.cat([pointer[1:], torch.ones(1)])
+            weights = torch.exp(scores - scores.max()) * allowed
+            p = weights / weights.sum()
+            cp = torch.cumsum(p, 0)
+            rcp = torch.flip(torch.cumsum(torch.flip(p, [0]), 0), [0])
+        memory = memory * (1 - rcp[:, None]) + candidate * rcp[:, None]
+        below, new_candidate = x_t, []
+        for i in range(slots):
+            composed = memory_module.cell(below[None], memory[i][None])[0]
+            below = x_t * (1 - cp[i]) + composed * cp[i]
+            new_candidate.append(below)
+        candidate, pointer = torch.stack(new_candidate), cp
+        outputs.append(below)
+        attentions.append(p)
+    return torch.stack(outputs), torch.stack(attentions)
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_batched_encoder_matches_plain_algorithm_and_ignores_padding(padding_side):
+    encoder = make_encoder(memory_slots=3, padding_side=padding_side)
+    lengths = [7, 2, 5, 1, 4]
+    steps = max(lengths)
+    sequences = [torch.randn(length, 5) for length in lengths]
+    x = torch.full((len(lengths), steps, 5), 9.0)  # padding values must not matter
+    mask = torch.zeros(len(lengths), steps, dtype=torch.bool)
+    for row, sequence in enumerate(sequences):
+        positions = (
+            slice(0, lengths[row])
+            if padding_side == "right"
+            else slice(steps - lengths[row], steps)
+        )
+        x[row, positions] = sequence
+        mask[row, positions] = True
+    with torch.no_grad():
+        out = encoder(x, mask)
+        for row, sequence in enumerate(sequences):
+            expected_hidden, expected_attention = reference_ordered_memory(
+                encoder, sequence, lengths[row]
+            )
+            torch.testing.assert_close(
+                out.hidden[row][mask[row]], expected_hidden, atol=1e-5, rtol=1e-4
+            )
+            torch.testing.assert_close(
+                out.extras["attention"][row][mask[row]], expected_attention, atol=1e-5, rtol=1e-4
+            )
+            torch.testing.assert_close(out.pooled[row], expected_hidden[-1], atol=1e-5, rtol=1e-4)
+            assert out.hidden[row][~mask[row]].abs().sum() == 0
+
+
+def test_left_and_right_padding_give_the_same_outputs_bidirectional():
+    torch.manual_seed(1)
+    right = OrderedMemoryEncoder(4, 6, memory_slots=4, bidirectional=True).eval()
+    left = OrderedMemoryEncoder(
+        4, 6, memory_slots=4, bidirectional=True, padding_side="left"
+    ).eval()
+    left.load_state_dict(right.state_dict())
+    lengths = torch.tensor([5, 3, 1])
+    x = torch.randn(3, 5, 4)
+    mask_right = torch.arange(5)[None] < lengths[:, None]
+    x_left = torch.zeros_like(x)
+    for row in range(3):
+        x_left[row, 5 - lengths[row] :] = x[row, : lengths[row]]
+    mask_left = mask_right.flip(1)
+    with torch.no_grad():
+        out_right, out_left = right(x, mask_right), left(x_left, mask_left)
+        alone = right(x[1:2, :3])
+    assert out_right.pooled.shape == (3, 12) and right.output_size == 12
+    torch.testing.assert_close(out_right.pooled, out_left.pooled, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(out_right.hidden[1, :3], alone.hidden[0], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        out_right.hidden[mask_right], out_left.hidden[mask_left], atol=1e-6, rtol=1e-5
+    )
+
+
+def test_more_slots_at_test_time():
+    encoder = OrderedMemoryEncoder(4, 6, memory_slots=12, test_memory_slots=24)
+    x = torch.randn(2, 30, 4)
+    encoder.train()
+    assert encoder(x).extras["attention"].shape == (2, 30, 12)
+    encoder.eval()
+    with torch.no_grad():
+        attention = encoder(x).extras["attention"]
+    assert attention.shape == (2, 30, 24)
+    # step k (0-based) can reach at most min(N, k) slots: here all 24 only from step 24 on
+    assert attention[:, 23, :1].abs().sum() == 0 and attention[:, 24, 0].min() > 0
+    torch.testing.assert_close(attention[:, 1:].sum(-1), torch.ones(2, 29))
+
+
+def test_gradients_reach_every_parameter():
+    encoder = OrderedMemoryEncoder(4, 6, memory_slots=3, dropout=0.1, memory_dropout=0.1).train()
+    x = torch.randn(3, 6, 4, requires_grad=True)
+    mask = torch.arange(6)[None] < torch.tensor([[6], [4], [2]])
+    encoder(x, mask).pooled.pow(2).sum().backward()
+    for name, parameter in encoder.named_parameters():
+        assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+    assert x.grad[2, 2:].abs().sum() == 0 and x.grad[2, :2].abs().sum() > 0
+
+
+def test_dropout_only_in_training_and_zero_dropout_is_deterministic():
+    torch.manual_seed(0)
+    encoder = OrderedMemoryEncoder(
+        4,
+        6,
+        memory_slots=3,
+        dropout=0.3,
+        memory_dropout=0.3,
+        input_dropout=0.2,
+        output_dropout=0.2,
+        locked_input_dropout=True,
+    )
+    x = torch.randn(2, 5, 4)
+    encoder.eval()
+    reference = encoder(x).pooled
+    torch.testing.assert_close(encoder(x).pooled, reference)
+    encoder.train()
+    assert not torch.allclose(encoder(x).pooled, reference)
+    plain = OrderedMemoryEncoder(4, 6, memory_slots=3)
+    torch.testing.assert_close(plain.train()(x).pooled, plain.eval()(x).pooled)
+
+
+def test_long_sequences_run_with_a_full_stack_and_output_size_projection():
+    encoder = OrderedMemoryEncoder(4, 6, memory_slots=2, output_size=3).eval()
+    out = encoder(torch.randn(2, 9, 4))
+    assert out.hidden.shape == (2, 9, 3) and out.pooled.shape == (2, 3)
+    assert torch.isfinite(out.hidden).all()
+
+
+def test_bad_arguments_and_masks_are_reported():
+    with pytest.raises(ValueError, match="num_layers=2"):
+        OrderedMemoryEncoder(4, 6, num_layers=2)
+    with pytest.raises(ValueError, match="memory_slots=0"):
+        OrderedMemoryEncoder(4, 6, memory_slots=0)
+    encoder = OrderedMemoryEncoder(4, 6)
+    with pytest.raises(ValueError, match="not right-padded"):
+        encoder(torch.randn(1, 3, 4), torch.tensor([[False, True, True]]))
+    with pytest.raises(ValueError, match=r"\(B, T, 4\)"):
+        encoder(torch.randn(1, 3, 5))
+
+
+def test_carried_state_continues_the_sequence():
+    encoder = make_encoder(memory_slots=3)
+    x = torch.randn(2, 7, 5)
+    mask = torch.arange(7)[None] < torch.tensor([[7], [5]])
+    with torch.no_grad():
+        whole = encoder(x, mask)
+        first = encoder(x[:, :3], mask[:, :3])
+        second = encoder(x[:, 3:], mask[:, 3:], state=first.state)
+    torch.testing.assert_close(second.pooled, whole.pooled, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(second.hidden, whole.hidden[:, 3:], atol=1e-6, rtol=1e-5)
+    assert second.state.tokens_seen.tolist() == [7, 5]
