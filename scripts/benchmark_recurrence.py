@@ -1,0 +1,322 @@
+"""Benchmark the recurrent encoders against ``torch.nn.LSTM`` (issue 6).
+
+In one run, times training steps (forward + backward) and inference of
+
+* ``nn.LSTM``: one ``torch.nn.LSTM`` per layer, same sizes, no regularisation (the target);
+* ``LSTMEncoder``: ``treernn.encoders.lstm`` (nn.LSTM + AWD weight drop);
+* ``ON-LSTM fast``: ``ONLSTMEncoder(impl="fast")``, the default;
+* ``ON-LSTM ref``: ``ONLSTMEncoder(impl="reference")``, the readable step-by-step cell;
+
+for the recurrent stack alone and for a full language-model step (10k embedding, the stack, a tied
+decoder, 10k softmax and cross-entropy), at the paper size (400-1150-1150-400, chunk 10, batch 20,
+BPTT 70) and a small size (one layer of 256, chunk 8, batch 32, BPTT 35). Prints tokens per second
+(median over steps after warm-up; models take turns step by step so that load from other
+processes hits them alike), the ratio to nn.LSTM from the same run, peak memory of one step, the
+thread count, and a table of how the cost grows with sequence length, batch and hidden size.
+
+    python scripts/benchmark_recurrence.py            # full run
+    python scripts/benchmark_recurrence.py --quick    # about two minutes on 2 CPU cores
+    python scripts/benchmark_recurrence.py --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from treernn.encoders.onlstm import ONLSTMEncoder  # noqa: E402
+
+try:
+    from treernn.encoders.lstm import LSTMEncoder  # noqa: E402
+except ImportError:  # pragma: no cover - the benchmark still runs the others
+    LSTMEncoder = None
+
+VOCAB_SIZE = 10_000
+MODELS = ("nn.LSTM", "LSTMEncoder", "ON-LSTM fast", "ON-LSTM ref")
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    input_size: int  # = embedding size in the LM (tied decoder: = output_size)
+    hidden_size: int
+    num_layers: int
+    output_size: int
+    chunk_size: int
+    batch: int
+    bptt: int
+
+
+PAPER = Size("paper", 400, 1150, 3, 400, 10, 20, 70)
+SMALL = Size("small", 256, 256, 1, 256, 8, 32, 35)
+
+
+class NNLSTMStack(nn.Module):
+    """One torch.nn.LSTM per layer, batch-first, returning the last layer's outputs."""
+
+    def __init__(self, size: Size) -> None:
+        super().__init__()
+        sizes = [size.input_size] + [size.hidden_size] * (size.num_layers - 1) + [size.output_size]
+        self.layers = nn.ModuleList(
+            nn.LSTM(sizes[i], sizes[i + 1], batch_first=True) for i in range(size.num_layers)
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        for layer in self.layers:
+            x, _ = layer(x)
+        return x
+
+
+class EncoderStack(nn.Module):
+    """Wraps a treernn encoder so that it returns the (B, T, H) hidden states."""
+
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.encoder(x).hidden
+
+
+def build_stack(model: str, size: Size, dropout: float, weight_drop: float) -> nn.Module:
+    common = dict(
+        input_size=size.input_size,
+        hidden_size=size.hidden_size,
+        num_layers=size.num_layers,
+        dropout=dropout,
+        weight_drop=weight_drop,
+        output_size=size.output_size,
+    )
+    if model == "nn.LSTM":
+        return NNLSTMStack(size)
+    if model == "LSTMEncoder":
+        return EncoderStack(LSTMEncoder(**common))
+    impl = "fast" if model == "ON-LSTM fast" else "reference"
+    return EncoderStack(ONLSTMEncoder(chunk_size=size.chunk_size, impl=impl, **common))
+
+
+class LanguageModel(nn.Module):
+    """Embedding -> stack -> tied decoder -> 10k softmax cross-entropy."""
+
+    def __init__(self, stack: nn.Module, size: Size) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB_SIZE, size.input_size)
+        self.stack = stack
+        self.decoder = nn.Linear(size.output_size, VOCAB_SIZE)
+        self.decoder.weight = self.embedding.weight
+
+    def forward(self, tokens: Tensor, targets: Tensor) -> Tensor:
+        hidden = self.stack(self.embedding(tokens))  # (B, T, E)
+        logits = self.decoder(hidden)  # (B, T, V)
+        return F.cross_entropy(logits.view(-1, VOCAB_SIZE), targets.reshape(-1))
+
+
+def make_step(
+    model: nn.Module, part: str, mode: str, size: Size, device: torch.device
+) -> Callable[[], None]:
+    """A closure running one training step (forward + backward) or one inference forward."""
+    batch, steps = size.batch, size.bptt
+    model.train(mode == "train")
+    if part == "stack":
+        x = torch.randn(batch, steps, size.input_size, device=device)
+
+        def loss_fn() -> Tensor:
+            return model(x).pow(2).mean()
+    else:
+        tokens = torch.randint(VOCAB_SIZE, (batch, steps + 1), device=device)
+
+        def loss_fn() -> Tensor:
+            return model(tokens[:, :-1], tokens[:, 1:])
+
+    if mode == "train":
+
+        def step() -> None:
+            model.zero_grad(set_to_none=True)
+            loss_fn().backward()
+    else:
+
+        def step() -> None:
+            with torch.inference_mode():
+                loss_fn()
+
+    return step
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_round_robin(
+    steps: dict[str, Callable[[], None]], warmup: int, repeats: int, device: torch.device
+) -> dict[str, list[float]]:
+    """Seconds per step for each closure; closures take turns so load hits them alike."""
+    for _ in range(warmup):
+        for step in steps.values():
+            step()
+    synchronize(device)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            synchronize(device)
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def peak_memory_bytes(step: Callable[[], None], device: torch.device) -> int:
+    """Peak memory allocated during one step, above what was allocated before it."""
+    if device.type == "cuda":
+        synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    from torch.profiler import profile
+
+    with profile(profile_memory=True) as prof:
+        step()
+    events = prof.profiler.kineto_results.events()
+    changes = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    current = peak = 0
+    for _, nbytes in changes:
+        current += nbytes
+        peak = max(peak, current)
+    return peak
+
+
+def benchmark_size(args: argparse.Namespace, size: Size, device: torch.device) -> list[dict]:
+    rows = []
+    available = [m for m in args.models.split(",") if m != "LSTMEncoder" or LSTMEncoder is not None]
+    for part in args.parts.split(","):
+        # --quick times the slow reference cell on the recurrent stack only.
+        models = [m for m in available if not (args.quick and part == "lm" and m == "ON-LSTM ref")]
+        for mode in args.modes.split(","):
+            steps = {}
+            for name in models:
+                torch.manual_seed(0)
+                stack = build_stack(name, size, args.dropout, args.weight_drop)
+                model = stack if part == "stack" else LanguageModel(stack, size)
+                steps[name] = make_step(model.to(device), part, mode, size, device)
+            times = time_round_robin(steps, args.warmup, args.repeats, device)
+            tokens = size.batch * size.bptt
+            baseline = tokens / statistics.median(times[models[0]])
+            for name in models:
+                rate = tokens / statistics.median(times[name])
+                skip_memory = args.no_memory or (args.quick and mode == "infer")
+                memory = None if skip_memory else peak_memory_bytes(steps[name], device)
+                rows.append(
+                    dict(size=size.name, part=part, mode=mode, model=name, tokens_per_s=rate,
+                         ratio=rate / baseline, memory=memory)
+                )  # fmt: skip
+                print(format_row(rows[-1]), flush=True)
+    return rows
+
+
+def format_row(row: dict) -> str:
+    memory = "-" if row["memory"] is None else f"{row['memory'] / 2**20:9.1f}"
+    return (
+        f"{row['size']:6s} {row['part']:6s} {row['mode']:6s} {row['model']:13s} "
+        f"{row['tokens_per_s']:11.0f} {row['ratio']:7.2f} {memory:>10s}"
+    )
+
+
+def scaling_table(args: argparse.Namespace, device: torch.device) -> None:
+    """Training step cost of one 400 -> H layer (chunk 10) as T, B and H change one at a time."""
+    base = dict(batch=20, bptt=70, hidden=1150)
+    grid = [("bptt", v) for v in (35, 70, 140)]
+    grid += [("batch", v) for v in (10, 40)] + [("hidden", v) for v in (400, 800)]
+    if args.quick:
+        grid = [("bptt", 35), ("batch", 10), ("hidden", 400)]
+    print("\nScaling, training step of one 400 -> H layer (chunk 10); ms per step, tokens/s")
+    print(f"{'B':>4} {'T':>4} {'H':>5} {'nn.LSTM ms':>11} {'ON-LSTM ms':>11} {'ON tok/s':>9} ratio")
+    for key, value in grid:
+        setting = {**base, key: value}
+        size = Size("scale", 400, setting["hidden"], 1, setting["hidden"], 10,
+                    setting["batch"], setting["bptt"])  # fmt: skip
+        steps = {}
+        for name in ("nn.LSTM", "ON-LSTM fast"):
+            torch.manual_seed(0)
+            model = build_stack(name, size, 0.0, args.weight_drop).to(device)
+            steps[name] = make_step(model, "stack", "train", size, device)
+        times = time_round_robin(steps, 1, max(2, args.repeats // 2), device)
+        lstm, onlstm = (statistics.median(times[n]) for n in ("nn.LSTM", "ON-LSTM fast"))
+        print(
+            f"{size.batch:4d} {size.bptt:4d} {size.hidden_size:5d} {lstm * 1e3:11.1f} "
+            f"{onlstm * 1e3:11.1f} {size.batch * size.bptt / onlstm:9.0f} {lstm / onlstm:5.2f}",
+            flush=True,
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer steps, reference cell on the stack only, no inference memory, small scaling",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps per model")
+    parser.add_argument("--repeats", type=int, default=None, help="timed steps per model")
+    parser.add_argument("--sizes", default="paper,small", help="comma list of paper,small")
+    parser.add_argument("--parts", default="stack,lm", help="comma list of stack,lm")
+    parser.add_argument("--modes", default="train,infer", help="comma list of train,infer")
+    parser.add_argument(
+        "--models", default=",".join(MODELS), help="comma list; the first is the ratio's baseline"
+    )
+    parser.add_argument("--dropout", type=float, default=0.3, help="between-layer dropout (ours)")
+    parser.add_argument(
+        "--weight-drop", type=float, default=0.45, help="DropConnect on recurrent weights (ours)"
+    )
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory step")
+    parser.add_argument("--no-scaling", action="store_true", help="skip the scaling table")
+    args = parser.parse_args(argv)
+    args.warmup = args.warmup if args.warmup is not None else 1 if args.quick else 2
+    args.repeats = args.repeats if args.repeats is not None else 3 if args.quick else 7
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available; use --device cpu.")
+
+    started = time.perf_counter()
+    print(
+        f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
+        f"load average {os.getloadavg()[0]:.2f}, warm-up {args.warmup}, timed steps {args.repeats}"
+    )
+    if LSTMEncoder is None:
+        print("treernn.encoders.lstm.LSTMEncoder not importable: skipped")
+    print(
+        f"training uses dropout {args.dropout} and weight drop {args.weight_drop} in our encoders; "
+        "nn.LSTM has none.\nratio = tokens/s over the first model's in this run; peak MiB = memory "
+        "allocated during one step."
+    )
+    print(
+        f"{'size':6s} {'part':6s} {'mode':6s} {'model':13s} {'tokens/s':>11s} {'ratio':>7s} "
+        f"{'peak MiB':>10s}"
+    )
+    sizes = {"paper": PAPER, "small": SMALL}
+    for name in args.sizes.split(","):
+        benchmark_size(args, sizes[name], device)
+    if not args.no_scaling:
+        scaling_table(args, device)
+    print(f"\ndone in {time.perf_counter() - started:.0f} s, load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
