@@ -7,6 +7,17 @@ testing and writes ``test_results.json`` and ``accuracy_by_length.png`` into the
 (and to wandb when a wandb logger is attached). To compare runs in one figure:
 
     python -m treernn.results outputs/logic/*/*/test_results.json --out fig3.png
+
+Induced trees of a trained ON-LSTM against the gold trees (parse F1 per layer, beside the
+left-branching, right-branching, balanced and random trees), as :class:`TreeF1Callback
+<treernn.callbacks.tree_f1.TreeF1Callback>` logs them during training:
+
+    python -m treernn.results trees --ckpt outputs/logic/onlstm/<run>/checkpoints/last.ckpt
+
+Training throughput of an encoder per length bucket (tokens the model reads per second of a
+forward and backward pass, on test examples of each bucket), for any ``train.py`` overrides:
+
+    python -m treernn.results throughput experiment=onlstm_logic_small
 """
 
 from __future__ import annotations
@@ -15,12 +26,25 @@ import argparse
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
+
+from treernn.callbacks.tree_f1 import (
+    BRACKET_DISTANCES,
+    BracketDistances,
+    format_tree_f1,
+    induce_batch_trees,
+    scored_rows,
+)
+from treernn.parsing.baselines import BASELINES, baseline_trees
+from treernn.parsing.induce import NoDistancesError
+from treernn.parsing.metrics import score_trees
+from treernn.parsing.trees import Tree, leaves, to_bracketed
 
 #: Ordered Memory Table 1: accuracy (%) at 7..12 operators, and the systematic-generalisation
 #: partitions A/B/C where the paper gives them.
@@ -184,7 +208,240 @@ class AccuracyReport(Callback):
                 logger.experiment.save(str(json_path), base_path=str(self.output_dir))
 
 
+class TreeEvaluationError(ValueError):
+    """A problem with the ``trees`` command's input, printed as one line."""
+
+
+def tree_f1_from_checkpoint(
+    ckpt: str | Path,
+    split: str = "test",
+    data_dir: str | Path | None = None,
+    bracket_distances: BracketDistances = "drop",
+    batch_size: int | None = None,
+    max_sentences: int | None = None,
+    num_examples: int = 3,
+) -> dict[str, Any]:
+    """Parse F1 per layer of a classification checkpoint's induced trees on its val/test data.
+
+    The data are rebuilt from the run's own datamodule config (``data_dir`` replaces its data
+    directory); at test time only the first evaluation group is scored, as in the callback.
+    """
+    import hydra
+    from omegaconf import open_dict
+
+    from treernn.run import UserError, load_task
+
+    if split not in ("val", "test"):
+        raise TreeEvaluationError(f"--split {split}: use val or test")
+    try:
+        task = load_task(ckpt)
+    except UserError as error:
+        raise TreeEvaluationError(str(error)) from error
+    if not hasattr(task, "encoder_output") or getattr(task, "vocab", None) is None:
+        raise TreeEvaluationError(
+            f"{ckpt}: a {type(task).__name__} checkpoint; this command needs a classification "
+            "run (task=logic or task=listops)"
+        )
+    config = task.treernn_config.task.datamodule
+    with open_dict(config):
+        if data_dir is not None:
+            config.data_dir = str(data_dir)
+        if batch_size is not None:
+            config.eval_batch_size = batch_size
+    datamodule = hydra.utils.instantiate(config)
+    datamodule.prepare_data()
+    datamodule.setup("test")
+    loader = datamodule.val_dataloader() if split == "val" else datamodule.test_dataloader()
+
+    predicted: list[list[Tree]] = []
+    gold: list[Tree] = []
+    words: list[list[str]] = []
+    for batch in loader:
+        rows = scored_rows(batch, first_group_only=split == "test")
+        if max_sentences is not None:
+            rows = rows[: max_sentences - len(gold)]
+        if not rows:
+            continue
+        try:
+            trees, batch_gold = induce_batch_trees(task, batch, rows, bracket_distances)
+        except NoDistancesError as error:
+            raise TreeEvaluationError(f"{ckpt}: {error}") from error
+        predicted = predicted or [[] for _ in trees]
+        for layer, layer_trees in enumerate(trees):
+            predicted[layer].extend(layer_trees)
+        gold.extend(batch_gold)
+        lengths = batch.leaf_mask.sum(1).tolist()
+        for row in rows[: max(0, num_examples - len(words))]:
+            words.append(task.vocab.decode(batch.leaf_tokens[row, : lengths[row]].tolist()))
+        if max_sentences is not None and len(gold) >= max_sentences:
+            break
+    if not gold:
+        raise TreeEvaluationError(f"{ckpt}: the {split} split has no sentence to score")
+
+    def summary(trees: Sequence[Tree]) -> dict[str, Any]:
+        scores = score_trees(trees, gold, labels=())
+        return {
+            "corpus_f1": scores.corpus_f1,
+            "sentence_f1": scores.sentence_f1,
+            "depth": scores.depth,
+            "sentences": scores.sentences,
+        }
+
+    lengths = [len(leaves(tree)) for tree in gold]
+    layers = {f"layer{k}": summary(trees) for k, trees in enumerate(predicted, start=1)}
+    baselines = {name: summary(baseline_trees(name, lengths)) for name in BASELINES}
+    examples = [
+        {
+            "gold": to_bracketed(gold[index], sentence),
+            **{
+                f"layer{k}": to_bracketed(trees[index], sentence)
+                for k, trees in enumerate(predicted, start=1)
+            },
+        }
+        for index, sentence in enumerate(words)
+    ]
+    return {
+        "checkpoint": str(ckpt),
+        "split": split,
+        "bracket_distances": bracket_distances,
+        "layers": layers,
+        "baselines": baselines,
+        "examples": examples,
+    }
+
+
+def trees_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m treernn.results trees",
+        description="Parse F1 of a classification checkpoint's induced trees (ON-LSTM distances) "
+        "against the gold trees, per layer and for the trivial-tree baselines.",
+    )
+    parser.add_argument("--ckpt", required=True, type=Path)
+    parser.add_argument("--split", default="test", choices=["val", "test"])
+    parser.add_argument("--data-dir", type=Path, default=None, help="replaces the run's data_dir")
+    parser.add_argument("--bracket-distances", default="drop", choices=list(BRACKET_DISTANCES))
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--max-sentences", type=int, default=None)
+    parser.add_argument("--examples", type=int, default=3, help="induced trees to print")
+    parser.add_argument("--out", type=Path, default=None, help="json (default: beside the run)")
+    args = parser.parse_args(argv)
+    try:
+        result = tree_f1_from_checkpoint(
+            args.ckpt,
+            args.split,
+            args.data_dir,
+            args.bracket_distances,
+            args.batch_size,
+            args.max_sentences,
+            args.examples,
+        )
+    except (TreeEvaluationError, OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 1
+    title = f"induced trees vs gold trees ({args.split}, {args.ckpt})"
+    print(format_tree_f1({**result["layers"], **result["baselines"]}, title))
+    for example in result["examples"]:
+        print("\n" + "\n".join(f"  {name:<8} {tree}" for name, tree in example.items()))
+    out = args.out or args.ckpt.resolve().parent.parent / f"tree_f1_{args.split}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+def encoder_throughput(
+    task: pl.LightningModule,
+    examples: Sequence[Any],
+    pad_index: int,
+    bucket_names: Sequence[str],
+    max_examples: int = 256,
+    batch_size: int = 64,
+) -> dict[str, dict[str, float]]:
+    """Per bucket: tokens read per second (CPU time and wall time) of forward + backward passes
+    in training mode over up to ``max_examples`` first-group examples of that bucket."""
+    import time
+
+    import torch.nn.functional as F
+
+    from treernn.data.classification import Collator
+
+    collate = Collator(pad_index)
+    by_bucket: dict[int, list[Any]] = {}
+    for example in examples:
+        if example.group == 0:
+            by_bucket.setdefault(example.bucket, []).append(example)
+    task.train()
+    results: dict[str, dict[str, float]] = {}
+    for bucket, members in sorted(by_bucket.items()):
+        members = members[:max_examples]
+        batches = [collate(members[i : i + batch_size]) for i in range(0, len(members), batch_size)]
+        F.cross_entropy(task(batches[0]), batches[0].labels).backward()  # warm-up
+        task.zero_grad(set_to_none=True)
+        tokens = 0
+        cpu, wall = time.process_time(), time.perf_counter()
+        for batch in batches:
+            F.cross_entropy(task(batch), batch.labels).backward()
+            task.zero_grad(set_to_none=True)
+            tokens += int((batch.leaf_mask if task.needs_tree else batch.mask).sum())
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        results[bucket_names[bucket]] = {
+            "examples": len(members),
+            "tokens": tokens,
+            "tokens_per_cpu_s": tokens / max(cpu, 1e-9),
+            "tokens_per_s": tokens / max(wall, 1e-9),
+        }
+    return results
+
+
+def throughput_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m treernn.results throughput",
+        description="Training throughput per length bucket of the model that `python train.py "
+        "OVERRIDES` builds (run from the repository root).",
+    )
+    parser.add_argument("overrides", nargs="*", help="train.py overrides, e.g. task=logic")
+    parser.add_argument("--max-examples", type=int, default=256, help="per bucket")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--config-dir", type=Path, default=Path("conf"))
+    args = parser.parse_args(argv)
+    import hydra
+    from hydra import compose, initialize_config_dir
+
+    from treernn.run import build_task, register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(str(args.config_dir.resolve()), version_base="1.3"):
+        cfg = compose("config", overrides=args.overrides)
+    datamodule = hydra.utils.instantiate(cfg.task.datamodule)
+    datamodule.prepare_data()
+    datamodule.setup("test")
+    task = build_task(cfg, datamodule.task_kwargs())
+    results = encoder_throughput(
+        task,
+        datamodule.splits["test"],
+        datamodule.vocab.pad_index,
+        datamodule.bucket_names,
+        args.max_examples,
+        args.batch_size,
+    )
+    print(f"throughput of {cfg.model.name} ({' '.join(args.overrides)}), forward + backward:")
+    print(f"{'bucket':<12}{'examples':>10}{'tokens':>10}{'tokens/cpu-s':>14}{'tokens/s':>12}")
+    for bucket, row in results.items():
+        print(
+            f"{bucket:<12}{row['examples']:>10}{row['tokens']:>10}"
+            f"{row['tokens_per_cpu_s']:>14.0f}{row['tokens_per_s']:>12.0f}"
+        )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"trees": trees_main, "throughput": throughput_main}
+    if argv[:1] and argv[0] in commands:
+        code = commands[argv[0]](argv[1:])
+        if code:
+            sys.exit(code)
+        return
     parser = argparse.ArgumentParser(description="Plot several runs' accuracy by length (Fig. 3).")
     parser.add_argument("results", nargs="+", type=Path, help="test_results.json files")
     parser.add_argument("--out", type=Path, default=Path("accuracy_by_length.png"))

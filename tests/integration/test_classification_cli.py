@@ -1,7 +1,9 @@
 """Logic and ListOps through the real CLI code path (in-process Hydra compose), every encoder.
 
 Each task x encoder pair trains a few steps (trainer=smoke) on the real logic files or on a small
-ListOps stand-in, then tests; the per-length table must come out as metrics, json and png.
+ListOps stand-in, then tests; the per-length table must come out as metrics, json and png. ON-LSTM
+also scores its induced trees against the gold ones (conf/task_model/{logic,listops}_onlstm.yaml),
+in training and from its checkpoint (``python -m treernn.results trees``).
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ import json
 import pytest
 
 from tests.integration.helpers import train_in_process
+from treernn.results import main as results_main
 
 pytestmark = pytest.mark.usefixtures("data_dir")
 
-ENCODERS = ["lstm", "onlstm", "transformer", "tree_rnn", "tree_lstm", "grc_tree"]
+ENCODERS = ["lstm", "onlstm", "transformer", "tree_rnn", "tree_lstm", "grc_tree", "ordered_memory"]
 #: tiny sizes so that a run takes seconds; the model-specific keys each encoder needs
 TINY_MODEL = {
     "lstm": ["model.num_layers=1", "model.weight_drop=0.0"],
@@ -23,8 +26,15 @@ TINY_MODEL = {
     "tree_rnn": [],
     "tree_lstm": [],
     "grc_tree": [],
+    "ordered_memory": ["model.memory_slots=4", "model.test_memory_slots=4"],
 }
-TINY = ["trainer=smoke", "model.hidden_size=16", "task.module.embedding_size=8"]
+#: the task_model files set 50 epochs (as the papers); smoke runs keep one
+TINY = [
+    "trainer=smoke",
+    "trainer.max_epochs=1",
+    "model.hidden_size=16",
+    "task.module.embedding_size=8",
+]
 
 
 def _logic(model: str) -> list[str]:
@@ -51,6 +61,24 @@ def test_logic_trains_and_reports_per_operator_accuracy(model, tmp_path):
     assert report["label"] == model
     assert report["results"]["length"]["buckets"]["ops1"]["count"] > 0
     assert (tmp_path / "run" / "accuracy_by_length.png").stat().st_size > 1000
+    if model == "onlstm":
+        _check_tree_f1(metrics, tmp_path / "run")
+
+
+def _check_tree_f1(metrics, run_dir) -> None:
+    """ON-LSTM's induced-tree F1: logged while training and testing, and from the checkpoint."""
+    for key in ("val/parse_f1/layer1", "val/parse_f1_sentence/layer1", "test/parse_f1/layer1"):
+        assert 0.0 <= metrics[key] <= 1.0
+    scores = json.loads((run_dir / "tree_f1.json").read_text())["test"]["layer1"]
+    assert scores["corpus_f1"] == pytest.approx(metrics["test/parse_f1/layer1"], abs=1e-6)
+    out = run_dir / "tree_f1_test.json"
+    ckpt = str(run_dir / "checkpoints" / "last.ckpt")
+    results_main(["trees", "--ckpt", ckpt, "--max-sentences", "200", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert set(result["layers"]) == {"layer1"}
+    assert 0.0 <= result["layers"]["layer1"]["corpus_f1"] <= 1.0
+    assert set(result["baselines"]) == {"random", "balanced", "left_branching", "right_branching"}
+    assert result["examples"] and "gold" in result["examples"][0]
 
 
 def test_logic_sysgen_split_adds_its_test_group(tmp_path):
@@ -84,3 +112,5 @@ def test_listops_standin_trains_and_reports_per_length_accuracy(model, tmp_path,
     assert report["results"]["test"]["count"] == 200
     assert (tmp_path / "run" / "cache" / "listops").exists() is False  # stand-in went to the cache
     assert list((tmp_path / "cache" / "listops").glob("standin_*.tsv"))
+    if model == "onlstm":
+        _check_tree_f1(metrics, tmp_path / "run")

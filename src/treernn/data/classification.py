@@ -9,7 +9,9 @@ the Ordered Memory code does.
 
 Each sentence carries two views: ``token_ids`` (what a sequence model reads, brackets included
 where the task feeds them) and ``leaf_ids`` (the tree's leaves, what a gold-tree model reads), with
-``tree`` given as nested tuples of leaf positions (see CONTRIBUTING.md).
+``tree`` given as nested tuples of leaf positions (see CONTRIBUTING.md). ``leaf_positions`` says
+where each leaf sits among ``token_ids`` (None: the two views are the same), so that a per-token
+signal of a sequence model (ON-LSTM's distances) can be read at the leaves.
 """
 
 from __future__ import annotations
@@ -91,11 +93,21 @@ def tree_leaves(tree: Tree) -> list[int]:
 
 @dataclass(frozen=True)
 class Sentence:
-    """One sentence: ids for sequence models, ids of the tree's leaves, and the gold tree."""
+    """One sentence: ids for sequence models, ids of the tree's leaves, and the gold tree.
+
+    ``leaf_positions[i]`` is the index in ``token_ids`` of leaf ``i``; None when ``token_ids`` and
+    ``leaf_ids`` are the same sequence.
+    """
 
     token_ids: tuple[int, ...]
     leaf_ids: tuple[int, ...]
     tree: Tree
+    leaf_positions: tuple[int, ...] | None = None
+
+    def positions_of_leaves(self) -> tuple[int, ...]:
+        if self.leaf_positions is None:
+            return tuple(range(len(self.leaf_ids)))
+        return self.leaf_positions
 
 
 @dataclass(frozen=True)
@@ -116,6 +128,7 @@ class ClassificationBatch:
 
     tokens / mask: (S*B, T) ids and real-token mask of what sequence models read.
     leaf_tokens / leaf_mask: (S*B, L) the trees' leaves, what gold-tree models read.
+    leaf_index: (S*B, L) position of each leaf in ``tokens`` (0 at padding).
     trees: S*B trees over leaf positions. labels, buckets, groups: (B,).
     """
 
@@ -127,6 +140,7 @@ class ClassificationBatch:
     labels: Tensor
     buckets: Tensor
     groups: Tensor
+    leaf_index: Tensor | None = None
     num_sentences: int = 1
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -144,6 +158,7 @@ class ClassificationBatch:
             labels=self.labels.to(device),
             buckets=self.buckets.to(device),
             groups=self.groups.to(device),
+            leaf_index=None if self.leaf_index is None else self.leaf_index.to(device),
             num_sentences=self.num_sentences,
             extras=self.extras,
         )
@@ -161,6 +176,7 @@ class Collator:
         sentences = [ex.sentences[s] for s in range(num_sentences) for ex in examples]
         tokens, mask = _pad_with_lengths([s.token_ids for s in sentences], self.pad_index)
         leaf_tokens, leaf_mask = _pad_with_lengths([s.leaf_ids for s in sentences], self.pad_index)
+        leaf_index, _ = _pad_with_lengths([s.positions_of_leaves() for s in sentences], 0)
         return ClassificationBatch(
             tokens=tokens,
             mask=mask,
@@ -170,6 +186,7 @@ class Collator:
             labels=torch.tensor([ex.label for ex in examples], dtype=torch.long),
             buckets=torch.tensor([ex.bucket for ex in examples], dtype=torch.long),
             groups=torch.tensor([ex.group for ex in examples], dtype=torch.long),
+            leaf_index=leaf_index,
             num_sentences=num_sentences,
         )
 

@@ -250,9 +250,10 @@ class LogicInferenceDataModule(ClassificationDataModule):
             stoi = self.vocab.stoi
             token_ids = tuple([stoi[token] for token in tokens])
             leaf_ids = tuple([token_ids[p] for p in leaf_positions])
+            positions: tuple[int, ...] | None = tuple(leaf_positions)
             if not self.feed_brackets:
-                token_ids = leaf_ids
-            sentence = Sentence(token_ids=token_ids, leaf_ids=leaf_ids, tree=tree)
+                token_ids, positions = leaf_ids, None
+            sentence = Sentence(token_ids, leaf_ids, tree, leaf_positions=positions)
             self._sentence_cache[formula] = sentence
         return sentence
 

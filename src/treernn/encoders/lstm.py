@@ -10,7 +10,6 @@ AWD-LSTM.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -65,7 +64,10 @@ class LSTMEncoder(Encoder):
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         h0, c0 = (s.unsqueeze(0).contiguous() for s in state)  # (1, B, H)
         if self.weight_drop > 0 and self.training:
-            weight = F.dropout(layer.weight_hh_l0, p=self.weight_drop, training=True)
+            raw = layer.weight_hh_l0
+            # F.dropout semantics (rescaled by 1/(1-p)); rand_like + compare draws the mask faster
+            keep = torch.rand_like(raw) >= self.weight_drop
+            weight = raw * keep / (1 - self.weight_drop)
             run = lambda inputs, hx: functional_call(layer, {"weight_hh_l0": weight}, (inputs, hx))  # noqa: E731
         else:
             run = layer

@@ -29,7 +29,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from treernn.data.classification import ClassificationBatch
 from treernn.data.vocab import Vocabulary
-from treernn.encoders.base import Encoder, check_dropout
+from treernn.encoders.base import Encoder, EncoderOutput, check_dropout
 from treernn.encoders.tree_batch import TreeBatch
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
@@ -154,8 +154,9 @@ class ClassificationTask(pl.LightningModule):
         self.test_results: dict[str, Any] = {}
 
     # ----------------------------------------------------------------- model
-    def encode(self, batch: ClassificationBatch) -> Tensor:
-        """(S*B, H) one vector per sentence."""
+    def encoder_output(self, batch: ClassificationBatch) -> EncoderOutput:
+        """The encoder's full output on every sentence (S*B rows): pooled vectors and, for
+        sequence models, per-token signals such as ON-LSTM's distances (L, S*B, T)."""
         if self.needs_tree:
             tokens, mask = batch.leaf_tokens, batch.leaf_mask
             tree = TreeBatch.from_trees(
@@ -163,9 +164,13 @@ class ClassificationTask(pl.LightningModule):
             )
             tree = tree.to(tokens.device)
             x = self.input_dropout(self.embedding(tokens))  # (S*B, L, E)
-            return self.encoder(x, mask, tree=tree).pooled
+            return self.encoder(x, mask, tree=tree)
         x = self.input_dropout(self.embedding(batch.tokens))  # (S*B, T, E)
-        return self.encoder(x, batch.mask).pooled
+        return self.encoder(x, batch.mask)
+
+    def encode(self, batch: ClassificationBatch) -> Tensor:
+        """(S*B, H) one vector per sentence."""
+        return self.encoder_output(batch).pooled
 
     def forward(self, batch: ClassificationBatch) -> Tensor:
         """(B, C) class logits."""
