@@ -90,7 +90,7 @@ class LanguageModelTask(pl.LightningModule):
         self.lockdrop = LockedDropout()
         self.train_ppl, self.val_ppl, self.test_ppl = Perplexity(), Perplexity(), Perplexity()
         self._state: Any = None  # carried hidden state of the current stage
-        self._epoch_tokens, self._epoch_start = 0, 0.0
+        self._epoch_tokens, self._train_seconds, self._batch_start = 0, 0.0, 0.0
 
     # ----------------------------------------------------------------- model
     def forward(self, inputs: Tensor, state: Any = None, mask: Tensor | None = None):
@@ -126,7 +126,14 @@ class LanguageModelTask(pl.LightningModule):
     # ----------------------------------------------------------------- training
     def on_train_epoch_start(self) -> None:
         self._state = None
-        self._epoch_tokens, self._epoch_start = 0, time.perf_counter()
+        self._epoch_tokens, self._train_seconds = 0, 0.0
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self._batch_start = time.perf_counter()
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # training time only (validation and callbacks excluded), for tokens per second
+        self._train_seconds += time.perf_counter() - self._batch_start
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         hp = self.hparams
@@ -154,9 +161,9 @@ class LanguageModelTask(pl.LightningModule):
         return loss
 
     def on_train_epoch_end(self) -> None:
-        elapsed = time.perf_counter() - self._epoch_start
-        if elapsed > 0 and self._epoch_tokens:
-            self.log("train/tokens_per_sec", self._epoch_tokens / elapsed * self.trainer.world_size)
+        if self._train_seconds > 0 and self._epoch_tokens:
+            tokens_per_sec = self._epoch_tokens / self._train_seconds * self.trainer.world_size
+            self.log("train/tokens_per_sec", tokens_per_sec)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         optimizer = self.optimizer_factory(self.parameters())
