@@ -1,0 +1,208 @@
+"""Dependency-parse reranking with a tree language model (Zhang et al. 2016, Section 3.3, Table 2).
+
+Each sentence has K candidate trees (the paper: the K best of the 2nd-order MSTParser). The tree
+model scores every candidate by log P(S|T) and the best-scoring one is kept; the result is the
+unlabelled and labelled attachment score (UAS/LAS) of the kept trees against the gold trees.
+
+Candidate file format: CoNLL-U (or CoNLL-X), one block per candidate tree, candidates of the same
+sentence consecutive and marked with ``# sent_id = <id>`` (a new id starts the next sentence); an
+optional ``# candidate = <k>`` comment is kept for reference. The gold file holds one tree per
+sentence, in the same sentence order, with the same words. Candidates may be non-projective: the
+breadth-first generation is defined for any tree.
+
+Producing candidates: any k-best dependency parser writing CoNLL (MSTParser's k-best mode, as in the
+paper, or another parser's k-best output), with one ``# sent_id`` per sentence. For a quick sanity
+check without a k-best parser, ``make-candidates`` writes the gold tree plus K-1 trees that each
+re-attach a few words to other heads (kept projective), in shuffled order; reranking those is an
+easy synthetic task, not the paper's benchmark.
+
+    python -m treernn.rerank rerank --ckpt X.ckpt --candidates cands.conllu --gold gold.conllu
+    python -m treernn.rerank make-candidates --gold dev.conllu --k 4 --output cands.conllu
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from treernn.data.dependency import (
+    DependencyFormatError,
+    DependencyTree,
+    find_cycle,
+    is_projective,
+    read_dependency_file,
+    write_conllu,
+)
+
+
+@dataclass
+class AttachmentScore:
+    heads_correct: int = 0
+    labels_correct: int = 0
+    words: int = 0
+
+    def add(self, predicted: DependencyTree, gold: DependencyTree, exclude_labels=()) -> None:
+        for index, (head, gold_head) in enumerate(zip(predicted.heads, gold.heads)):
+            gold_label = gold.labels[index] if gold.labels else "_"
+            if gold_label in exclude_labels:
+                continue
+            self.words += 1
+            if head == gold_head:
+                self.heads_correct += 1
+                if predicted.labels and predicted.labels[index] == gold_label:
+                    self.labels_correct += 1
+
+    @property
+    def uas(self) -> float:
+        return 100.0 * self.heads_correct / max(self.words, 1)
+
+    @property
+    def las(self) -> float:
+        return 100.0 * self.labels_correct / max(self.words, 1)
+
+
+def group_candidates(candidates: Sequence[DependencyTree]) -> list[list[DependencyTree]]:
+    """Consecutive trees with the same ``sent_id`` form one sentence's candidate list."""
+    groups: list[list[DependencyTree]] = []
+    previous = object()
+    for tree in candidates:
+        sent_id = tree.metadata.get("sent_id")
+        if sent_id is None:
+            raise DependencyFormatError(f"{tree.source}: candidate without '# sent_id = ...'")
+        if sent_id != previous:
+            groups.append([])
+            previous = sent_id
+        groups[-1].append(tree)
+    return groups
+
+
+def rerank(
+    scores: Sequence[Sequence[float]],
+    groups: Sequence[Sequence[DependencyTree]],
+    gold: Sequence[DependencyTree],
+    exclude_labels: Sequence[str] = (),
+) -> dict[str, float]:
+    """UAS/LAS of the reranked choice, of the first candidate and of the oracle."""
+    if len(groups) != len(gold):
+        raise DependencyFormatError(
+            f"{len(groups)} candidate sentences but {len(gold)} gold trees; they must align"
+        )
+    chosen, first, oracle = AttachmentScore(), AttachmentScore(), AttachmentScore()
+    for sentence_scores, candidates, gold_tree in zip(scores, groups, gold):
+        for candidate in candidates:
+            if candidate.words != gold_tree.words:
+                raise DependencyFormatError(
+                    f"{candidate.source}: words differ from the gold tree at {gold_tree.source}"
+                )
+        best = max(range(len(candidates)), key=lambda k: (sentence_scores[k], -k))
+        chosen.add(candidates[best], gold_tree, exclude_labels)
+        first.add(candidates[0], gold_tree, exclude_labels)
+        per_candidate = []
+        for candidate in candidates:
+            score = AttachmentScore()
+            score.add(candidate, gold_tree, exclude_labels)
+            per_candidate.append(score)
+        best_possible = max(per_candidate, key=lambda s: (s.heads_correct, s.labels_correct))
+        oracle.heads_correct += best_possible.heads_correct
+        oracle.labels_correct += best_possible.labels_correct
+        oracle.words += best_possible.words
+    return {
+        "uas": chosen.uas,
+        "las": chosen.las,
+        "first_uas": first.uas,
+        "first_las": first.las,
+        "oracle_uas": oracle.uas,
+        "oracle_las": oracle.las,
+        "sentences": float(len(gold)),
+    }
+
+
+def perturbed_candidates(
+    gold: DependencyTree, k: int, changes: int, rng: random.Random
+) -> list[DependencyTree]:
+    """Gold and up to k-1 distinct projective trees with ``changes`` words moved, shuffled."""
+    trees = [gold]
+    seen = {gold.heads}
+    n = len(gold)
+    for _ in range(20 * k):
+        if len(trees) == k or n < 2:
+            break
+        heads = list(gold.heads)
+        for _ in range(changes):
+            word = rng.randrange(1, n + 1)
+            if heads[word - 1] == 0:
+                continue
+            heads[word - 1] = rng.choice([h for h in range(1, n + 1) if h != word])
+        heads_tuple = tuple(heads)
+        if heads_tuple in seen or find_cycle(heads) is not None or not is_projective(heads):
+            continue
+        seen.add(heads_tuple)
+        trees.append(replace(gold, heads=heads_tuple))
+    rng.shuffle(trees)
+    sent_id = gold.metadata.get("sent_id", gold.source)
+    return [
+        replace(t, metadata={"sent_id": sent_id, "candidate": str(i)}) for i, t in enumerate(trees)
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Dependency-parse reranking with a tree LM.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("rerank", help="rerank candidate trees and report UAS/LAS")
+    run.add_argument("--ckpt", required=True)
+    run.add_argument("--candidates", required=True)
+    run.add_argument("--gold", required=True)
+    run.add_argument("--exclude-labels", default="", help="e.g. punct (comma separated)")
+    run.add_argument("--batch-size", type=int, default=128)
+    make = commands.add_parser("make-candidates", help="synthetic candidates from gold trees")
+    make.add_argument("--gold", required=True)
+    make.add_argument("--output", required=True)
+    make.add_argument("--k", type=int, default=4)
+    make.add_argument("--changes", type=int, default=2)
+    make.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    from treernn.run import UserError
+
+    try:
+        gold, report = read_dependency_file(args.gold, projective_only=False)
+        if report.skipped:
+            print(f"warning: {report.summary()}", file=sys.stderr)
+        if args.command == "make-candidates":
+            rng = random.Random(args.seed)
+            trees = [c for g in gold for c in perturbed_candidates(g, args.k, args.changes, rng)]
+            write_conllu(trees, args.output)
+            print(f"wrote {len(trees)} candidate trees for {len(gold)} sentences to {args.output}")
+            return 0
+        from treernn.msr import score_trees
+        from treernn.run import load_task
+
+        task = load_task(args.ckpt)
+        if not task.is_tree_model:
+            raise UserError("reranking needs a tree model (td_treelstm or ld_treelstm)")
+        candidates, _ = read_dependency_file(
+            args.candidates, on_error="raise", projective_only=False
+        )
+        groups = group_candidates(candidates)
+        flat_scores = score_trees(task, candidates, args.batch_size).tolist()
+        scores, start = [], 0
+        for group in groups:
+            scores.append(flat_scores[start : start + len(group)])
+            start += len(group)
+        exclude = [x for x in args.exclude_labels.split(",") if x]
+        result = rerank(scores, groups, gold, exclude)
+    except (FileNotFoundError, ValueError, UserError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"reranked {int(result['sentences'])} sentences: UAS {result['uas']:.2f} LAS "
+        f"{result['las']:.2f} (first candidate UAS {result['first_uas']:.2f} LAS "
+        f"{result['first_las']:.2f}; oracle UAS {result['oracle_uas']:.2f})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,101 @@
+"""The dependency LM presets through the real CLI, then MSR scoring, reranking and generation."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import compose_config, run_cli, train_in_process
+from treernn import generate_trees, msr, rerank
+from treernn.data.dependency import write_conllu
+
+SMALL_PRESETS = ["tdlstm_ewt_small", "ldtreelstm_ewt_small", "tdlstm_ewt_lstm_small"]
+PAPER_PRESETS = [
+    "tdlstm_msr_paper",
+    "ldtreelstm_msr_paper",
+    "tdlstm_msr_lstm_paper",
+    "tdlstm_ptb_rerank_paper",
+    "ldtreelstm_ptb_rerank_paper",
+]
+EWT = {
+    "task.datamodule.train_file": "ud_english_ewt/en_ewt-ud-train.conllu",
+    "task.datamodule.val_file": "ud_english_ewt/en_ewt-ud-dev.conllu",
+    "task.datamodule.test_file": "ud_english_ewt/en_ewt-ud-test.conllu",
+}
+
+
+SMOKE = ["trainer=smoke", "trainer.max_epochs=1", "logger=csv", "task.datamodule.max_sentences=150"]
+
+
+def train(experiment: str, data_dir: Path, output_dir: Path, *overrides: str) -> Path:
+    """A few steps of a preset through the composed config (the code path of train.py)."""
+    metrics = train_in_process(
+        [f"experiment={experiment}", f"paths.data_dir={data_dir}", *SMOKE, *overrides], output_dir
+    )
+    assert math.isfinite(metrics["test/ppl"]) and metrics["test/ppl"] > 1
+    return output_dir / "checkpoints" / "last.ckpt"
+
+
+@pytest.mark.parametrize("preset", PAPER_PRESETS)
+def test_paper_presets_compose(preset, tmp_path: Path):
+    cfg = compose_config([f"experiment={preset}"], tmp_path)
+    assert cfg.task.name == "dependency_lm"
+    assert cfg.trainer.gradient_clip_val == 5.0
+    assert cfg.task.module.optimizer.lr == 1.0
+    if "msr" in preset:
+        assert cfg.task.module.loss == "nce" and cfg.task.module.noise_samples == 20
+        assert cfg.model.hidden_size == 400 and cfg.task.module.embedding_size == 200
+        assert cfg.task.datamodule.unk_threshold == 5
+
+
+def test_train_py_runs_a_preset(data_dir: Path, tmp_path: Path):
+    result = run_cli(
+        ["experiment=ldtreelstm_ewt_small", f"paths.data_dir={data_dir}", *SMOKE,
+         f"paths.log_dir={tmp_path}", f"hydra.run.dir={tmp_path}/run"]
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "test/ppl" in result.stdout
+
+
+def test_presets_train_and_tools_run(data_dir: Path, tmp_path: Path, capsys):
+    checkpoints = {p: train(p, data_dir, tmp_path / p) for p in SMALL_PRESETS}
+    ewt = (f"{k}={v}" for k, v in EWT.items())
+    # the NCE paper setting, on EWT, with small sizes
+    train("ldtreelstm_msr_paper", data_dir, tmp_path / "nce", *ewt, "model.hidden_size=16",
+          "task.module.embedding_size=8")  # fmt: skip
+    tree_ckpt = str(checkpoints["ldtreelstm_ewt_small"])
+    data = ["--data-dir", str(data_dir)]
+
+    # MSR end to end on the 1,040 questions: the sequential model needs no parse ...
+    assert msr.main(["--ckpt", str(checkpoints["tdlstm_ewt_lstm_small"]), *data]) == 0
+    assert "on 1040 questions" in capsys.readouterr().out
+    # ... a tree model takes a parsed file (here chain trees, to exercise the path) ...
+    questions = msr.read_msr(data_dir / msr.QUESTIONS_FILE, data_dir / msr.ANSWERS_FILE)
+    parsed = tmp_path / "chains.conllu"
+    write_conllu([msr.chain_tree(words) for words in questions.flat()], parsed)
+    assert msr.main(["--ckpt", tree_ckpt, "--parsed", str(parsed), *data]) == 0
+    out = capsys.readouterr().out
+    assert "LdTreeLSTM: " in out and "first half" in out
+    # ... and without a parser model or a parsed file it says what to install
+    assert msr.main(["--ckpt", tree_ckpt, "--spacy-model", "no_such_model", *data]) == 1
+    assert "pip install spacy" in capsys.readouterr().err
+
+    # reranking synthetic candidates of 30 dev sentences
+    gold = tmp_path / "gold.conllu"
+    blocks = (data_dir / EWT["task.datamodule.val_file"]).read_text().split("\n\n")[:30]
+    gold.write_text("\n\n".join(blocks) + "\n\n")
+    candidates = tmp_path / "candidates.conllu"
+    make = ["make-candidates", "--gold", str(gold), "--output", str(candidates)]
+    assert rerank.main(make) == 0
+    assert rerank.main(
+        ["rerank", "--ckpt", tree_ckpt, "--candidates", str(candidates), "--gold", str(gold)]
+    ) == 0  # fmt: skip
+    assert "reranked 30 sentences: UAS" in capsys.readouterr().out
+
+    # tree generation: classifiers on a few hundred training trees, then samples
+    generate = ["--ckpt", tree_ckpt, *data, "--max-train-sentences", "200"]
+    assert generate_trees.main([*generate, "--classifier-epochs", "1", "--num-trees", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "ADD-NX-RIGHT" in out and "# tree 2" in out
