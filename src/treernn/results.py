@@ -37,6 +37,7 @@ from lightning.pytorch.callbacks import Callback
 from treernn.callbacks.tree_f1 import (
     BRACKET_DISTANCES,
     BracketDistances,
+    deep_trees,
     format_tree_f1,
     induce_batch_trees,
     scored_rows,
@@ -255,7 +256,7 @@ def tree_f1_from_checkpoint(
 
     predicted: list[list[Tree]] = []
     gold: list[Tree] = []
-    words: list[list[str]] = []
+    words: list[tuple[int, list[str]]] = []  # (index in gold, leaves)
     for batch in loader:
         rows = scored_rows(batch, first_group_only=split == "test")
         if max_sentences is not None:
@@ -271,15 +272,19 @@ def tree_f1_from_checkpoint(
             predicted[layer].extend(layer_trees)
         gold.extend(batch_gold)
         lengths = batch.leaf_mask.sum(1).tolist()
-        for row in rows[: max(0, num_examples - len(words))]:
-            words.append(task.vocab.decode(batch.leaf_tokens[row, : lengths[row]].tolist()))
+        for index, row in enumerate(rows):
+            # examples worth reading: four leaves or more (the test data come shortest first)
+            if len(words) < num_examples and lengths[row] >= 4:
+                sentence = task.vocab.decode(batch.leaf_tokens[row, : lengths[row]].tolist())
+                words.append((len(gold) - len(rows) + index, sentence))
         if max_sentences is not None and len(gold) >= max_sentences:
             break
     if not gold:
         raise TreeEvaluationError(f"{ckpt}: the {split} split has no sentence to score")
 
     def summary(trees: Sequence[Tree]) -> dict[str, Any]:
-        scores = score_trees(trees, gold, labels=())
+        with deep_trees():
+            scores = score_trees(trees, gold, labels=())
         return {
             "corpus_f1": scores.corpus_f1,
             "sentence_f1": scores.sentence_f1,
@@ -287,9 +292,10 @@ def tree_f1_from_checkpoint(
             "sentences": scores.sentences,
         }
 
-    lengths = [len(leaves(tree)) for tree in gold]
-    layers = {f"layer{k}": summary(trees) for k, trees in enumerate(predicted, start=1)}
-    baselines = {name: summary(baseline_trees(name, lengths)) for name in BASELINES}
+    with deep_trees():
+        lengths = [len(leaves(tree)) for tree in gold]
+        layers = {f"layer{k}": summary(trees) for k, trees in enumerate(predicted, start=1)}
+        baselines = {name: summary(baseline_trees(name, lengths)) for name in BASELINES}
     examples = [
         {
             "gold": to_bracketed(gold[index], sentence),
@@ -298,7 +304,7 @@ def tree_f1_from_checkpoint(
                 for k, trees in enumerate(predicted, start=1)
             },
         }
-        for index, sentence in enumerate(words)
+        for index, sentence in words
     ]
     return {
         "checkpoint": str(ckpt),

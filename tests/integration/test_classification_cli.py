@@ -28,13 +28,8 @@ TINY_MODEL = {
     "grc_tree": [],
     "ordered_memory": ["model.memory_slots=4", "model.test_memory_slots=4"],
 }
-#: the task_model files set 50 epochs (as the papers); smoke runs keep one
-TINY = [
-    "trainer=smoke",
-    "trainer.max_epochs=1",
-    "model.hidden_size=16",
-    "task.module.embedding_size=8",
-]
+#: trainer=smoke stops after 3 steps although the task_model files set 50 epochs
+TINY = ["trainer=smoke", "model.hidden_size=16", "task.module.embedding_size=8"]
 
 
 def _logic(model: str) -> list[str]:
@@ -65,8 +60,9 @@ def test_logic_trains_and_reports_per_operator_accuracy(model, tmp_path):
         _check_tree_f1(metrics, tmp_path / "run")
 
 
-def _check_tree_f1(metrics, run_dir) -> None:
-    """ON-LSTM's induced-tree F1: logged while training and testing, and from the checkpoint."""
+def _check_tree_f1(metrics, run_dir, with_examples: bool = False) -> None:
+    """ON-LSTM's induced-tree F1: logged while training and testing, and from the checkpoint
+    (whose printed examples need sentences of four leaves or more among the first 200)."""
     for key in ("val/parse_f1/layer1", "val/parse_f1_sentence/layer1", "test/parse_f1/layer1"):
         assert 0.0 <= metrics[key] <= 1.0
     scores = json.loads((run_dir / "tree_f1.json").read_text())["test"]["layer1"]
@@ -78,7 +74,8 @@ def _check_tree_f1(metrics, run_dir) -> None:
     assert set(result["layers"]) == {"layer1"}
     assert 0.0 <= result["layers"]["layer1"]["corpus_f1"] <= 1.0
     assert set(result["baselines"]) == {"random", "balanced", "left_branching", "right_branching"}
-    assert result["examples"] and "gold" in result["examples"][0]
+    if with_examples:
+        assert result["examples"] and set(result["examples"][0]) == {"gold", "layer1"}
 
 
 def test_logic_sysgen_split_adds_its_test_group(tmp_path):
@@ -113,4 +110,4 @@ def test_listops_standin_trains_and_reports_per_length_accuracy(model, tmp_path,
     assert (tmp_path / "run" / "cache" / "listops").exists() is False  # stand-in went to the cache
     assert list((tmp_path / "cache" / "listops").glob("standin_*.tsv"))
     if model == "onlstm":
-        _check_tree_f1(metrics, tmp_path / "run")
+        _check_tree_f1(metrics, tmp_path / "run", with_examples=True)

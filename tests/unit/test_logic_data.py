@@ -69,7 +69,17 @@ def test_collate_stacks_premises_then_hypotheses(tmp_path):
     assert batch.leaf_mask.sum(1).tolist() == [3, 1, 1, 2]
     assert batch.trees == [(0, (1, 2)), 0, 0, (0, 1)]
     assert batch.labels.tolist() == [0, 3]
+    # where each leaf sits among the bracketed tokens (0 at padding)
+    assert batch.leaf_index.tolist() == [[1, 3, 4], [0, 0, 0], [0, 0, 0], [1, 2, 0]]
     assert parse_bracketed(["(", "a", ")"]) == ([1], 0)
+
+
+def test_without_brackets_the_leaves_are_the_tokens(tmp_path):
+    module = LogicInferenceDataModule(data_dir=tmp_path, download=False, feed_brackets=False)
+    example = module._example((0, module._formula("( a ( and b ) )"), module._formula("c")), 1, 0)
+    batch = Collator(module.vocab.pad_index)([example])
+    assert module.vocab.decode(batch.tokens[0]) == ["a", "and", "b"]
+    assert batch.leaf_index.tolist() == [[0, 1, 2], [0, 0, 0]]
 
 
 @pytest.fixture(scope="module")

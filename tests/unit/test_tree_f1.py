@@ -1,0 +1,139 @@
+"""Induced-tree F1 on classification batches: which distance belongs to which leaf, and the
+callback's per-layer scores against hand-computed trees."""
+
+from __future__ import annotations
+
+import functools
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from treernn.callbacks.tree_f1 import (
+    TreeF1Callback,
+    induce_batch_trees,
+    leaf_distances,
+    scored_rows,
+)
+from treernn.data.classification import Collator, Example, Sentence
+from treernn.encoders.base import Encoder, EncoderOutput
+from treernn.encoders.lstm import LSTMEncoder
+from treernn.parsing.induce import NoDistancesError
+from treernn.parsing.trees import greedy_tree
+from treernn.tasks.classification import ClassificationTask
+
+# token ids: 0 <pad>, 1 "(", 2 ")", 3 a, 4 b, 5 and; the stub's distance of each token
+DISTANCE_OF_TOKEN = torch.tensor([0.0, 0.9, 0.7, 0.1, 0.5, 0.3])
+
+
+class DistanceStub(Encoder):
+    """A one-layer 'model' whose distance at a token is the token's 1-d embedding."""
+
+    has_distances = True
+
+    def __init__(self, input_size: int, hidden_size: int = 1, **kwargs) -> None:
+        super().__init__()
+        self.input_size = self.output_size = input_size
+        self.num_layers = 1
+        self.scale = torch.nn.Parameter(torch.ones(1))  # something for the optimiser
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, state=None, **kwargs) -> EncoderOutput:
+        return EncoderOutput(
+            hidden=x * self.scale, pooled=x[:, 0] * self.scale, distances=x[..., 0].unsqueeze(0)
+        )
+
+
+def _task(encoder=DistanceStub, num_sentences: int = 2) -> ClassificationTask:
+    task = ClassificationTask(
+        encoder=encoder,
+        vocab_size=6,
+        num_classes=2,
+        num_sentences=num_sentences,
+        group_names=["length", "sysgen_A"],
+        embedding_size=1,
+        mlp_layers=0,
+    )
+    with torch.no_grad():
+        task.embedding.weight[:, 0] = DISTANCE_OF_TOKEN
+    return task.eval()
+
+
+# "( a ( and b ) )": leaves a and b at token positions 1, 3, 4; gold (a (and b))
+NESTED = Sentence((1, 3, 1, 5, 4, 2, 2), (3, 5, 4), (0, (1, 2)), leaf_positions=(1, 3, 4))
+# "( b a )": leaves at 1, 2; gold (b a)
+FLAT = Sentence((1, 4, 3, 2), (4, 3), (0, 1), leaf_positions=(1, 2))
+
+
+def test_leaf_distances_drop_brackets_or_take_the_gap_maximum():
+    distances = torch.tensor([[0.9, 0.1, 0.8, 0.3, 0.5, 0.7, 0.6]])  # (L=1, T=7)
+    dropped = leaf_distances(distances, [1, 3, 4], "drop")
+    torch.testing.assert_close(dropped, torch.tensor([[0.1, 0.3, 0.5]]))
+    # gaps: tokens 0..1, 2..3, 4..4
+    widest = leaf_distances(distances, [1, 3, 4], "max")
+    torch.testing.assert_close(widest, torch.tensor([[0.9, 0.8, 0.5]]))
+    assert greedy_tree(dropped[0].tolist()) == ((0, 1), 2)
+    assert greedy_tree(widest[0].tolist()) == (0, (1, 2))
+    with pytest.raises(ValueError, match="bracket_distances"):
+        leaf_distances(distances, [1], "mean")
+
+
+def test_scored_rows_keep_only_first_group_sentences_at_test_time():
+    batch = Collator(0)([Example((NESTED, FLAT), 0, group=0), Example((FLAT, NESTED), 1, group=1)])
+    assert scored_rows(batch, first_group_only=False) == [0, 1, 2, 3]
+    assert scored_rows(batch, first_group_only=True) == [0, 2]  # premise and hypothesis of pair 0
+
+
+def test_batch_trees_read_the_distance_at_each_leaf():
+    batch = Collator(0)([Example((NESTED, FLAT), 0)])
+    trees, gold = induce_batch_trees(_task(), batch)
+    # NESTED: leaf distances a .1, and .3, b .5 -> split before b; FLAT: b .5, a .1 -> (b a)
+    assert trees == [[((0, 1), 2), (0, 1)]]
+    assert gold == [(0, (1, 2)), (0, 1)]
+    trees, _ = induce_batch_trees(_task(), batch, bracket_distances="max")
+    # NESTED gaps: "( a" .9, "( and" .9, "b" .5 -> (a (and b)); FLAT: "( b" .9, "a" .1
+    assert trees == [[(0, (1, 2)), (0, 1)]]
+
+
+def test_models_without_distances_are_refused():
+    task = _task(functools.partial(LSTMEncoder, hidden_size=3, num_layers=1))
+    batch = Collator(0)([Example((NESTED, FLAT), 0)])
+    with pytest.raises(NoDistancesError, match="has no syntactic distances"):
+        induce_batch_trees(task, batch)
+
+
+def _trainer(callback: TreeF1Callback) -> pl.Trainer:
+    return pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        callbacks=[callback],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+
+
+def test_callback_logs_corpus_and_sentence_f1_per_layer(tmp_path):
+    examples = [Example((NESTED, FLAT), 0), Example((FLAT, NESTED), 1, group=1)]
+    loader = DataLoader(examples, batch_size=1, collate_fn=Collator(0))
+    callback = TreeF1Callback(output_dir=tmp_path)
+    validated = _trainer(callback).validate(_task(), dataloaders=loader, verbose=False)[0]
+    # validation scores all 4 sentences: NESTED twice (1 of 2 brackets, sentence F1 0), FLAT
+    # twice (1 of 1, no gold span below the sentence: sentence F1 1) -> 2 * 4 / (6 + 6), 1/2
+    assert validated["val/parse_f1/layer1"] == pytest.approx(2 / 3)
+    assert validated["val/parse_f1_sentence/layer1"] == pytest.approx(0.5)
+    assert callback.results["val"]["layer1"]["sentences"] == 4
+    tested = _trainer(callback).test(_task(), dataloaders=loader, verbose=False)[0]
+    # test keeps the first group only: one NESTED and one FLAT -> the same F1 over 2 sentences
+    assert tested["test/parse_f1/layer1"] == pytest.approx(2 / 3)
+    assert callback.results["test"]["layer1"]["sentences"] == 2
+    assert (tmp_path / "tree_f1.json").is_file()
+
+
+def test_callback_skips_models_without_distances():
+    task = _task(functools.partial(LSTMEncoder, hidden_size=3, num_layers=1))
+    loader = DataLoader([Example((NESTED, FLAT), 0)], batch_size=1, collate_fn=Collator(0))
+    with pytest.warns(UserWarning, match="TreeF1Callback is skipped"):
+        validated = _trainer(TreeF1Callback()).validate(task, dataloaders=loader, verbose=False)
+    assert not any("parse_f1" in key for key in validated[0])
