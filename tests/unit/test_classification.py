@@ -121,3 +121,34 @@ def test_bad_settings_fail_with_clear_messages():
         _task(lstm, num_sentences=3)
     with pytest.raises(ValueError, match="output_dropout=1.5"):
         _task(lstm, output_dropout=1.5)
+
+
+def test_pretrained_embeddings_are_copied_and_frozen():
+    vectors = torch.randn(20, 6)
+    task = ClassificationTask(
+        functools.partial(LSTMEncoder, hidden_size=5),
+        vocab_size=20,
+        num_classes=3,
+        embedding_size=6,
+        pretrained_embeddings=vectors,
+    )
+    assert torch.equal(task.embedding.weight, vectors)
+    assert not task.embedding.weight.requires_grad
+    trained = {id(p) for group in task.configure_optimizers().param_groups for p in group["params"]}
+    assert id(task.embedding.weight) not in trained
+    with pytest.raises(ValueError, match="embedding_size"):
+        ClassificationTask(
+            functools.partial(LSTMEncoder, hidden_size=5),
+            vocab_size=20,
+            num_classes=3,
+            embedding_size=8,
+            pretrained_embeddings=vectors,
+        )
+
+
+def test_summarise_accepts_scalar_counts_of_one_group_and_bucket():
+    task = ClassificationTask(
+        functools.partial(LSTMEncoder, hidden_size=5), vocab_size=20, num_classes=3
+    )
+    results = task.summarise(torch.tensor(3), torch.tensor(4))
+    assert results["test"]["acc"] == 0.75 and results["test"]["buckets"]["all"]["count"] == 4

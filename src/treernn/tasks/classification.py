@@ -94,6 +94,8 @@ class ClassificationTask(pl.LightningModule):
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[..., Any] | None = None,
         monitor: str = "val/acc",
+        pretrained_embeddings: Tensor | None = None,
+        freeze_embeddings: bool = True,
     ) -> None:
         super().__init__()
         if num_sentences not in (1, 2):
@@ -114,6 +116,7 @@ class ClassificationTask(pl.LightningModule):
                 "label_names",
                 "bucket_names",
                 "group_names",
+                "pretrained_embeddings",
             ]
         )
         self.vocab = vocab
@@ -128,6 +131,17 @@ class ClassificationTask(pl.LightningModule):
         self.embedding = nn.Embedding(vocab_size, embedding_size, padding_idx=pad_index)
         if embedding_init_range is not None:
             nn.init.uniform_(self.embedding.weight, -embedding_init_range, embedding_init_range)
+        if pretrained_embeddings is not None:
+            # e.g. GloVe rows in vocabulary order (Ordered Memory's SST setting: frozen)
+            if tuple(pretrained_embeddings.shape) != tuple(self.embedding.weight.shape):
+                raise ValueError(
+                    f"pretrained embeddings have shape {tuple(pretrained_embeddings.shape)}, the "
+                    f"embedding table {tuple(self.embedding.weight.shape)}: set "
+                    "task.module.embedding_size to the vectors' dimension"
+                )
+            with torch.no_grad():
+                self.embedding.weight.copy_(pretrained_embeddings)
+            self.embedding.weight.requires_grad_(not freeze_embeddings)
         self.input_dropout = nn.Dropout(input_dropout)
         self.encoder = encoder(input_size=embedding_size)
         self.needs_tree = bool(getattr(self.encoder, "needs_tree", False))
@@ -211,6 +225,9 @@ class ClassificationTask(pl.LightningModule):
 
     def summarise(self, correct: Tensor, total: Tensor) -> dict[str, Any]:
         """Accuracy per group and bucket from (groups, buckets) counts."""
+        # a (1, 1) metric state comes back from a distributed reduction as a scalar
+        shape = (len(self.group_names), len(self.bucket_names))
+        correct, total = correct.reshape(shape), total.reshape(shape)
         results: dict[str, Any] = {}
         for g, group in enumerate(self.group_names):
             buckets = {
@@ -236,7 +253,7 @@ class ClassificationTask(pl.LightningModule):
 
     # ----------------------------------------------------------------- optimisation
     def configure_optimizers(self) -> Any:
-        optimizer = self.optimizer_factory(self.parameters())
+        optimizer = self.optimizer_factory([p for p in self.parameters() if p.requires_grad])
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(optimizer)
