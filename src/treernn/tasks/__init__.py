@@ -1,1 +1,1 @@
-"""LightningModules, one per kind of task; any encoder that fits the interface runs under any task."""
+"""LightningModules, one per kind of task; any encoder with the shared interface fits any task."""
