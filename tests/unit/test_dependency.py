@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.fixtures.dependency import FIGURE_2_HEADS, FIGURE_2_WORDS
 from treernn.data.dependency import (
     DependencyFormatError,
     build_vocabulary,
@@ -16,22 +17,6 @@ from treernn.data.dependency import (
     read_dependency_text,
 )
 from treernn.encoders.td_treelstm import LEFT, NX_LEFT, NX_RIGHT, RIGHT
-
-FIGURE_2_WORDS = [
-    "The",
-    "luxury",
-    "auto",
-    "manufacturer",
-    "last",
-    "year",
-    "sold",
-    "1,214",
-    "cars",
-    "in",
-    "the",
-    "U.S.",
-]
-FIGURE_2_HEADS = (4, 4, 4, 7, 6, 7, 0, 9, 7, 7, 12, 10)
 
 
 def conllu(rows: list[tuple[str, int | str]], comments: tuple[str, ...] = ()) -> list[str]:
@@ -146,7 +131,7 @@ def test_vocabulary_cutoff_lowercase_and_counts():
 
 
 def test_collate_pads_and_offsets():
-    vocab, _ = build_vocabulary([FIGURE_2_WORDS], unk_threshold=0)
+    vocab, _ = build_vocabulary([list(FIGURE_2_WORDS)], unk_threshold=0)
     trees, _ = read_dependency_text(
         conllu(list(zip(FIGURE_2_WORDS, FIGURE_2_HEADS))) + conllu([("sold", 0)])
     )

@@ -8,6 +8,7 @@ from functools import partial
 import pytest
 import torch
 
+from tests.fixtures.dependency import FIGURE_2_HEADS, FIGURE_2_WORDS
 from treernn.data.dependency import DependencyFormatError, DependencyTree, linearise
 from treernn.encoders.td_treelstm import LdTreeLSTM
 from treernn.generate_trees import (
@@ -61,21 +62,7 @@ def test_perturbed_candidates_contain_gold_once_and_stay_projective():
 
 
 def test_edge_labels_of_figure_2():
-    words = [
-        "The",
-        "luxury",
-        "auto",
-        "manufacturer",
-        "last",
-        "year",
-        "sold",
-        "1,214",
-        "cars",
-        "in",
-        "the",
-        "U.S.",
-    ]
-    heads = (4, 4, 4, 7, 6, 7, 0, 9, 7, 7, 12, 10)
+    words, heads = list(FIGURE_2_WORDS), FIGURE_2_HEADS
     tree = DependencyTree(tuple(words), heads)
     applies, labels = edge_labels(tree)
     steps = linearise(heads)

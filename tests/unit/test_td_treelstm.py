@@ -5,29 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.fixtures.dependency import FIGURE_2_HEADS, FIGURE_2_WORDS
 from treernn.data.dependency import DependencyTree, build_vocabulary, collate_trees, encode_tree
 from treernn.encoders.td_treelstm import RIGHT, LdTreeLSTM, TopDownTreeLSTM
 
 # The luxury auto manufacturer last year sold 1,214 cars in the U.S. (paper Figure 2)
-FIGURE_2 = DependencyTree(
-    tuple(
-        [
-            "The",
-            "luxury",
-            "auto",
-            "manufacturer",
-            "last",
-            "year",
-            "sold",
-            "1,214",
-            "cars",
-            "in",
-            "the",
-            "U.S.",
-        ]
-    ),
-    (4, 4, 4, 7, 6, 7, 0, 9, 7, 7, 12, 10),
-)
+FIGURE_2 = DependencyTree(FIGURE_2_WORDS, FIGURE_2_HEADS)
 SMALL_TREES = [
     FIGURE_2,
     DependencyTree(("a",), (0,)),
