@@ -42,6 +42,24 @@ def format_error(path: str | Path, line_number: int, what: str) -> DataFormatErr
     )
 
 
+def read_tsv_lines(path: str | Path, num_fields: int) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of each non-blank line of a tab-separated file; a line with another
+    number of fields raises :class:`DataFormatError` naming the file and line."""
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) != num_fields:
+                raise format_error(
+                    path,
+                    line_number,
+                    f"expected {num_fields} tab-separated fields, found {len(fields)}",
+                )
+            yield line_number, fields
+
+
 def parse_bracketed(
     tokens: Sequence[str], open_token: str = "(", close_token: str = ")"
 ) -> tuple[list[int], Tree]:

@@ -30,6 +30,7 @@ from treernn.data.classification import (
     Tree,
     format_error,
     parse_bracketed,
+    read_tsv_lines,
 )
 from treernn.data.download import RemoteFile, cache_dir, resolve_data_file
 from treernn.data.listops_generator import (
@@ -87,29 +88,19 @@ def read_listops_file(
 ) -> list[tuple[int, list[str], Tree]]:
     """(label, model tokens, gold tree) per line; malformed lines raise with file and line."""
     examples = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            fields = line.split("\t")
-            if len(fields) != 2:
-                raise format_error(
-                    path, line_number, f"expected 2 tab-separated fields, found {len(fields)}"
-                )
-            label_text, expression = fields
-            if label_text not in DIGITS:
-                raise format_error(path, line_number, f"label {label_text!r} is not a digit 0-9")
-            try:
-                tokens, _, tree = parse_expression(expression)
-                value = evaluate_listops(tokens) if check_labels else None
-            except ValueError as error:
-                raise format_error(path, line_number, str(error)) from None
-            if check_labels and value != int(label_text):
-                raise format_error(
-                    path, line_number, f"label {label_text} but the expression evaluates to {value}"
-                )
-            examples.append((int(label_text), tokens, tree))
+    for line_number, (label_text, expression) in read_tsv_lines(path, 2):
+        if label_text not in DIGITS:
+            raise format_error(path, line_number, f"label {label_text!r} is not a digit 0-9")
+        try:
+            tokens, _, tree = parse_expression(expression)
+            value = evaluate_listops(tokens) if check_labels else None
+        except ValueError as error:
+            raise format_error(path, line_number, str(error)) from None
+        if check_labels and value != int(label_text):
+            raise format_error(
+                path, line_number, f"label {label_text} but the expression evaluates to {value}"
+            )
+        examples.append((int(label_text), tokens, tree))
     return examples
 
 

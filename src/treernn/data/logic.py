@@ -35,6 +35,7 @@ from treernn.data.classification import (
     Tree,
     format_error,
     parse_bracketed,
+    read_tsv_lines,
 )
 from treernn.data.download import RemoteFile, resolve_data_file
 from treernn.data.vocab import Vocabulary
@@ -119,28 +120,16 @@ def read_logic_file(
     the file and line.
     """
     pairs: list[tuple[int, T, T]] = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            fields = line.split("\t")
-            if len(fields) != 3:
-                raise format_error(
-                    path, line_number, f"expected 3 tab-separated fields, found {len(fields)}"
-                )
-            relation, premise, hypothesis = fields
-            label = _RELATION_INDEX.get(relation)
-            if label is None:
-                raise format_error(
-                    path,
-                    line_number,
-                    f"unknown relation {relation!r} (expected one of {RELATIONS})",
-                )
-            try:
-                pairs.append((label, parse(premise), parse(hypothesis)))
-            except ValueError as error:
-                raise format_error(path, line_number, str(error)) from None
+    for line_number, (relation, premise, hypothesis) in read_tsv_lines(path, 3):
+        label = _RELATION_INDEX.get(relation)
+        if label is None:
+            raise format_error(
+                path, line_number, f"unknown relation {relation!r} (expected one of {RELATIONS})"
+            )
+        try:
+            pairs.append((label, parse(premise), parse(hypothesis)))
+        except ValueError as error:
+            raise format_error(path, line_number, str(error)) from None
     return pairs
 
 
