@@ -166,11 +166,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     wandb_id = None
     if ckpt_path:
-        wandb_id = (
-            torch.load(ckpt_path, map_location="cpu", weights_only=False)
-            .get("treernn", {})
-            .get("wandb_id")
-        )
+        # mmap: only the run information is read here; Lightning loads the weights itself
+        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True)
+        wandb_id = checkpoint.get("treernn", {}).get("wandb_id")
     loggers = _loggers(cfg, wandb_id)
     try:
         callbacks = _instantiate_group(cfg.get("callbacks"))

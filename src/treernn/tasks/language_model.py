@@ -114,7 +114,7 @@ class LanguageModelTask(pl.LightningModule):
         self.train(was_training)
         return log_probs if mask is None else log_probs * mask
 
-    def _step(self, batch: tuple[Tensor, Tensor], stage: str) -> tuple[Tensor, Tensor, Any]:
+    def _step(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Any]:
         inputs, targets = batch  # (B, T)
         if state_batch_size(self._state) not in (None, inputs.size(0)):
             self._state = None
@@ -137,7 +137,7 @@ class LanguageModelTask(pl.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         hp = self.hparams
-        raw_loss, out, dropped = self._step(batch, "train")
+        raw_loss, out, dropped = self._step(batch)
         loss = raw_loss
         if hp.ar_alpha:
             loss = loss + hp.ar_alpha * (dropped if hp.ar_on_dropped else out.hidden).pow(2).mean()
@@ -176,7 +176,7 @@ class LanguageModelTask(pl.LightningModule):
         self._train_state_backup, self._state = self._state, None
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        raw_loss, _, _ = self._step(batch, "val")
+        raw_loss, _, _ = self._step(batch)
         self.val_ppl.update(raw_loss, batch[0].numel())
         self.log("val/ppl", self.val_ppl, on_step=False, on_epoch=True, prog_bar=True)
 
@@ -187,7 +187,7 @@ class LanguageModelTask(pl.LightningModule):
         self._state = None
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        raw_loss, _, _ = self._step(batch, "test")
+        raw_loss, _, _ = self._step(batch)
         self.test_ppl.update(raw_loss, batch[0].numel())
         self.log("test/ppl", self.test_ppl, on_step=False, on_epoch=True)
 
