@@ -319,8 +319,9 @@ def tree_f1_from_checkpoint(
 def trees_main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m treernn.results trees",
-        description="Parse F1 of a classification checkpoint's induced trees (ON-LSTM distances) "
-        "against the gold trees, per layer and for the trivial-tree baselines.",
+        description="Parse F1 of a classification checkpoint's induced trees (ON-LSTM distances "
+        "or Ordered Memory attention) against the gold trees, per layer and for the trivial-tree "
+        "baselines.",
     )
     parser.add_argument("--ckpt", required=True, type=Path)
     parser.add_argument("--split", default="test", choices=["val", "test"])

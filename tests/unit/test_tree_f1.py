@@ -99,8 +99,59 @@ def test_batch_trees_read_the_distance_at_each_leaf():
 def test_models_without_distances_are_refused():
     task = _task(functools.partial(LSTMEncoder, hidden_size=3, num_layers=1))
     batch = Collator(0)([Example((NESTED, FLAT), 0)])
-    with pytest.raises(NoDistancesError, match="has no syntactic distances"):
+    with pytest.raises(NoDistancesError, match="induces no trees"):
         induce_batch_trees(task, batch)
+
+
+# the slot an Ordered Memory stub attends to at each token id: "(" 3, ")" 3, a 3, b 1, and 2
+SLOT_OF_TOKEN = torch.tensor([0.0, 3.0, 3.0, 3.0, 1.0, 2.0])
+
+
+class AttentionStub(Encoder):
+    """An Ordered-Memory-like 'model' (5 slots) whose pointer at a token is a fixed slot."""
+
+    has_attention_trees = True
+
+    def __init__(self, input_size: int, hidden_size: int = 1, **kwargs) -> None:
+        super().__init__()
+        self.input_size = self.output_size = input_size
+        self.scale = torch.nn.Parameter(torch.ones(1))
+        self.calls = 0
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, state=None, **kwargs) -> EncoderOutput:
+        self.calls += 1
+        attention = torch.nn.functional.one_hot(x[..., 0].round().long(), 5).float()
+        return EncoderOutput(
+            hidden=x * self.scale, pooled=x[:, 0] * self.scale, extras={"attention": attention}
+        )
+
+
+def _attention_task() -> ClassificationTask:
+    task = _task(AttentionStub)
+    with torch.no_grad():
+        task.embedding.weight[:, 0] = SLOT_OF_TOKEN
+    return task
+
+
+def test_ordered_memory_trees_come_from_the_attention_without_the_brackets():
+    batch = Collator(0)([Example((NESTED, FLAT), 0)])
+    trees, gold = induce_batch_trees(_attention_task(), batch)
+    # NESTED "( a ( and b ) )": split depths [5, 3, 3, 2, 1, 3, 3] -> Algorithm 2 gives
+    # ((((0 1) (2 (3 4))) 5) 6); keeping the leaves 1, 3, 4 leaves (a (and b)).
+    # FLAT "( b a )": depths [5, 1, 3, 3] -> (((0 1) 2) 3) -> (b a)
+    assert trees == [[(0, (1, 2)), (0, 1)]]
+    assert trees[0] == gold
+
+
+def test_callback_scores_ordered_memory_trees_reusing_the_evaluation_pass():
+    examples = [Example((NESTED, FLAT), 0), Example((FLAT, NESTED), 1, group=1)]
+    loader = DataLoader(examples, batch_size=1, collate_fn=Collator(0))
+    task = _attention_task()
+    validated = _trainer(TreeF1Callback()).validate(task, dataloaders=loader, verbose=False)[0]
+    assert validated["val/parse_f1/layer1"] == pytest.approx(1.0)
+    assert "val/parse_f1/layer2" not in validated
+    assert task.encoder.calls == 2  # one forward per batch: the trees reuse validation_step's
+    assert task.kept_output is None and not task.keep_eval_output
 
 
 def _trainer(callback: TreeF1Callback) -> pl.Trainer:

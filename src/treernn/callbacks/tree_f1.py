@@ -6,6 +6,12 @@ On logic and ListOps the gold trees are known, so the induced trees of every lay
 against them with the language-model issue's metrics (:mod:`treernn.parsing.metrics`): EVALB's
 corpus-level unlabeled bracket F1 and the authors' sentence-averaged F1.
 
+Ordered Memory (Shen et al., NeurIPS 2019, Algorithm 2) has no distances: its trees come from the
+argmax slot of each step's attention (:mod:`treernn.parsing.om_trees`), one tree per sentence,
+reported as ``layer1``. On logic, where it may read the brackets too, its tree over everything read
+is restricted to the leaves (the bracket positions are dropped and unary nodes collapsed);
+``bracket_distances`` does not apply to it.
+
 Unlike the language-model evaluation (:mod:`treernn.parsing.induce`, which wraps each sentence in
 ``<eos>``), the model here reads each sentence exactly as the classifier does (eval mode, fresh
 state, no extra tokens), so the trees are those of the model that made the predictions.
@@ -46,8 +52,10 @@ from torch import Tensor
 
 from treernn.callbacks.parse_f1 import BracketF1
 from treernn.data.classification import ClassificationBatch
+from treernn.encoders.base import EncoderOutput
 from treernn.parsing.induce import NoDistancesError, trees_from_distances
 from treernn.parsing.metrics import counts_from_spans, sentence_f1_from_spans
+from treernn.parsing.om_trees import induce_trees as attention_trees
 from treernn.parsing.trees import Tree, tree_spans
 
 BracketDistances = Literal["drop", "max"]
@@ -96,38 +104,73 @@ def scored_rows(batch: ClassificationBatch, first_group_only: bool) -> list[int]
     return [row for row in rows if groups[row % num_examples] == 0]
 
 
+TreeSource = Literal["distances", "attention"]
+
+
+def tree_source(task: pl.LightningModule) -> TreeSource | None:
+    """Where the task's encoder induces trees from: ON-LSTM-style ``distances``, Ordered Memory's
+    ``attention``, or None (no induced trees, e.g. a model given the gold trees)."""
+    encoder = getattr(task, "encoder", None)
+    if getattr(task, "needs_tree", False):
+        return None
+    if getattr(encoder, "has_distances", False):
+        return "distances"
+    if getattr(encoder, "has_attention_trees", False):
+        return "attention"
+    return None
+
+
 @torch.no_grad()
 def induce_batch_trees(
     task: pl.LightningModule,
     batch: ClassificationBatch,
     rows: Sequence[int] | None = None,
     bracket_distances: BracketDistances = "drop",
+    output: EncoderOutput | None = None,
 ) -> tuple[list[list[Tree]], list[Tree]]:
-    """Greedy trees per layer (``trees[layer][i]``) and the gold trees of the sentence rows
-    ``rows`` (default: all) of a classification batch, from the task's encoder distances."""
+    """Induced trees per layer (``trees[layer][i]``) and the gold trees of the sentence rows
+    ``rows`` (default: all) of a classification batch. ``output`` is the task's evaluation
+    output on this batch when already computed (otherwise the encoder runs here)."""
     encoder = task.encoder
-    if not getattr(encoder, "has_distances", False) or getattr(task, "needs_tree", False):
+    source = tree_source(task)
+    if source is None:
         raise NoDistancesError(
-            f"{type(encoder).__name__} has no syntactic distances (has_distances=False); "
-            "induced trees need a model such as ON-LSTM"
+            f"{type(encoder).__name__} induces no trees (neither syntactic distances nor "
+            "Ordered Memory attention); induced trees need a model such as ON-LSTM or "
+            "Ordered Memory"
         )
     rows = list(range(batch.tokens.size(0))) if rows is None else list(rows)
-    output = task.encoder_output(batch)
+    if output is None:
+        output = task.encoder_output(batch)
+    leaf_index = batch.leaf_index
+    lengths = batch.leaf_mask.sum(1).tolist()
+    # where each sentence's leaves are among the tokens the model read
+    positions = [
+        leaf_index[row, : lengths[row]].tolist() if leaf_index is not None
+        else list(range(lengths[row]))
+        for row in rows
+    ]  # fmt: skip
+    gold = [batch.trees[row] for row in rows]
+    if source == "attention":
+        attention = output.extras.get("attention")
+        if attention is None:
+            raise NoDistancesError(f"{type(encoder).__name__} returned no attention")
+        index = torch.tensor(rows, device=attention.device)
+        with deep_trees():
+            trees = attention_trees(
+                attention[index], batch.mask[index], keep=[set(p) for p in positions]
+            )
+        return [trees], gold
     if output.distances is None:
         raise NoDistancesError(f"{type(encoder).__name__} returned no distances")
     distances = output.distances.float().cpu()  # (L, S*B, T)
-    leaf_index = batch.leaf_index
-    lengths = batch.leaf_mask.sum(1).tolist()
-    per_sentence = []
-    for row in rows:
-        if leaf_index is None:  # a batch built without positions: the views are the same
-            positions = list(range(lengths[row]))
-        else:
-            positions = leaf_index[row, : lengths[row]].tolist()
-        per_sentence.append(leaf_distances(distances[:, row], positions, bracket_distances))
+    per_sentence = [
+        leaf_distances(distances[:, row], row_positions, bracket_distances)
+        for row, row_positions in zip(rows, positions)
+    ]
     with deep_trees():
         trees = trees_from_distances(per_sentence)
-    return trees, [batch.trees[row] for row in rows]
+    return trees, gold
 
 
 class TreeF1Callback(Callback):
@@ -164,10 +207,11 @@ class TreeF1Callback(Callback):
     def _usable(self, pl_module: pl.LightningModule) -> bool:
         if self._disabled:
             return False
-        encoder = getattr(pl_module, "encoder", None)
-        if not getattr(encoder, "has_distances", False) or getattr(pl_module, "needs_tree", False):
+        if tree_source(pl_module) is None:
+            encoder = getattr(pl_module, "encoder", None)
             rank_zero_warn(
-                f"TreeF1Callback is skipped: {type(encoder).__name__} has no syntactic distances."
+                f"TreeF1Callback is skipped: {type(encoder).__name__} induces no trees (no "
+                "syntactic distances or Ordered Memory attention)."
             )
             self._disabled = True
             return False
@@ -176,16 +220,22 @@ class TreeF1Callback(Callback):
     def _start(self, stage: str, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._metrics = []
         if stage in self.stages and not trainer.sanity_checking and self._usable(pl_module):
-            num_layers = int(getattr(pl_module.encoder, "num_layers", 1))
+            num_layers = (
+                int(getattr(pl_module.encoder, "num_layers", 1))
+                if tree_source(pl_module) == "distances"
+                else 1  # one attention-induced tree per sentence
+            )
             self._metrics = [BracketF1().to(pl_module.device) for _ in range(num_layers)]
+            pl_module.keep_eval_output = True  # reuse the step's forward pass
 
     def _update(self, pl_module: pl.LightningModule, batch: Any, first_group_only: bool) -> None:
         if not self._metrics:
             return
+        output = pl_module.pop_kept_output() if hasattr(pl_module, "pop_kept_output") else None
         rows = scored_rows(batch, first_group_only)
         if not rows:
             return
-        trees, gold = induce_batch_trees(pl_module, batch, rows, self.bracket_distances)
+        trees, gold = induce_batch_trees(pl_module, batch, rows, self.bracket_distances, output)
         with deep_trees():
             gold_spans = [tree_spans(gold_tree) for gold_tree in gold]
             for layer, layer_trees in enumerate(trees):
@@ -201,6 +251,9 @@ class TreeF1Callback(Callback):
                     )
 
     def _finish(self, stage: str, pl_module: pl.LightningModule) -> None:
+        if hasattr(pl_module, "keep_eval_output"):
+            pl_module.keep_eval_output = False
+            pl_module.kept_output = None
         if not self._metrics:
             return
         scores: dict[str, dict[str, float]] = {}

@@ -41,6 +41,8 @@ class Encoder(nn.Module):
     output_size: int
     #: True when the encoder returns ``distances`` usable for unsupervised parsing.
     has_distances: bool = False
+    #: True when ``extras["attention"]`` holds Ordered Memory pointers (trees by Algorithm 2).
+    has_attention_trees: bool = False
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, state: Any = None

@@ -145,6 +145,10 @@ class ClassificationTask(pl.LightningModule):
         self.input_dropout = nn.Dropout(input_dropout)
         self.encoder = encoder(input_size=embedding_size)
         self.needs_tree = bool(getattr(self.encoder, "needs_tree", False))
+        #: set by callbacks that read the encoder's evaluation output (e.g. induced trees), so
+        #: that they reuse the forward pass of ``validation_step``/``test_step``
+        self.keep_eval_output = False
+        self.kept_output: EncoderOutput | None = None
         hidden = self.encoder.output_size
         features = 4 * hidden if num_sentences == 2 else hidden
         width = mlp_hidden_size or hidden
@@ -184,7 +188,15 @@ class ClassificationTask(pl.LightningModule):
 
     def encode(self, batch: ClassificationBatch) -> Tensor:
         """(S*B, H) one vector per sentence."""
-        return self.encoder_output(batch).pooled
+        output = self.encoder_output(batch)
+        if self.keep_eval_output and not self.training:
+            self.kept_output = output
+        return output.pooled
+
+    def pop_kept_output(self) -> EncoderOutput | None:
+        """The evaluation output kept by the last ``encode`` (see ``keep_eval_output``), once."""
+        output, self.kept_output = self.kept_output, None
+        return output
 
     def forward(self, batch: ClassificationBatch) -> Tensor:
         """(B, C) class logits."""
