@@ -3,10 +3,17 @@
 ListOps setting (Ordered Memory paper, REFERENCE.md): batch 128, 50 tokens, embedding and hidden
 128, 21 slots, dropouts 0.1 (cell) / 0.3 (memory) / 0.1 (input) / 0.2 (output), a 10-way classifier
 on the pooled output, Adam. Training time covers forward, backward and the optimizer step; inference
-covers a ``torch.no_grad`` forward in eval mode. Both models see the same random batches; each
+covers a ``torch.no_grad`` forward in eval mode. All models see the same random batches; each
 figure is the fastest of ``--repeats`` steps after a warm-up step.
 
+Rows: Ordered Memory's reference path (``fused=False``: plain autograd over the slots, fp32), its
+fused path (hand-written backward of the slot chain) in fp32 and in bf16-mixed (the model run under
+``torch.autocast("cpu", dtype=torch.bfloat16)``, as Lightning's ``precision=bf16-mixed`` does), and
+an LSTM of the same size in fp32 and bf16-mixed. Then the ratios: fused vs reference, each Ordered
+Memory row vs the authors' 1.8k training tokens/s, and LSTM / Ordered Memory.
+
     python scripts/benchmark_ordered_memory.py --threads 2
+    python scripts/benchmark_ordered_memory.py --threads 1 --quick   # fewer steps, 25 tokens
 
 Numbers from a shared machine vary with the load of other processes (printed); with more runnable
 processes than cores, ``--threads 1`` is much faster than 2 (OpenMP threads wait for each other).
@@ -15,6 +22,7 @@ processes than cores, ``--threads 1`` is much faster than 2 (OpenMP threads wait
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 
@@ -23,6 +31,8 @@ from torch import nn
 
 from treernn.encoders.lstm import LSTMEncoder
 from treernn.encoders.ordered_memory import OrderedMemoryEncoder
+
+AUTHORS_TRAINING_TOKENS_PER_SECOND = 1800.0
 
 
 class Classifier(nn.Module):
@@ -37,22 +47,30 @@ class Classifier(nn.Module):
 
 
 def tokens_per_second(
-    model: Classifier, batch: int, length: int, repeats: int, train: bool
+    model: Classifier, batch: int, length: int, repeats: int, train: bool, bf16: bool
 ) -> float:
-    tokens = torch.randint(0, 18, (batch, length))
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 18, (batch, length), generator=generator)
     mask = torch.ones(batch, length, dtype=torch.bool)
-    labels = torch.randint(0, 10, (batch,))
+    labels = torch.randint(0, 10, (batch,), generator=generator)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.0, 0.999), eps=1e-9)
     model.train(train)
 
+    def precision():
+        if bf16:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     def step() -> None:
         if train:
-            loss = nn.functional.cross_entropy(model(tokens, mask), labels)
+            with precision():
+                logits = model(tokens, mask)
+            loss = nn.functional.cross_entropy(logits.float(), labels)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
         else:
-            with torch.no_grad():
+            with torch.no_grad(), precision():
                 model(tokens, mask)
 
     step()  # warm-up
@@ -72,17 +90,33 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--slots", type=int, default=21)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--quick", action="store_true", help="one timed step per figure and 25 tokens (a smoke run)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.length = 1, min(args.length, 25)
     torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
     size = args.hidden
-    ordered_memory = OrderedMemoryEncoder(
-        size, size, dropout=0.1, memory_slots=args.slots, memory_dropout=0.3,
-        input_dropout=0.1, output_dropout=0.2,
-    )  # fmt: skip
-    models = {
-        "ordered_memory": Classifier(ordered_memory, 20, size, 10),
-        "lstm": Classifier(LSTMEncoder(size, size), 20, size, 10),
+
+    def ordered_memory(fused: bool) -> Classifier:
+        torch.manual_seed(0)  # the same weights for every Ordered Memory row
+        encoder = OrderedMemoryEncoder(
+            size, size, dropout=0.1, memory_slots=args.slots, memory_dropout=0.3,
+            input_dropout=0.1, output_dropout=0.2, fused=fused,
+        )  # fmt: skip
+        return Classifier(encoder, 20, size, 10)
+
+    def lstm() -> Classifier:
+        torch.manual_seed(0)
+        return Classifier(LSTMEncoder(size, size), 20, size, 10)
+
+    rows = {  # name: (model factory, bf16-mixed)
+        "OM reference fp32": (lambda: ordered_memory(False), False),
+        "OM fused fp32": (lambda: ordered_memory(True), False),
+        "OM fused bf16-mixed": (lambda: ordered_memory(True), True),
+        "LSTM fp32": (lstm, False),
+        "LSTM bf16-mixed": (lstm, True),
     }
     print(
         f"batch {args.batch_size}, {args.length} tokens, hidden {size}, {args.slots} slots, "
@@ -90,17 +124,33 @@ def main() -> None:
         f"{os.getloadavg()[0]:.1f} (other processes compete for the cores when it exceeds them)"
     )
     results = {}
-    for name, model in models.items():
-        train = tokens_per_second(model, args.batch_size, args.length, args.repeats, train=True)
-        infer = tokens_per_second(model, args.batch_size, args.length, args.repeats, train=False)
+    for name, (factory, bf16) in rows.items():
+        model = factory()
+        train = tokens_per_second(model, args.batch_size, args.length, args.repeats, True, bf16)
+        infer = tokens_per_second(model, args.batch_size, args.length, args.repeats, False, bf16)
         results[name] = (train, infer)
-        print(f"{name:15s} training {train:10.0f} tokens/s   inference {infer:10.0f} tokens/s")
-    (om_train, om_infer), (lstm_train, lstm_infer) = results["ordered_memory"], results["lstm"]
-    print(
-        f"ratio LSTM / Ordered Memory: training {lstm_train / om_train:.1f}x, "
-        f"inference {lstm_infer / om_infer:.1f}x; Ordered Memory training vs the authors' "
-        f"1.8k tokens/s: {om_train / 1800:.1f}x"
-    )
+        print(f"{name:20s} training {train:8.0f} tokens/s   inference {infer:8.0f} tokens/s")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    reference = results["OM reference fp32"]
+    for name in ("OM fused fp32", "OM fused bf16-mixed"):
+        train, infer = results[name]
+        print(
+            f"{name} vs reference: training {train / reference[0]:.2f}x, "
+            f"inference {infer / reference[1]:.2f}x"
+        )
+    for name in ("OM reference fp32", "OM fused fp32", "OM fused bf16-mixed"):
+        print(
+            f"{name} training vs the authors' 1.8k tokens/s: "
+            f"{results[name][0] / AUTHORS_TRAINING_TOKENS_PER_SECOND:.2f}x"
+        )
+    for lstm_name, om_name in (
+        ("LSTM fp32", "OM fused fp32"), ("LSTM bf16-mixed", "OM fused bf16-mixed"),
+    ):  # fmt: skip
+        (lstm_train, lstm_infer), (om_train, om_infer) = results[lstm_name], results[om_name]
+        print(
+            f"ratio {lstm_name} / {om_name}: training {lstm_train / om_train:.1f}x, "
+            f"inference {lstm_infer / om_infer:.1f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from treernn.encoders.grc import GatedRecursiveCell
-from treernn.encoders.ordered_memory import OrderedMemoryEncoder, masked_attention
+from treernn.encoders.ordered_memory import OrderedMemoryEncoder, masked_attention, slot_chain
 
 
 # ----------------------------------------------------------------------------- cell
@@ -264,3 +264,127 @@ def test_carried_state_continues_the_sequence():
     torch.testing.assert_close(second.pooled, whole.pooled, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(second.hidden, whole.hidden[:, 3:], atol=1e-6, rtol=1e-5)
     assert second.state.tokens_seen.tolist() == [7, 5]
+
+
+# ----------------------------------------------------------------------------- fused slot chain
+def run_with_gradients(encoder, x, mask, seed, state=None):
+    """Output, attention, input gradient and parameter gradients of one seeded forward pass."""
+    encoder.zero_grad(set_to_none=True)
+    x = x.clone().requires_grad_()
+    torch.manual_seed(seed)  # the same dropout masks for the fused and the reference path
+    out = encoder(x, mask, state=state)
+    loss = out.pooled.sin().sum() + out.hidden.cos().sum() + out.extras["attention"].pow(2).sum()
+    loss = loss + out.state.memory.tanh().sum() + out.state.cumulative_pointer.sum()
+    loss.backward()
+    gradients = {name: p.grad for name, p in encoder.named_parameters()}
+    return out, x.grad, gradients
+
+
+def fused_and_reference(**kwargs):
+    torch.manual_seed(0)
+    options = {"input_size": 5, "hidden_size": 6, "memory_slots": 3, "dropout": 0.2}
+    options.update(memory_dropout=0.2, input_dropout=0.1, output_dropout=0.1)
+    options.update(kwargs)
+    fused = OrderedMemoryEncoder(**options, fused=True).double()
+    reference = OrderedMemoryEncoder(**options, fused=False).double()
+    reference.load_state_dict(fused.state_dict())
+    return fused, reference
+
+
+def assert_same_pass(first, second):
+    (out_a, grad_x_a, grads_a), (out_b, grad_x_b, grads_b) = first, second
+    close = {"atol": 1e-6, "rtol": 1e-6}
+    torch.testing.assert_close(out_a.hidden, out_b.hidden, **close)
+    torch.testing.assert_close(out_a.pooled, out_b.pooled, **close)
+    torch.testing.assert_close(out_a.extras["attention"], out_b.extras["attention"], **close)
+    torch.testing.assert_close(out_a.state.candidate, out_b.state.candidate, **close)
+    torch.testing.assert_close(grad_x_a, grad_x_b, **close)
+    for name, gradient in grads_a.items():
+        assert gradient is not None and grads_b[name] is not None, name
+        torch.testing.assert_close(gradient, grads_b[name], **close, msg=name)
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("training", [True, False])
+def test_fused_slot_chain_matches_the_reference_path(padding_side, training):
+    fused, reference = fused_and_reference(padding_side=padding_side, memory_slots=4)
+    fused.train(training)
+    reference.train(training)
+    lengths = torch.tensor([[9], [6], [2], [1], [8]])
+    positions = torch.arange(9)[None]
+    mask = positions < lengths if padding_side == "right" else positions >= 9 - lengths
+    x = torch.randn(5, 9, 5, dtype=torch.float64)
+    assert_same_pass(
+        run_with_gradients(fused, x, mask, seed=3), run_with_gradients(reference, x, mask, seed=3)
+    )
+
+
+def test_fused_slot_chain_matches_the_reference_path_with_carried_state():
+    fused, reference = fused_and_reference(memory_slots=3)
+    x = torch.randn(3, 7, 5, dtype=torch.float64)
+    mask = torch.arange(7)[None] < torch.tensor([[7], [4], [6]])
+    results = []
+    for encoder in (fused, reference):
+        torch.manual_seed(5)
+        with torch.no_grad():
+            state = encoder(x[:, :4], mask[:, :4]).state
+        results.append(run_with_gradients(encoder, x[:, 4:], mask[:, 4:], seed=6, state=state))
+    assert_same_pass(*results)
+
+
+def test_fused_inference_path_equals_the_autograd_path():
+    fused, _ = fused_and_reference()
+    fused.eval()
+    x = torch.randn(2, 6, 5, dtype=torch.float64)
+    with torch.no_grad():
+        expected = fused(x).hidden
+    torch.testing.assert_close(fused(x.requires_grad_()).hidden, expected, atol=0, rtol=0)
+
+
+def test_slot_chain_gradcheck():
+    torch.manual_seed(0)
+    n, w, size = 3, 3, 2
+
+    def tensor(*shape, scale=1.0):
+        return (torch.randn(*shape, dtype=torch.float64) * scale).requires_grad_()
+
+    cumulative = torch.rand(n, w, dtype=torch.float64).cumsum(1).div(2.0).requires_grad_()
+    inputs = (
+        tensor(n, size), tensor(n, w, size), tensor(w, n, 4 * size), cumulative,
+        tensor(4 * size, size), tensor(4 * size, 4 * size, scale=0.5), tensor(4 * size),
+        (1.0 + torch.rand(size, dtype=torch.float64)).requires_grad_(), tensor(size),
+    )  # fmt: skip
+    left_mask = torch.bernoulli(torch.full((n, size), 0.7, dtype=torch.float64)) / 0.7
+    hidden_mask = torch.rand(n, 4 * size, dtype=torch.float64) * 2.0  # any non-negative mask
+    for masks in ((None, None), (left_mask, hidden_mask)):
+        assert torch.autograd.gradcheck(
+            lambda *args, masks=masks: slot_chain(*args, *masks), inputs
+        )
+
+
+def test_bf16_autocast_trains_and_stays_close_to_fp32():
+    torch.manual_seed(0)
+    encoder = OrderedMemoryEncoder(
+        16, 32, memory_slots=5, dropout=0.1, memory_dropout=0.1, bidirectional=True
+    ).train()
+    x = torch.randn(4, 9, 16)
+    mask = torch.arange(9)[None] < torch.tensor([[9], [7], [3], [9]])
+    results = []
+    for bf16 in (False, True):
+        encoder.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = encoder(x, mask)
+        assert out.hidden.dtype == torch.float32 and out.pooled.dtype == torch.float32
+        out.pooled.pow(2).sum().backward()
+        grads = {name: p.grad.clone() for name, p in encoder.named_parameters()}
+        assert all(torch.isfinite(g).all() for g in grads.values())
+        results.append((out.hidden.detach(), grads))
+    (hidden, grads), (hidden_bf16, grads_bf16) = results
+    assert (hidden_bf16 - hidden).norm() / hidden.norm() < 5e-2
+    for name in ("forward_memory.cell.second_layer.weight", "backward_memory.layer_norm.weight"):
+        assert (grads_bf16[name] - grads[name]).norm() / grads[name].norm() < 1e-1, name
+    # the reference path ignores autocast (fp32 throughout) and must not crash under it
+    reference = OrderedMemoryEncoder(16, 32, memory_slots=5, fused=False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert reference(x, mask).hidden.dtype == torch.float32

@@ -15,7 +15,10 @@ Dropout: called plainly, the cell samples fresh masks per call (the authors' beh
 Ordered Memory encoder instead samples one pair of masks per sequence (see
 :meth:`GatedRecursiveCell.sample_dropout_masks`) and passes them in, so that the same masks are
 shared by every slot and step; it also uses :meth:`split_first_layer` to project the ``right``
-inputs of all slots in one matrix product. Both paths compute the same function.
+inputs of all slots in one matrix product. Both paths compute the same function. The encoder's
+default (fused) path re-implements :meth:`GatedRecursiveCell.compose` inside
+:func:`treernn.encoders.ordered_memory.slot_chain`, with a hand-written backward pass, and only
+reads this module's parameters; its reference path (``fused=False``) calls ``compose``.
 """
 
 from __future__ import annotations
