@@ -87,11 +87,13 @@ def load_task(ckpt_path: str | Path, averaged: bool = True) -> pl.LightningModul
     path = Path(ckpt_path)
     if not path.is_file():
         raise UserError(f"checkpoint {path} does not exist")
+    flush_denormals()  # before any parallel operation; the run's own setting is applied below
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     info = checkpoint.get("treernn")
     if info is None:
         raise UserError(f"{path} is not a treernn checkpoint (no run information in it)")
     cfg = OmegaConf.create(info["config"])
+    flush_denormals(bool(cfg.get("flush_denormal", True)))
     task = build_task(cfg, {k: _deserialise(v) for k, v in info["task_kwargs"].items()})
     state = checkpoint.get("averaged_state_dict") if averaged else None
     task.load_state_dict(state or checkpoint["state_dict"])
@@ -149,8 +151,18 @@ def _finish_wandb(loggers: list[Any]) -> None:
         wandb.finish()
 
 
+def flush_denormals(enabled: bool = True) -> None:
+    """Treat subnormal floats as zero on the CPU (see ``flush_denormal`` in conf/config.yaml).
+
+    The flag lives in each thread's floating-point control register; threads started afterwards
+    (torch's intra-op OpenMP pool) inherit it, so call this before the first parallel operation.
+    """
+    torch.set_flush_denormal(enabled)
+
+
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and/or test as ``cfg.mode`` says; returns the final metrics."""
+    flush_denormals(bool(cfg.get("flush_denormal", True)))
     if cfg.mode not in ("fit+test", "fit", "test"):
         raise UserError(f"mode={cfg.mode} is not one of fit+test, fit, test")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
