@@ -87,13 +87,12 @@ def load_task(ckpt_path: str | Path, averaged: bool = True) -> pl.LightningModul
     path = Path(ckpt_path)
     if not path.is_file():
         raise UserError(f"checkpoint {path} does not exist")
-    flush_denormals()  # before any parallel operation; the run's own setting is applied below
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     info = checkpoint.get("treernn")
     if info is None:
         raise UserError(f"{path} is not a treernn checkpoint (no run information in it)")
     cfg = OmegaConf.create(info["config"])
-    flush_denormals(bool(cfg.get("flush_denormal", True)))
+    flush_denormals(bool(cfg.get("flush_denormal", True)))  # before the model's first operation
     task = build_task(cfg, {k: _deserialise(v) for k, v in info["task_kwargs"].items()})
     state = checkpoint.get("averaged_state_dict") if averaged else None
     task.load_state_dict(state or checkpoint["state_dict"])

@@ -187,26 +187,15 @@ class OrderedMemoryRecurrence(nn.Module):
         # bf16-mixed: every matrix the recurrence multiplies by, cast once per forward
         cell = self.cell
         weight_left, weight_right, first_bias = cell.split_first_layer()
-        casts = {}
-        if gemm_dtype is not None:
-            for name, weight in (
-                ("input", self.input_projection.weight), ("query", self.query_projection.weight),
-                ("key", self.key_projection.weight), ("right", weight_right),
-            ):  # fmt: skip
-                casts[name] = weight.to(gemm_dtype)
-        projected = self.layer_norm(
-            _linear(x, self.input_projection.weight, self.input_projection.bias, casts.get("input"))
-        )  # (B, T, H), eq. (1)
+        inputs, query, key = self.input_projection, self.query_projection, self.key_projection
+        input_low, query_low, key_low, right_low = (
+            None if gemm_dtype is None else weight.to(gemm_dtype)
+            for weight in (inputs.weight, query.weight, key.weight, weight_right)
+        )
+        projected = self.layer_norm(_linear(x, inputs.weight, inputs.bias, input_low))  # eq. (1)
         query_mask, key_mask, score_mask = self._attention_masks(batch_size, x)
         queries = projected if query_mask is None else projected * query_mask
-        queries = self.query_norm(
-            _linear(
-                queries,
-                self.query_projection.weight,
-                self.query_projection.bias,
-                casts.get("query"),
-            )  # fmt: skip
-        )  # (B, T, H)
+        queries = self.query_norm(_linear(queries, query.weight, query.bias, query_low))  # (B,T,H)
         cell_masks = self.cell.sample_dropout_masks(batch_size, x)
         left_mask = right_mask = hidden_mask = None
         if cell_masks is not None:
@@ -244,14 +233,7 @@ class OrderedMemoryRecurrence(nn.Module):
             else:
                 previous = candidate[:active, low:]  # (n, w, H) M_hat_{t-1}
                 keys = previous if key_mask is None else previous * key_mask[:active]
-                keys = self.key_norm(
-                    _linear(
-                        keys,
-                        self.key_projection.weight,
-                        self.key_projection.bias,
-                        casts.get("key"),
-                    )  # fmt: skip
-                )  # (n, w, H)
+                keys = self.key_norm(_linear(keys, key.weight, key.bias, key_low))  # (n, w, H)
                 features = F.relu(query_steps[t][:active].unsqueeze(1) + keys)  # (n, w, H)
                 if score_mask is not None:
                     features = features * score_mask[:active]
@@ -279,7 +261,7 @@ class OrderedMemoryRecurrence(nn.Module):
                 )
                 # slot-major, so that each slot's rows are contiguous for addmm
                 right_projected = _linear(  # bf16 under bf16-mixed, like autocast's
-                    right.transpose(0, 1), weight_right, first_bias, casts.get("right"), True
+                    right.transpose(0, 1), weight_right, first_bias, right_low, True
                 )  # (w, n, 4H)
                 step_hidden_mask = None if hidden_mask is None else hidden_mask[:active]
                 step_left_mask = None if left_mask is None else left_mask[:active]
