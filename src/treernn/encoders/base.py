@@ -8,9 +8,45 @@ Hydra, no config objects. Tasks own embeddings, decoders and losses; encoders ow
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from torch import Tensor, nn
+
+#: What an encoder reads besides the embedded tokens (see ``Encoder.input_view``).
+InputView = Literal["tokens", "constituency_tree", "dependency_tree"]
+INPUT_VIEWS: tuple[str, ...] = ("tokens", "constituency_tree", "dependency_tree")
+
+#: The kinds of tree signal an encoder can emit (see :class:`TreeSignal`).
+TreeSignalKind = Literal["distances", "attention"]
+TREE_SIGNAL_KINDS: tuple[str, ...] = ("distances", "attention")
+
+
+@dataclass
+class TreeSignal:
+    """What a model says about the tree it read; :mod:`treernn.parsing` turns it into trees.
+
+    kind ``"distances"``: syntactic distances (L, B, T), one row per layer (ON-LSTM's
+        master-forget distances, Eq. 15; a large value = a constituent ended before this token).
+    kind ``"attention"``: memory attention (L, B, T, N) over N slots (Ordered Memory's pointer
+        distributions p_t, Algorithm 2), L = 1.
+    """
+
+    kind: TreeSignalKind
+    values: Tensor
+
+    def __post_init__(self) -> None:
+        if self.kind not in TREE_SIGNAL_KINDS:
+            raise ValueError(f"TreeSignal kind={self.kind!r}: use one of {TREE_SIGNAL_KINDS}")
+        expected = 3 if self.kind == "distances" else 4
+        if self.values.dim() != expected:
+            raise ValueError(
+                f"TreeSignal({self.kind!r}) needs a {expected}-d tensor, "
+                f"got shape {tuple(self.values.shape)}"
+            )
+
+    @property
+    def num_layers(self) -> int:
+        return self.values.size(0)
 
 
 @dataclass
@@ -21,28 +57,34 @@ class EncoderOutput:
     pooled: (B, H_out) one vector per sequence (the last real step for recurrent encoders).
     state: the carried state, to pass back as ``state=`` for the next segment (detach it first).
     layer_outputs: per-layer (B, T, H_l) outputs, for regularisers and analysis.
-    distances: (L, B, T) per-layer tree signal where the model has one (ON-LSTM master-forget
-        distances, used for parsing); None otherwise.
-    extras: anything model-specific (e.g. ON-LSTM input distances, Ordered Memory attention).
+    tree_signal: the model's tree signal (:class:`TreeSignal`) where it has one; None otherwise.
+    extras: anything model-specific (e.g. ON-LSTM input distances, a backward Ordered Memory's
+        attention).
     """
 
     hidden: Tensor
     pooled: Tensor
     state: Any = None
     layer_outputs: list[Tensor] = field(default_factory=list)
-    distances: Tensor | None = None
+    tree_signal: TreeSignal | None = None
     extras: dict[str, Tensor] = field(default_factory=dict)
 
 
 class Encoder(nn.Module):
-    """Base class: subclasses set ``input_size``/``output_size`` and implement ``forward``."""
+    """Base class: subclasses set ``input_size``/``output_size`` and implement ``forward``.
+
+    ``input_view`` declares what the encoder reads: ``"tokens"`` (the token sequence and its
+    mask), ``"constituency_tree"`` (the leaves plus ``tree=`` a
+    :class:`~treernn.encoders.tree_batch.TreeBatch`) or ``"dependency_tree"`` (breadth-first
+    words plus ``tree=`` a dependency tree batch). The DataModule's batch carries every view its
+    data has; the task hands the encoder the one it asks for. ``tree_signal_kind`` names the
+    :class:`TreeSignal` kind the encoder emits (None: none).
+    """
 
     input_size: int
     output_size: int
-    #: True when the encoder returns ``distances`` usable for unsupervised parsing.
-    has_distances: bool = False
-    #: True when ``extras["attention"]`` holds Ordered Memory pointers (trees by Algorithm 2).
-    has_attention_trees: bool = False
+    input_view: InputView = "tokens"
+    tree_signal_kind: TreeSignalKind | None = None
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, state: Any = None

@@ -45,6 +45,7 @@ from treernn.encoders.base import (
     Encoder,
     EncoderOutput,
     LockedDropout,
+    TreeSignal,
     check_dropout,
     last_real_step,
 )
@@ -487,7 +488,7 @@ class ONLSTMEncoder(Encoder):
     ``impl`` picks the recurrence: ``"fast"`` (default) or the step-by-step ``"reference"``.
     """
 
-    has_distances = True
+    tree_signal_kind = "distances"
 
     def __init__(
         self,
@@ -571,6 +572,6 @@ class ONLSTMEncoder(Encoder):
             pooled=last_real_step(hidden, mask),
             state=new_state,
             layer_outputs=layer_outputs,
-            distances=torch.stack(forget_distances),  # (L, B, T)
+            tree_signal=TreeSignal("distances", torch.stack(forget_distances)),  # (L, B, T)
             extras={"input_distances": torch.stack(input_distances)},
         )

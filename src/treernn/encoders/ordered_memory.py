@@ -68,7 +68,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from treernn.encoders.base import Encoder, EncoderOutput, check_dropout
+from treernn.encoders.base import Encoder, EncoderOutput, TreeSignal, check_dropout
 from treernn.encoders.grc import GatedRecursiveCell
 
 
@@ -632,7 +632,7 @@ class OrderedMemoryEncoder(Encoder):
     matrix products under autocast; False runs the plain autograd reference path.
     """
 
-    has_attention_trees = True  # extras["attention"] gives trees by Algorithm 2
+    tree_signal_kind = "attention"  # trees by Algorithm 2
 
     def __init__(
         self,
@@ -746,7 +746,7 @@ class OrderedMemoryEncoder(Encoder):
         num_slots = self.num_slots
         hidden, attention, final = self.forward_memory(x, mask, num_slots, state)
         pooled = final.candidate[:, -1]  # (B, H) M_hat^{N-1} after the last real token
-        extras = {"attention": attention}
+        extras: dict[str, Tensor] = {}
         if self.backward_memory is not None:
             back_hidden, back_attention, back_final = self.backward_memory(
                 x.flip(1), mask.flip(1), num_slots
@@ -760,5 +760,10 @@ class OrderedMemoryEncoder(Encoder):
             hidden = F.dropout(hidden, self.output_dropout, training=True)
             pooled = F.dropout(pooled, self.output_dropout, training=True)
         return EncoderOutput(
-            hidden=hidden, pooled=pooled, state=final, layer_outputs=[hidden], extras=extras
+            hidden=hidden,
+            pooled=pooled,
+            state=final,
+            layer_outputs=[hidden],
+            tree_signal=TreeSignal("attention", attention.unsqueeze(0)),  # (1, B, T, N)
+            extras=extras,
         )

@@ -74,7 +74,7 @@ class TopDownTreeLSTM(Encoder):
     h_t, the state that predicts the word of step t (``hidden[:, 0]`` is ROOT's constant state).
     """
 
-    needs_dependency_tree = True
+    input_view = "dependency_tree"
 
     def __init__(
         self,

@@ -40,9 +40,6 @@ def sinusoidal_positions(positions: Tensor, size: int) -> Tensor:
 class TransformerEncoder(Encoder):
     """``forward(x (B, T, D), mask (B, T) | None)`` -> hidden (B, T, H_out), pooled (B, H_out)."""
 
-    needs_tree = False
-    has_distances = False
-
     def __init__(
         self,
         input_size: int,

@@ -336,8 +336,7 @@ class TreeEncoder(Encoder):
     ``output_size`` other than ``hidden_size`` adds a linear projection of both.
     """
 
-    needs_tree = True
-    has_distances = False
+    input_view = "constituency_tree"
 
     def __init__(
         self,
