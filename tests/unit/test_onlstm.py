@@ -91,7 +91,7 @@ def test_hand_computed_step(impl: str) -> None:
     torch.testing.assert_close(h, torch.tensor([[0.5 * math.tanh(v) for v in expected_c]]))
     torch.testing.assert_close(out.hidden[0, 0], h[0])
     # forget distance 1 - (.25 + 1) / 2 = .375; input distance (.25 + 0) / 2 = .125
-    torch.testing.assert_close(out.distances, torch.tensor([[[0.375]]]))
+    torch.testing.assert_close(out.tree_signal.values, torch.tensor([[[0.375]]]))
     torch.testing.assert_close(out.extras["input_distances"], torch.tensor([[[0.125]]]))
 
 
@@ -111,14 +111,16 @@ def test_two_layers_match_plain_python(impl: str) -> None:
         torch.testing.assert_close(out.layer_outputs[index][0], torch.tensor(outputs).double())
         torch.testing.assert_close(out.state[index][0][0], torch.tensor(h).double())
         torch.testing.assert_close(out.state[index][1][0], torch.tensor(c).double())
-        torch.testing.assert_close(out.distances[index, 0], torch.tensor(forget_d).double())
+        torch.testing.assert_close(
+            out.tree_signal.values[index, 0], torch.tensor(forget_d).double()
+        )
         torch.testing.assert_close(
             out.extras["input_distances"][index, 0], torch.tensor(input_d).double()
         )
         inputs = outputs
     torch.testing.assert_close(out.hidden, out.layer_outputs[-1])
     torch.testing.assert_close(out.pooled, out.hidden[:, -1])
-    assert encoder.has_distances and out.distances.shape == (2, 1, 4)
+    assert encoder.tree_signal_kind == "distances" and out.tree_signal.values.shape == (2, 1, 4)
 
 
 def test_cumax_monotone_and_in_unit_interval() -> None:
@@ -204,16 +206,18 @@ def test_padding_and_batch_order_invariance(impl: str) -> None:
         alone = encoder(x[row : row + 1, :length])
         torch.testing.assert_close(out.hidden[row, :length], alone.hidden[0])
         torch.testing.assert_close(out.pooled[row], alone.pooled[0])
-        torch.testing.assert_close(out.distances[:, row, :length], alone.distances[:, 0])
+        torch.testing.assert_close(
+            out.tree_signal.values[:, row, :length], alone.tree_signal.values[:, 0]
+        )
         for (h, c), (h_alone, c_alone) in zip(out.state, alone.state):
             torch.testing.assert_close(h[row], h_alone[0])
             torch.testing.assert_close(c[row], c_alone[0])
-    assert (out.hidden[~mask] == 0).all() and (out.distances[:, ~mask] == 0).all()
+    assert (out.hidden[~mask] == 0).all() and (out.tree_signal.values[:, ~mask] == 0).all()
 
     order = torch.tensor([2, 0, 1])
     shuffled = encoder(x[order], mask[order])
     torch.testing.assert_close(shuffled.hidden, out.hidden[order])
-    torch.testing.assert_close(shuffled.distances, out.distances[:, order])
+    torch.testing.assert_close(shuffled.tree_signal.values, out.tree_signal.values[:, order])
     torch.testing.assert_close(shuffled.state[1][1], out.state[1][1][order])
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from treernn.encoders import onlstm
-from treernn.encoders.onlstm import ONLSTMEncoder, ONLSTMRecurrence, fast_recurrence
+from treernn.encoders import onlstm_fast
+from treernn.encoders.onlstm import ONLSTMEncoder
+from treernn.encoders.onlstm_fast import ONLSTMRecurrence, fast_recurrence
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -27,7 +28,7 @@ def _run(encoder, x, mask, state, seed: int):
     out = encoder(x, mask, state)
     weights = torch.linspace(-1, 1, out.hidden.size(-1))
     loss = (out.hidden * weights).sum() + (out.pooled**2).sum()
-    loss = loss + (out.distances * 0.7).sum() - (out.extras["input_distances"] ** 2).sum()
+    loss = loss + (out.tree_signal.values * 0.7).sum() - (out.extras["input_distances"] ** 2).sum()
     for h, c in out.state:
         loss = loss + (h * 0.3).sum() + (c * c).sum()
     leaves = [x] + [t for pair in state for t in pair] + list(encoder.parameters())
@@ -38,7 +39,7 @@ def _run(encoder, x, mask, state, seed: int):
 def _assert_same(out_a, out_b) -> None:
     torch.testing.assert_close(out_b.hidden, out_a.hidden, **TOLERANCE)
     torch.testing.assert_close(out_b.pooled, out_a.pooled, **TOLERANCE)
-    torch.testing.assert_close(out_b.distances, out_a.distances, **TOLERANCE)
+    torch.testing.assert_close(out_b.tree_signal.values, out_a.tree_signal.values, **TOLERANCE)
     torch.testing.assert_close(
         out_b.extras["input_distances"], out_a.extras["input_distances"], **TOLERANCE
     )
@@ -109,11 +110,11 @@ def test_fast_matches_reference(seed, weight_drop, dropout, train, padded) -> No
 @pytest.mark.parametrize("packed", [False, True])
 def test_per_step_matmul_paths(packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both per-step product paths (MKL packed GEMM where this build has it, plain addmm)."""
-    if packed and not onlstm._mkl_packed_gemm_works():
+    if packed and not onlstm_fast._mkl_packed_gemm_works():
         pytest.skip("this torch build has no MKL packed GEMM")
-    monkeypatch.setattr(onlstm, "USE_MKL_PACKED_GEMM", packed)
+    monkeypatch.setattr(onlstm_fast, "USE_MKL_PACKED_GEMM", packed)
     matrix, x, added = torch.randn(7, 5), torch.randn(3, 5), torch.randn(3, 7)
-    step = onlstm._StepMatmul(matrix, batch=3)
+    step = onlstm_fast._StepMatmul(matrix, batch=3)
     assert (step.packed is not None) == packed
     torch.testing.assert_close(step.addmm(added, x), added + x @ matrix.t(), **TOLERANCE)
     torch.testing.assert_close(step.mm(x), x @ matrix.t(), **TOLERANCE)
@@ -122,8 +123,9 @@ def test_per_step_matmul_paths(packed: bool, monkeypatch: pytest.MonkeyPatch) ->
 
 def test_fast_across_carried_state_segments() -> None:
     """Two BPTT segments with the state carried (detached) between them, as the LM trains."""
-    reference, fast = _pair(7, input_size=5, hidden_size=12, num_layers=2, chunk_size=4,
-                            weight_drop=0.4, dropout=0.1)  # fmt: skip
+    reference, fast = _pair(
+        7, input_size=5, hidden_size=12, num_layers=2, chunk_size=4, weight_drop=0.4, dropout=0.1
+    )
     x = torch.randn(3, 10, 5)
     states = {}
     for name, encoder in (("reference", reference), ("fast", fast)):
