@@ -45,8 +45,13 @@ def test_nary_gold_and_unequal_bracket_counts():
     assert counts.precision == pytest.approx(1 / 3)
     assert counts.recall == pytest.approx(1.0)
     assert counts.f1 == pytest.approx(2 * (1 / 3) * 1 / (1 / 3 + 1))  # 0.5
-    # no gold span besides the whole sentence -> the authors' script counts 1.0
-    assert sentence_f1_one(RIGHT, (0, 1, 2, 3)) == 1.0
+    # a flat gold tree of 4 words has no span below the root: the authors' script gives recall 1 and
+    # precision 0 / 2 against a binary tree -> 0.0 (it used to be 1.0 here, which was wrong) ...
+    assert sentence_f1_one(RIGHT, (0, 1, 2, 3)) == 0.0
+    # ... and 1.0 only against a prediction without any span below the root either
+    assert sentence_f1_one((0, 1, 2, 3), (0, 1, 2, 3)) == 1.0
+    assert sentence_f1_one((0, 1, 2), (0, 1, 2)) == 1.0
+    assert sentence_f1_one(((0, 1), 2), (0, 1, 2)) == 0.0
 
 
 def test_short_sentences():

@@ -8,7 +8,10 @@ Two F1 scores, both over the filtered words (ON-LSTM paper, Table 2; see REFEREN
   recall = matched / gold, F1 = 2PR / (P + R), all over corpus totals.
 - **sentence-averaged F1** (:func:`sentence_f1`, printed by the authors'
   ``test_phrase_grammar.py``): per sentence over the set of spans without the whole-sentence span,
-  averaged over sentences; a sentence with no gold span (two words or fewer) counts 1.0.
+  averaged over sentences. Edge cases as the authors' script: a sentence whose gold tree has no
+  span below the root (one or two words, or a flat gold tree) scores 1.0 only if the predicted tree
+  has none either, and 0.0 otherwise (a flat gold tree of 3+ words against any binary tree).
+  ``include_whole_sentence=True`` counts the whole-sentence span too (a common variant).
 
 Gold ``((a b) (c d))`` against predicted ``(a (b (c d)))``: corpus F1 = 2/3 (66.67), sentence
 F1 = 1/2.
@@ -25,7 +28,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from treernn.parsing.trees import Span, Tree, spans_and_depths, tree_spans
+from treernn.parsing.trees import Span, Tree
 
 #: The labels of Table 2's per-label columns.
 TABLE2_LABELS: tuple[str, ...] = ("ADJP", "NP", "PP", "INTJ")
@@ -62,6 +65,50 @@ def f1_from_counts(matched: float, predicted: float, gold: float) -> float:
     return 2.0 * matched / (predicted + gold) if matched > 0 else 0.0
 
 
+def spans_and_depths(tree: Tree) -> tuple[list[Span], list[int]]:
+    """Internal-node spans (parents before children, the whole sentence first) and the number of
+    brackets above each word, left to right.
+
+    Iterative, so trees thousands of levels deep (ListOps) need no recursion limit; the same answer
+    as :func:`treernn.parsing.trees.spans_and_depths`. Leaves must be numbered left to right
+    without gaps; the first span starts at the first leaf.
+    """
+    spans: list[Span] = []
+    depths: list[int] = []
+    if isinstance(tree, int):
+        return spans, [0]
+    position = _first_leaf(tree)
+    # (node, depth, span slot): a slot is filled in once the node's last leaf has been seen.
+    stack: list[tuple[Tree, int, int]] = [(tree, 0, -1)]
+    while stack:
+        node, depth, slot = stack.pop()
+        if slot >= 0:  # closing marker: every leaf below the node has been counted
+            spans[slot] = (spans[slot][0], position)
+            continue
+        if isinstance(node, int):
+            depths.append(depth)
+            position += 1
+            continue
+        slot = len(spans)
+        spans.append((position, position))
+        stack.append((node, depth, slot))
+        for child in reversed(node):
+            stack.append((child, depth + 1, -1))
+    return spans, depths
+
+
+def tree_spans(tree: Tree) -> list[Span]:
+    """Every bracket EVALB counts (all internal nodes, the whole sentence first, no single words);
+    iterative version of :func:`treernn.parsing.trees.tree_spans`."""
+    return spans_and_depths(tree)[0]
+
+
+def _first_leaf(tree: Tree) -> int:
+    while not isinstance(tree, int):
+        tree = tree[0]
+    return tree
+
+
 def bracket_counts(predicted: Tree, gold: Tree) -> BracketCounts:
     """EVALB's unlabeled counts for one sentence (whole-sentence bracket included, words not)."""
     return counts_from_spans(tree_spans(predicted), tree_spans(gold))
@@ -90,18 +137,29 @@ def sum_counts(counts: Iterable[BracketCounts]) -> BracketCounts:
     return total
 
 
-def sentence_f1_one(predicted: Tree, gold: Tree) -> float:
-    """The authors' per-sentence F1: span sets without the whole-sentence span; 1.0 with no gold
-    span."""
-    return sentence_f1_from_spans(tree_spans(predicted), tree_spans(gold))
+def sentence_f1_one(predicted: Tree, gold: Tree, *, include_whole_sentence: bool = False) -> float:
+    """The authors' per-sentence F1 over span sets (see :func:`sentence_f1_from_spans`)."""
+    return sentence_f1_from_spans(
+        tree_spans(predicted), tree_spans(gold), include_whole_sentence=include_whole_sentence
+    )
 
 
-def sentence_f1_from_spans(predicted_spans: list[Span], gold_spans: list[Span]) -> float:
-    """:func:`sentence_f1_one` from the two trees' :func:`tree_spans` (whole sentence first)."""
-    predicted_set = set(predicted_spans[1:])  # tree_spans lists the whole sentence first
-    gold_set = set(gold_spans[1:])
+def sentence_f1_from_spans(
+    predicted_spans: list[Span], gold_spans: list[Span], *, include_whole_sentence: bool = False
+) -> float:
+    """:func:`sentence_f1_one` from the two trees' :func:`tree_spans` (whole sentence first).
+
+    Sets of spans, without the whole-sentence span unless ``include_whole_sentence``. As the
+    authors' script: with no gold span, recall is 1 and precision is 1 only if the prediction has
+    no span either, so a one- or two-word sentence scores 1.0 and a flat gold tree of 3+ words
+    scores 0.0 against any binary tree. Their ``1e-8`` guards are left out (they move a score by
+    at most 1e-8).
+    """
+    skip = 0 if include_whole_sentence else 1  # tree_spans lists the whole sentence first
+    predicted_set = set(predicted_spans[skip:])
+    gold_set = set(gold_spans[skip:])
     if not gold_set:
-        return 1.0
+        return 0.0 if predicted_set else 1.0
     overlap = len(predicted_set & gold_set)
     if overlap == 0:
         return 0.0
@@ -110,9 +168,14 @@ def sentence_f1_from_spans(predicted_spans: list[Span], gold_spans: list[Span]) 
     return 2.0 * precision * recall / (precision + recall)
 
 
-def sentence_f1(predicted: Sequence[Tree], gold: Sequence[Tree]) -> float:
+def sentence_f1(
+    predicted: Sequence[Tree], gold: Sequence[Tree], *, include_whole_sentence: bool = False
+) -> float:
     """The authors' sentence-averaged F1 (not EVALB's), as a fraction in [0, 1]."""
-    scores = [sentence_f1_one(p, g) for p, g in zip(predicted, gold, strict=True)]
+    scores = [
+        sentence_f1_one(p, g, include_whole_sentence=include_whole_sentence)
+        for p, g in zip(predicted, gold, strict=True)
+    ]
     return sum(scores) / len(scores) if scores else 0.0
 
 
@@ -168,8 +231,11 @@ def score_trees(
     gold: Sequence[Tree],
     labelled_spans: Sequence[Iterable[tuple[str, int, int]]] | None = None,
     labels: Iterable[str] = TABLE2_LABELS,
+    *,
+    include_whole_sentence: bool = False,
 ) -> ParseScores:
-    """All Table 2 scores of ``predicted`` against ``gold`` (one tree per sentence in each)."""
+    """All Table 2 scores of ``predicted`` against ``gold`` (one tree per sentence in each);
+    ``include_whole_sentence`` is passed on to :func:`sentence_f1_from_spans`."""
     if len(predicted) != len(gold):
         raise ValueError(f"{len(predicted)} predicted trees for {len(gold)} gold trees")
     if labelled_spans is not None and len(labelled_spans) != len(gold):
@@ -183,7 +249,11 @@ def score_trees(
         predicted_spans, leaf_depth_list = spans_and_depths(predicted_tree)
         gold_spans = tree_spans(gold_tree)
         counts = counts + counts_from_spans(predicted_spans, gold_spans)
-        sentence_scores.append(sentence_f1_from_spans(predicted_spans, gold_spans))
+        sentence_scores.append(
+            sentence_f1_from_spans(
+                predicted_spans, gold_spans, include_whole_sentence=include_whole_sentence
+            )
+        )
         depths.append(sum(leaf_depth_list) / len(leaf_depth_list))
         if labelled_spans is not None:
             found_total = _label_counts(set(predicted_spans), labelled_spans[index], labels)
