@@ -15,6 +15,10 @@ in the gold tree drop subtrees left without words and collapse unary nodes. Cons
 (function tags and indices stripped: ``NP-SBJ-1`` -> ``NP``) are kept on every span of two or more
 words for per-label recall.
 
+``keep_punctuation=True`` (a variant some papers report) keeps every word except ``-NONE-``
+traces; the split is still chosen by the length without punctuation, so ``wsj10`` holds the same
+sentences under both conventions.
+
 Splits: ``wsj10`` (at most 10 words, sections 00-24) and ``wsj_test`` (section 23) on the full
 treebank; on the sample, ``sample`` (all sentences) and ``sample10`` (at most 10 words) stand in
 for them.
@@ -43,6 +47,9 @@ WORD_TAGS: frozenset[str] = frozenset([
     "VBN", "VBP", "VBZ", "WDT", "WP", "WP$", "WRB",
 ])
 # fmt: on
+
+#: The POS tag of empty elements (traces), never a word.
+TRACE_TAG = "-NONE-"
 
 #: Where the nltk sample lives under the data directory, and where it comes from.
 SAMPLE_SUBDIR = Path("ptb_nltk_sample/nltk_data/corpora/treebank/combined")
@@ -77,7 +84,10 @@ class GoldSentence:
     words: the kept, normalised words. tree: the cleaned gold tree over word positions.
     labelled_spans: ``(label, start, end)`` for every constituent of at least two words, each once
     (different labels may share a span after unary collapse). source: ``file:index`` (index of the
-    tree in its file, from 0). section: the WSJ section (first two digits of the file number).
+    tree in its file, from 0). section: the WSJ section (first two digits of the file number; -1
+    for trees from elsewhere).
+    length_without_punctuation: the number of words the default filter keeps (selects ``wsj10``
+    when punctuation is kept); None means ``len(words)``.
     """
 
     words: tuple[str, ...]
@@ -85,6 +95,13 @@ class GoldSentence:
     labelled_spans: LabelledSpans
     source: str
     section: int
+    length_without_punctuation: int | None = None
+
+    @property
+    def filtered_length(self) -> int:
+        if self.length_without_punctuation is None:
+            return len(self.words)
+        return self.length_without_punctuation
 
 
 @dataclass(frozen=True)
@@ -110,11 +127,19 @@ def base_label(label: str) -> str:
     return re.split(r"[-=|]", label, maxsplit=1)[0] or label
 
 
-def prepare_tree(tree: object) -> tuple[tuple[str, ...], Tree, LabelledSpans] | None:
+def is_word_tag(tag: str, keep_punctuation: bool = False) -> bool:
+    """Whether a leaf with this POS tag is a word: a tag of :data:`WORD_TAGS`, or with
+    ``keep_punctuation`` any tag but the trace tag ``-NONE-``."""
+    return tag != TRACE_TAG if keep_punctuation else tag in WORD_TAGS
+
+
+def prepare_tree(
+    tree: object, keep_punctuation: bool = False
+) -> tuple[tuple[str, ...], Tree, LabelledSpans] | None:
     """Filter, normalise and clean one ``nltk.Tree``; None when no word is left.
 
     Returns ``(words, tree, labelled_spans)``. A preterminal is a node whose children are strings;
-    it is a word when its label is in :data:`WORD_TAGS`.
+    it is a word when :func:`is_word_tag` says so for its label.
     """
     words: list[str] = []
     labelled: list[tuple[str, int, int]] = []
@@ -125,7 +150,7 @@ def prepare_tree(tree: object) -> tuple[tuple[str, ...], Tree, LabelledSpans] | 
             raise ValueError(f"malformed tree (unbalanced brackets?) near {node!r}")
         children = list(node)  # type: ignore[call-overload]
         if all(isinstance(child, str) for child in children):
-            if node.label() not in WORD_TAGS:  # type: ignore[attr-defined]
+            if not is_word_tag(node.label(), keep_punctuation):  # type: ignore[attr-defined]
                 return None
             words.append(normalise_word(" ".join(children)))
             return len(words) - 1
@@ -173,13 +198,16 @@ def _nltk_may_read(root: Path) -> Iterator[None]:
             nltk.data.path.remove(entry)
 
 
-def read_treebank(directory: str | Path) -> Treebank:
-    """Read and prepare every tree below ``directory`` (cached per directory: it takes seconds)."""
-    return _read_treebank(str(Path(directory).expanduser().resolve()))
+def read_treebank(directory: str | Path, *, keep_punctuation: bool = False) -> Treebank:
+    """Read and prepare every tree below ``directory`` (cached per directory: it takes seconds).
+
+    ``keep_punctuation`` keeps every word but traces (see the module docstring); a tree is still
+    skipped as empty when it has no word without punctuation."""
+    return _read_treebank(str(Path(directory).expanduser().resolve()), keep_punctuation)
 
 
 @functools.lru_cache(maxsize=4)
-def _read_treebank(directory: str) -> Treebank:
+def _read_treebank(directory: str, keep_punctuation: bool = False) -> Treebank:
     from nltk.corpus.reader import BracketParseCorpusReader
 
     files = find_tree_files(directory)
@@ -204,13 +232,18 @@ def _read_treebank(directory: str) -> Treebank:
                 source = f"{path.name}:{index}"
                 try:
                     prepared = prepare_tree(tree)
+                    with_punctuation = prepare_tree(tree, True) if keep_punctuation else None
                 except ValueError as error:
                     raise TreebankError(f"{path}: tree {index}: {error}") from error
                 if prepared is None:
                     empty.append(source)
                     continue
                 words, gold_tree, labelled_spans = prepared
-                sentences.append(GoldSentence(words, gold_tree, labelled_spans, source, section))
+                if with_punctuation is None:
+                    sentence = GoldSentence(words, gold_tree, labelled_spans, source, section)
+                else:
+                    sentence = GoldSentence(*with_punctuation, source, section, len(words))
+                sentences.append(sentence)
     if empty:
         log.warning(
             "%d tree(s) in %s have no word after dropping punctuation and traces and are skipped "
@@ -237,7 +270,7 @@ def sample_directory(data_dir: str | Path) -> Path:
 def select_split(sentences: Sequence[GoldSentence], split: str) -> list[GoldSentence]:
     """The sentences of a named split (see the module docstring)."""
     if split in ("wsj10", "sample10"):
-        return [sentence for sentence in sentences if len(sentence.words) <= SHORT_SENTENCE]
+        return [sentence for sentence in sentences if sentence.filtered_length <= SHORT_SENTENCE]
     if split == "wsj_test":
         return [sentence for sentence in sentences if sentence.section == TEST_SECTION]
     if split == "sample":
@@ -251,9 +284,10 @@ def load_split(
     *,
     wsj_dir: str | Path | None = None,
     data_dir: str | Path | None = None,
+    keep_punctuation: bool = False,
 ) -> list[GoldSentence]:
     """The prepared sentences of ``split`` from the full WSJ (``wsj_dir``) or the sample
-    (below ``data_dir``)."""
+    (below ``data_dir``); ``keep_punctuation`` as in :func:`read_treebank`."""
     if split not in SPLITS.get(treebank, ()):
         splits = " and ".join(repr(name) for name in SPLITS.get(treebank, ()))
         raise TreebankError(
@@ -267,7 +301,8 @@ def load_split(
         if data_dir is None:
             raise TreebankError("treebank 'sample' needs data_dir (TREERNN_DATA_DIR)")
         directory = sample_directory(data_dir)
-    selected = select_split(read_treebank(directory).sentences, split)
+    treebank_read = read_treebank(directory, keep_punctuation=keep_punctuation)
+    selected = select_split(treebank_read.sentences, split)
     if not selected:
         raise TreebankError(f"split {split!r} of {directory} has no sentences")
     return selected
@@ -305,8 +340,10 @@ __all__ = [
     "Span",
     "Treebank",
     "TreebankError",
+    "TRACE_TAG",
     "WORD_TAGS",
     "base_label",
+    "is_word_tag",
     "default_splits",
     "find_tree_files",
     "load_split",
