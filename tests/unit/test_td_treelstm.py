@@ -1,4 +1,6 @@
-"""TreeLSTM / LdTreeLSTM: the level-batched schedule against a node-at-a-time reference."""
+"""TreeLSTM / LdTreeLSTM: the level-batched schedule (``impl="batched"``) against the node-at-a-time
+reference (``impl="reference"``), the left-dependent LSTM against a hand-written one, padding,
+dropout, initialisation and gradients."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import torch
 
 from tests.fixtures.dependency import FIGURE_2_HEADS, FIGURE_2_WORDS
 from treernn.data.dependency import DependencyTree, build_vocabulary, collate_trees, encode_tree
-from treernn.encoders.td_treelstm import RIGHT, LdTreeLSTM, TopDownTreeLSTM
+from treernn.encoders.td_treelstm import LdTreeLSTM, TopDownTreeLSTM
 
 # The luxury auto manufacturer last year sold 1,214 cars in the U.S. (paper Figure 2)
 FIGURE_2 = DependencyTree(FIGURE_2_WORDS, FIGURE_2_HEADS)
@@ -19,38 +21,6 @@ SMALL_TREES = [
 ]
 
 
-def node_at_a_time(encoder: TopDownTreeLSTM, x: torch.Tensor, example) -> torch.Tensor:
-    """Reference: Eq. 2/4/6/7 applied one step at a time with ``nn.LSTMCell`` calls."""
-    steps = example.steps
-    states = {0: encoder.root_state(1)}
-    outputs = [states[0][-1][0][0]]
-    for t in range(1, len(steps.word_index)):
-        z, pred = steps.edge_type[t], steps.predecessor[t]
-        inputs = x[pred].unsqueeze(0)  # (1, D): the predecessor's word embedding
-        if z == RIGHT and encoder.uses_left_dependents:
-            deps = list(steps.left_dependents[t])
-            q = torch.zeros(1, encoder.left_dependent_size)
-            if deps:
-                lstm = encoder.left_dependent_lstm
-                h, c = torch.zeros(1, lstm.hidden_size), torch.zeros(1, lstm.hidden_size)
-                for d in deps:  # farthest first
-                    gates = x[d] @ lstm.weight_ih_l0.T + lstm.bias_ih_l0
-                    gates = gates + h @ lstm.weight_hh_l0.T + lstm.bias_hh_l0
-                    i, f, g, o = gates.chunk(4, -1)
-                    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-                    h = torch.sigmoid(o) * torch.tanh(c)
-                q = h
-            inputs = torch.cat([inputs, q], -1)
-        new_state, below = [], inputs
-        for layer, cell in enumerate(encoder.cells[z]):
-            h, c = cell(below, states[pred][layer])
-            new_state.append((h, c))
-            below = h
-        states[t] = new_state
-        outputs.append(below[0])
-    return torch.stack(outputs)
-
-
 @pytest.mark.parametrize("cls", [TopDownTreeLSTM, LdTreeLSTM])
 @pytest.mark.parametrize("num_layers", [1, 2])
 def test_batched_equals_node_at_a_time(cls, num_layers):
@@ -58,13 +28,38 @@ def test_batched_equals_node_at_a_time(cls, num_layers):
     examples = [encode_tree(t, vocab) for t in SMALL_TREES]
     batch = collate_trees(examples)
     encoder = cls(input_size=6, hidden_size=5, num_layers=num_layers).eval()
+    reference = cls(input_size=6, hidden_size=5, num_layers=num_layers, impl="reference").eval()
+    reference.load_state_dict(encoder.state_dict())
     embedding = torch.nn.Embedding(len(vocab), 6)
     x = embedding(batch["tokens"])  # (B, T+1, D)
     hidden = encoder(x, batch["mask"], tree=batch["tree"]).hidden  # (B, T+1, H)
     for row, example in enumerate(examples):
-        expected = node_at_a_time(encoder, x[row], example)
+        # the reference reads one tree alone: no batch, no padding
+        alone = collate_trees([example])
+        expected = reference(x[row : row + 1, : len(example.steps.word_index)], tree=alone["tree"])
+        expected = expected.hidden[0]
+        assert expected.shape[0] == len(example.steps.word_index)
         torch.testing.assert_close(hidden[row, : len(expected)], expected, atol=1e-6, rtol=1e-5)
         assert bool((hidden[row, len(expected) :] == 0).all())
+
+
+def test_left_dependent_summary_is_the_lstm_of_eq_6():
+    """q_K by hand (i, f, g, o gates, farthest dependent first) and by nn.LSTM agree."""
+    encoder = LdTreeLSTM(input_size=4, hidden_size=3).eval()
+    lstm = encoder.left_dependent_lstm
+    dependents = torch.randn(3, 4)
+    h, c = torch.zeros(1, 3), torch.zeros(1, 3)
+    for d in dependents:  # farthest first
+        gates = (
+            d @ lstm.weight_ih_l0.T + lstm.bias_ih_l0 + h @ lstm.weight_hh_l0.T + lstm.bias_hh_l0
+        )
+        i, f, g, o = gates.chunk(4, -1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+    torch.testing.assert_close(encoder.left_dependent_summary(dependents), h)
+    _, (last, _) = lstm(dependents[None])
+    torch.testing.assert_close(encoder.left_dependent_summary(dependents), last[0])
+    assert bool((encoder.left_dependent_summary(dependents[:0]) == 0).all())
 
 
 def test_root_state_is_constant_and_padding_does_not_change_results():
@@ -128,6 +123,8 @@ def test_parameters_uniform_in_paper_range_and_gradients_flow():
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder.parameters())
 
 
-def test_missing_tree_is_a_clear_error():
+def test_missing_tree_and_unknown_impl_are_clear_errors():
     with pytest.raises(ValueError, match="tree="):
         TopDownTreeLSTM(input_size=2, hidden_size=2)(torch.zeros(1, 2, 2))
+    with pytest.raises(ValueError, match="impl='fast'"):
+        TopDownTreeLSTM(input_size=2, hidden_size=2, impl="fast")

@@ -15,17 +15,22 @@ and cell, every layer). LdTreeLSTM (Eq. 6-7) adds a fifth LSTM that reads the he
 farthest first; its last state q_K is concatenated to the GEN-R input of the head's first right
 dependent (a zero vector when the head has no left dependent).
 
-Batching: a step's predecessor always lies on the previous generation level, so all steps of one
-level, across all trees of the batch, run together. Per level and layer, one matrix product with the
-four LSTMs' stacked weights gives every type's pre-activations and each step keeps its own type's
-(4x the recurrent arithmetic, far fewer kernel launches). The first layer's input projections (and
-the LD summaries) do not depend on the recurrence and are computed for all steps beforehand.
+Two implementations compute the same numbers (``impl``):
+
+* ``impl="reference"``: :meth:`TopDownTreeLSTM.reference_forward`, Eq. 2-7 one node at a time,
+  in generation order, with ``nn.LSTMCell`` calls. Read this one.
+* ``impl="batched"`` (default): all steps of one generation level, across all trees of the batch,
+  at once (:mod:`treernn.encoders.td_treelstm_batched`, tested equal to the reference). Dropout
+  between layers draws its masks in a different order, so the two agree in eval mode (and in
+  training only without dropout).
+
 Parameters are initialised uniformly in [-0.1, 0.1] as in the paper.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +38,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from treernn.encoders.base import Encoder, EncoderOutput, check_dropout
+from treernn.encoders.td_treelstm_batched import batched_forward
 
 LEFT, RIGHT, NX_LEFT, NX_RIGHT = 0, 1, 2, 3
 EDGE_TYPES = ("LEFT", "RIGHT", "NX_LEFT", "NX_RIGHT")
@@ -72,6 +78,8 @@ class TopDownTreeLSTM(Encoder):
     forward(x (B, T, D), mask (B, T), tree=TopDownTree) -> hidden (B, T, H): ``x[:, t]`` is the
     embedding of the word generated at step t (``x[:, 0]`` the ROOT embedding); ``hidden[:, t]`` is
     h_t, the state that predicts the word of step t (``hidden[:, 0]`` is ROOT's constant state).
+    ``impl`` picks the implementation: ``"batched"`` (default) or the node-at-a-time
+    ``"reference"`` (see the module docstring).
     """
 
     input_view = "dependency_tree"
@@ -87,9 +95,13 @@ class TopDownTreeLSTM(Encoder):
         left_dependent_size: int | None = None,
         root_value: float = 0.01,
         init_range: float = 0.1,
+        impl: Literal["batched", "reference"] = "batched",
     ) -> None:
         super().__init__()
         check_dropout("dropout", dropout)
+        if impl not in ("batched", "reference"):
+            raise ValueError(f"impl={impl!r} is not one of 'batched', 'reference'.")
+        self.impl = impl
         if num_layers < 1:
             raise ValueError(f"num_layers={num_layers}: a tree LSTM needs at least one layer")
         self.input_size = input_size
@@ -101,13 +113,16 @@ class TopDownTreeLSTM(Encoder):
         self.left_dependent_size = (left_dependent_size or hidden_size) if left_dependents else 0
         first_inputs = [input_size] * 4
         first_inputs[RIGHT] += self.left_dependent_size  # Eq. 7a: r_t = [We e(w_t'); q_K]
-        # cells[z][l]: the layer-l cell of LSTM_z (GEN-L, GEN-R, GEN-NX-L, GEN-NX-R).
+        # cells[edge_type][layer]: one layer of LSTM_z (GEN-L, GEN-R, GEN-NX-L, GEN-NX-R).
+        layer_inputs = [
+            [first_inputs[edge_type]] + self.hidden_sizes[:-1] for edge_type in range(4)
+        ]
         self.cells = nn.ModuleList(
             nn.ModuleList(
-                nn.LSTMCell(first_inputs[z] if l == 0 else self.hidden_sizes[l - 1], size)
-                for l, size in enumerate(self.hidden_sizes)
+                nn.LSTMCell(cell_input, size)
+                for cell_input, size in zip(layer_inputs[edge_type], self.hidden_sizes)
             )
-            for z in range(4)
+            for edge_type in range(4)
         )
         self.left_dependent_lstm = (
             nn.LSTM(input_size, self.left_dependent_size, batch_first=True)
@@ -162,7 +177,47 @@ class TopDownTreeLSTM(Encoder):
             below = hidden
         return new_state
 
-    # ------------------------------------------------------------------ batched forward
+    # ------------------------------------------------------------------ the reference
+
+    def reference_forward(self, x: Tensor, mask: Tensor, tree: TopDownTree) -> list[Tensor]:
+        """Eq. 2-7 one node at a time: x (B, T, D), mask (B, T) -> per-layer hidden (B, T, H_l).
+
+        Steps are visited in generation (breadth-first) order, so a step's predecessor
+        ``tree.predecessor[row, t] < t`` always has its state already.
+        """
+        batch, width, _ = x.shape
+        layer_outputs = [x.new_zeros(batch, width, size) for size in self.hidden_sizes]
+        for row in range(batch):
+            length = int(mask[row].sum())
+            states = {0: self.root_state(1, x.device, x.dtype)}  # step -> per-layer (h, c)
+            for t in range(1, length):
+                edge_type = int(tree.edge_type[row, t])
+                predecessor = int(tree.predecessor[row, t])
+                inputs = x[row, predecessor].unsqueeze(0)  # (1, D), Eq. 2a
+                if edge_type == RIGHT and self.uses_left_dependents:  # Eq. 7a: [x; q_K]
+                    count = int(tree.left_dependents_length[row, t])
+                    dependents = tree.left_dependents[row, t, :count]  # farthest first
+                    summary = self.left_dependent_summary(x[row, dependents])
+                    inputs = torch.cat([inputs, summary], dim=-1)
+                states[t] = self.step(edge_type, inputs, states[predecessor])  # Eq. 2b, 4-5
+            for t, state in states.items():
+                for layer, (hidden, _) in enumerate(state):
+                    layer_outputs[layer][row, t] = hidden[0]
+        return layer_outputs
+
+    def left_dependent_summary(self, dependents: Tensor) -> Tensor:
+        """Eq. 6 one dependent at a time: (K, D) farthest first -> q_K (1, H_ld), 0 when K = 0."""
+        lstm = self.left_dependent_lstm
+        assert lstm is not None
+        hidden = dependents.new_zeros(1, self.left_dependent_size)
+        cell = dependents.new_zeros(1, self.left_dependent_size)
+        for dependent in dependents:
+            gates = F.linear(dependent[None], lstm.weight_ih_l0, lstm.bias_ih_l0)
+            gates = gates + F.linear(hidden, lstm.weight_hh_l0, lstm.bias_hh_l0)
+            hidden, cell = lstm_cell(gates, cell)
+        return hidden
+
+    # ------------------------------------------------------------------ forward
 
     def forward(
         self,
@@ -179,103 +234,10 @@ class TopDownTreeLSTM(Encoder):
             mask = torch.ones(batch, width, dtype=torch.bool, device=x.device)
         if not bool(mask[:, 0].all()):
             raise ValueError("every row needs ROOT at step 0 (mask[:, 0] must be True)")
-        device = x.device
-        flat_x = x.reshape(batch * width, -1)  # (B*T, D)
-        row_offset = torch.arange(batch, device=device).unsqueeze(1) * width  # (B, 1)
-
-        # Schedule: real steps sorted by generation level; ROOT steps (level 0) first.
-        real = mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat step ids
-        level = tree.level.reshape(-1)[real]
-        level = torch.where((real % width) == 0, torch.zeros_like(level), level.clamp(min=1))
-        level, permutation = torch.sort(level, stable=True)
-        order = real[permutation]  # (N,) flat ids in schedule order
-        edge = tree.edge_type.reshape(-1)[order]  # (N,)
-        level_sizes = torch.bincount(level).tolist()
-        if 0 in level_sizes:
-            raise ValueError("tree.level skips a level: check the linearisation")
-        level_starts = [sum(level_sizes[:i]) for i in range(len(level_sizes))]
-
-        schedule_position = torch.full((batch * width,), -1, dtype=torch.long, device=device)
-        schedule_position[order] = torch.arange(order.numel(), device=device)
-        level_start_of = torch.tensor(level_starts, device=device)[level]  # (N,)
-        position_in_level = torch.full_like(schedule_position, -1)
-        position_in_level[order] = schedule_position[order] - level_start_of
-        predecessor_flat = (tree.predecessor + row_offset).reshape(-1)[order]  # (N,)
-        predecessor_in_level = position_in_level[predecessor_flat]  # (N,)
-        if bool((predecessor_in_level[level_sizes[0] :] < 0).any()):
-            raise ValueError("a step's predecessor is padding: check tree.predecessor and mask")
-
-        # Layer-1 input projections of all steps at once (Eq. 2a / 7a), one product per edge type.
-        predecessor_words = flat_x[predecessor_flat]  # (N, D)
-        first_layer = x.new_zeros(order.numel(), 4 * self.hidden_sizes[0])  # (N, 4H)
-        generated = torch.arange(order.numel(), device=device) >= level_sizes[0]
-        for z in range(4):
-            selected = ((edge == z) & generated).nonzero().squeeze(1)
-            if selected.numel() == 0:
-                continue
-            inputs = predecessor_words[selected]
-            if z == RIGHT and self.uses_left_dependents:
-                steps = order[selected]
-                deps = tree.left_dependents.reshape(batch * width, -1)[steps]  # (N_R, K)
-                lengths = tree.left_dependents_length.reshape(-1)[steps]  # (N_R,)
-                deps_flat = deps + (steps // width * width).unsqueeze(1)
-                summary = self.summarise_left_dependents(flat_x[deps_flat], lengths)
-                inputs = torch.cat([inputs, summary], dim=-1)
-            cell = self.cells[z][0]
-            first_layer = first_layer.index_copy(
-                0, selected, F.linear(inputs, cell.weight_ih, cell.bias_ih)
-            )
-
-        # All four LSTMs' recurrent (and upper-layer input) weights stacked: one product per level
-        # and layer gives every edge type's pre-activations; each step keeps its own type's.
-        recurrent_weights = [
-            (
-                torch.cat([self.cells[z][l].weight_hh for z in range(4)]),  # (4*4H, H)
-                torch.cat([self.cells[z][l].bias_hh for z in range(4)]),
-            )
-            for l in range(self.num_layers)
-        ]
-        input_weights = [
-            (
-                torch.cat([self.cells[z][l].weight_ih for z in range(4)]),
-                torch.cat([self.cells[z][l].bias_ih for z in range(4)]),
-            )
-            for l in range(1, self.num_layers)
-        ]
-
-        def own_type(all_types: Tensor, types: Tensor) -> Tensor:
-            """(n, 4 * 4H) pre-activations of the 4 LSTMs -> (n, 4H) of each step's own type."""
-            rows = all_types.view(all_types.size(0), 4, -1)
-            return rows[torch.arange(rows.size(0), device=device), types]
-
-        previous = self.root_state(level_sizes[0], device, x.dtype)
-        level_outputs: list[list[Tensor]] = [[h for h, _ in previous]]  # per level, per layer
-        for lvl in range(1, len(level_sizes)):
-            start, end = level_starts[lvl], level_starts[lvl] + level_sizes[lvl]
-            predecessor_index = predecessor_in_level[start:end]
-            types = edge[start:end]
-            new_state: LayerStates = []
-            below: Tensor | None = None
-            for layer in range(self.num_layers):
-                hidden_prev = previous[layer][0][predecessor_index]  # (n, H)
-                cell_prev = previous[layer][1][predecessor_index]
-                recurrent = own_type(F.linear(hidden_prev, *recurrent_weights[layer]), types)
-                if layer == 0:
-                    pre = first_layer[start:end]
-                else:
-                    weight, bias = input_weights[layer - 1]
-                    pre = own_type(F.linear(self.dropout(below), weight, bias), types)
-                hidden, memory = lstm_cell(pre + recurrent, cell_prev)
-                new_state.append((hidden, memory))
-                below = hidden
-            previous = new_state
-            level_outputs.append([h for h, _ in previous])
-
-        layer_outputs = []
-        for layer, size in enumerate(self.hidden_sizes):
-            scheduled = torch.cat([outputs[layer] for outputs in level_outputs])  # (N, H_l)
-            dense = scheduled.new_zeros(batch * width, size).index_copy(0, order, scheduled)
-            layer_outputs.append(dense.view(batch, width, size))
+        if self.impl == "batched":
+            layer_outputs = batched_forward(self, x, mask, tree)
+        else:
+            layer_outputs = self.reference_forward(x, mask, tree)
         hidden = layer_outputs[-1]
         weights = mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
@@ -295,6 +257,7 @@ class LdTreeLSTM(TopDownTreeLSTM):
         left_dependent_size: int | None = None,
         root_value: float = 0.01,
         init_range: float = 0.1,
+        impl: Literal["batched", "reference"] = "batched",
     ) -> None:
         super().__init__(
             input_size,
@@ -306,4 +269,5 @@ class LdTreeLSTM(TopDownTreeLSTM):
             left_dependent_size=left_dependent_size,
             root_value=root_value,
             init_range=init_range,
+            impl=impl,
         )
