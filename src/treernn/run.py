@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -13,21 +15,22 @@ import hydra
 import lightning.pytorch as pl
 import torch
 from hydra.errors import InstantiationException
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from treernn.data.download import ChecksumError, DatasetNotFoundError
+from treernn import runs
+from treernn.callbacks.divergence import DivergenceMonitor
+from treernn.config_checks import check_config
 from treernn.data.vocab import Vocabulary
-from treernn.tasks.language_model import NonFiniteLossError
+from treernn.errors import UserError, show_tracebacks
 
 log = logging.getLogger("treernn")
 
 #: keys of a model/task config that describe it rather than construct it
 DESCRIPTIVE_KEYS = ("name",)
 
-
-class UserError(Exception):
-    """A problem with the user's input: printed as one line, no stack trace."""
+__all__ = ["UserError", "build_task", "load_task", "main", "train"]
 
 
 def register_resolvers() -> None:
@@ -85,12 +88,9 @@ def build_task(cfg: DictConfig, task_kwargs: dict[str, Any]) -> pl.LightningModu
 def load_task(ckpt_path: str | Path, averaged: bool = True) -> pl.LightningModule:
     """Rebuild a task from a treernn checkpoint, in eval mode (averaged NT-ASGD weights if any)."""
     path = Path(ckpt_path)
-    if not path.is_file():
-        raise UserError(f"checkpoint {path} does not exist")
+    runs.inspect_checkpoint(path)  # one line for a missing, damaged or foreign file
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    info = checkpoint.get("treernn")
-    if info is None:
-        raise UserError(f"{path} is not a treernn checkpoint (no run information in it)")
+    info = checkpoint["treernn"]
     cfg = OmegaConf.create(info["config"])
     flush_denormals(bool(cfg.get("flush_denormal", True)))  # before the model's first operation
     task = build_task(cfg, {k: _deserialise(v) for k, v in info["task_kwargs"].items()})
@@ -101,18 +101,88 @@ def load_task(ckpt_path: str | Path, averaged: bool = True) -> pl.LightningModul
     return task.eval()
 
 
-def resolve_ckpt_path(cfg: DictConfig) -> str | None:
+def resume_plan(cfg: DictConfig) -> runs.ResumePlan | None:
+    """Which checkpoint (and run) ``ckpt_path`` names, checked before any data is loaded."""
     if cfg.ckpt_path in (None, ""):
         return None
     if cfg.ckpt_path == "last":
-        runs = Path(cfg.paths.log_dir) / cfg.task.name / cfg.model.name
-        candidates = sorted(runs.glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
-        if not candidates:
-            raise UserError(f"ckpt_path=last: no checkpoints/last.ckpt under {runs}")
-        return str(candidates[-1])
-    if not Path(cfg.ckpt_path).is_file():
-        raise UserError(f"ckpt_path={cfg.ckpt_path} does not exist")
-    return str(cfg.ckpt_path)
+        max_epochs = cfg.trainer.get("max_epochs") if cfg.mode != "test" else None
+        plan = runs.plan_last(
+            Path(cfg.paths.log_dir),
+            cfg.task.name,
+            cfg.model.name,
+            max_epochs,
+            exclude=Path(cfg.paths.output_dir),
+        )
+    else:
+        plan = runs.plan_path(cfg.ckpt_path)
+    runs.check_task_and_model(plan.checkpoint, cfg.task.name, cfg.model.name)
+    return plan
+
+
+def resolve_ckpt_path(cfg: DictConfig) -> str | None:
+    plan = resume_plan(cfg)
+    return str(plan.checkpoint.path) if plan else None
+
+
+class ResumeOverrides(Callback):
+    """Applies the new optimizer / scheduler settings to the state restored from a checkpoint."""
+
+    def __init__(self, config: dict[str, Any], keys: list[str]) -> None:
+        self.config = config
+        self.keys = keys
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        applied = runs.apply_resumed_overrides(trainer, self.config, self.keys)
+        if applied and trainer.is_global_zero:
+            log.info("resumed with new settings applied: %s", ", ".join(applied))
+
+
+def _route_lightning_logs() -> None:
+    """Lightning's own logger does not propagate (it prints through its own handler), so its lines
+    never reached train.log. Send them through the root logger that Hydra set up."""
+    if not logging.getLogger().handlers:
+        return  # not under Hydra's logging (e.g. tests composing configs): leave it alone
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            if type(handler) is logging.StreamHandler:
+                logger.removeHandler(handler)
+        logger.propagate = True
+    logging.captureWarnings(True)
+
+
+def _continue_in(cfg: DictConfig, plan: runs.ResumePlan) -> Path:
+    """Point this run's outputs at the run it resumes; this invocation's directory links there."""
+    own_dir = Path(cfg.paths.output_dir)
+    target = plan.run_dir
+    if target is None or target.resolve() == own_dir.resolve():
+        return own_dir
+    if rank_zero_only.rank == 0:
+        runs.write_status(own_dir, status="resumed", resumed_into=str(target))
+        link = own_dir / "run"
+        if not link.exists():
+            link.symlink_to(target.resolve(), target_is_directory=True)
+        record = runs.read_status(target)
+        runs.write_status(
+            target,
+            resumes=[
+                *record.get("resumes", []),
+                {
+                    "from": str(plan.checkpoint.path),
+                    "at": runs.now(),
+                    "invocation_dir": str(own_dir),
+                },
+            ],
+        )
+        handler = logging.FileHandler(target / "train.log", mode="a")
+        handler.setFormatter(
+            logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+        )
+        logging.getLogger().addHandler(handler)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(target)
+    return target
 
 
 def _instantiate_group(group: DictConfig | None, **kwargs) -> list[Any]:
@@ -159,15 +229,44 @@ def flush_denormals(enabled: bool = True) -> None:
     torch.set_flush_denormal(enabled)
 
 
+class RunInterrupted(Exception):
+    """The run was stopped (Ctrl-C, SIGTERM) before it finished."""
+
+
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and/or test as ``cfg.mode`` says; returns the final metrics."""
     flush_denormals(bool(cfg.get("flush_denormal", True)))
+    _route_lightning_logs()
     if cfg.mode not in ("fit+test", "fit", "test"):
         raise UserError(f"mode={cfg.mode} is not one of fit+test, fit, test")
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    ckpt_path = resolve_ckpt_path(cfg)
-    if cfg.mode == "test" and ckpt_path is None:
+    check_config(cfg)
+    plan = resume_plan(cfg)  # a bad checkpoint stops here, before any data is loaded
+    if cfg.mode == "test" and plan is None:
         raise UserError("mode=test needs ckpt_path=<checkpoint> (or ckpt_path=last)")
+    ckpt_path = str(plan.checkpoint.path) if plan else None
+    if plan is not None and cfg.mode != "test":
+        _continue_in(cfg, plan)
+        log.info(
+            "resuming %s from %s (epoch %d, step %d)",
+            plan.run_dir or "a checkpoint outside a run directory",
+            plan.checkpoint.path,
+            plan.checkpoint.epoch,
+            plan.checkpoint.global_step,
+        )
+    run_dir = Path(cfg.paths.output_dir)
+    if rank_zero_only.rank == 0:
+        started = runs.read_status(run_dir).get("started") or runs.now()
+        runs.write_status(
+            run_dir,
+            status="running",
+            task=cfg.task.name,
+            model=cfg.model.name,
+            mode=cfg.mode,
+            started=started,
+            pid=os.getpid(),
+            command=" ".join(sys.argv),
+        )
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = hydra.utils.instantiate(cfg.task.datamodule)
     datamodule.prepare_data()
@@ -176,7 +275,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
     module = build_task(cfg, task_kwargs)
 
     wandb_id = None
-    if ckpt_path:
+    apply_keys: list[str] = []
+    if plan is not None:
+        config = OmegaConf.to_container(cfg, resolve=True)
+        if cfg.mode != "test":
+            shapes = {key: tuple(value.shape) for key, value in module.state_dict().items()}
+            apply_keys = runs.check_resume_config(plan.checkpoint, config, shapes)
         # mmap: only the run information is read here; Lightning loads the weights itself
         checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True)
         wandb_id = checkpoint.get("treernn", {}).get("wandb_id")
@@ -184,13 +288,21 @@ def train(cfg: DictConfig) -> dict[str, float]:
     try:
         callbacks = _instantiate_group(cfg.get("callbacks"))
         callbacks += _instantiate_group(cfg.task.get("callbacks"))
+        callbacks.append(DivergenceMonitor(cfg.task.monitor, cfg.task.mode))
         callbacks.append(RunInfo(cfg, task_kwargs, _wandb_id(loggers)))
+        if apply_keys:
+            callbacks.append(ResumeOverrides(OmegaConf.to_container(cfg, resolve=True), apply_keys))
         trainer: pl.Trainer = hydra.utils.instantiate(
             cfg.trainer, callbacks=callbacks, logger=loggers or False
         )
         metrics: dict[str, float] = {}
         if cfg.mode in ("fit+test", "fit"):
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+            if trainer.interrupted:
+                raise RunInterrupted(
+                    f"training was interrupted at epoch {trainer.current_epoch}, step "
+                    f"{trainer.global_step}; resume with ckpt_path=last"
+                )
             metrics.update(_floats(trainer.callback_metrics))
         if cfg.mode in ("fit+test", "test"):
             test_ckpt = ckpt_path if cfg.mode == "test" else _test_checkpoint(trainer, cfg)
@@ -198,6 +310,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             metrics.update(_floats(results[0] if results else {}))
         if trainer.is_global_zero:
             _report(cfg, metrics)
+            runs.write_status(run_dir, status="finished", ended=runs.now())
         return metrics
     finally:
         _finish_wandb(loggers)
@@ -221,25 +334,98 @@ def _report(cfg: DictConfig, metrics: dict[str, float]) -> None:
     (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     keys = [k for k in sorted(metrics) if k.startswith(("val/", "test/"))]
     lines = [f"  {k:<28} {metrics[k]:.4f}" for k in keys]
-    print("\nfinal metrics (" + str(output_dir) + "):\n" + "\n".join(lines), flush=True)
+    text = "final metrics (" + str(output_dir) + "):\n" + "\n".join(lines)
+    print("\n" + text, flush=True)
+    if logging.getLogger().handlers:  # under Hydra: into train.log too
+        _quietly(log.info, text)
+
+
+def _quietly(emit, *args) -> None:
+    """Log to the file handlers only (the console already has the message)."""
+    root = logging.getLogger()
+    consoles = [h for h in root.handlers if type(h) is logging.StreamHandler]
+    for handler in consoles:
+        root.removeHandler(handler)
+    try:
+        emit(*args)
+    finally:
+        for handler in consoles:
+            root.addHandler(handler)
+
+
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _record_failure(cfg: DictConfig, status: str, message: str, details: str = "") -> None:
+    """Say in the run directory why it stopped: ``status.json`` and train.log."""
+    if rank_zero_only.rank != 0:
+        return
+    output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
+    run_dir = Path(output_dir) if output_dir else None
+    if run_dir is None or not run_dir.is_dir():
+        return
+    runs.write_status(run_dir, status=status, error=message, ended=runs.now())
+    if logging.getLogger().handlers:
+        _quietly(log.error, "%s: %s%s", status, message, "\n" + details if details else "")
+
+
+def _remove_if_empty(cfg: DictConfig) -> None:
+    """A single run that failed before it trained anything leaves no directory behind."""
+    output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
+    if not output_dir:
+        return
+    run_dir = Path(output_dir)
+    record = runs.read_status(run_dir)
+    if rank_zero_only.rank != 0 or record.get("resumed_into") or record.get("resumes"):
+        return
+    if not run_dir.is_dir() or any((run_dir / "checkpoints").glob("*.ckpt")):
+        return
+    for handler in list(logging.getLogger().handlers):
+        if (
+            isinstance(handler, logging.FileHandler)
+            and Path(handler.baseFilename).parent == run_dir
+        ):
+            handler.close()
+            logging.getLogger().removeHandler(handler)
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def main(cfg: DictConfig) -> dict[str, float] | None:
-    """Hydra entry: user errors become one line on stderr and exit status 1."""
+    """Hydra entry: a user error is one line on stderr and exit status 1; a bug keeps its
+    traceback. In a multirun a failed job is recorded and the sweep goes on (the summary at the
+    end lists the failures and exits non-zero)."""
+    multirun = _is_multirun()
     try:
         try:
             return train(cfg)
         except InstantiationException as error:
-            # a constructor rejected its arguments: show the constructor's own message
+            # a constructor rejected its arguments: a user error keeps its own one-line message
             cause = error.__cause__
-            raise (cause if isinstance(cause, (ValueError, TypeError)) else error) from None
-    except (
-        UserError,
-        TypeError,
-        DatasetNotFoundError,
-        ChecksumError,
-        NonFiniteLossError,
-        ValueError,
-    ) as error:
+            if isinstance(cause, UserError):
+                raise cause from None
+            raise
+    except (UserError, RunInterrupted) as error:
+        status = "interrupted" if isinstance(error, RunInterrupted) else "failed"
+        _record_failure(cfg, status, str(error))
         print(f"error: {error}", file=sys.stderr, flush=True)
+        if show_tracebacks():
+            traceback.print_exc()
+        if multirun:
+            return None
+        if status == "failed":
+            _remove_if_empty(cfg)
         sys.exit(1)
+    except KeyboardInterrupt:
+        _record_failure(cfg, "interrupted", "KeyboardInterrupt")
+        raise
+    except Exception as error:
+        details = traceback.format_exc()
+        _record_failure(cfg, "failed", f"{type(error).__name__}: {error}", details)
+        if multirun:
+            print(details, file=sys.stderr, flush=True)
+            return None
+        raise

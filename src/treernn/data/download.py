@@ -17,12 +17,14 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from treernn.errors import DataError
 
-class DatasetNotFoundError(FileNotFoundError):
+
+class DatasetNotFoundError(DataError, FileNotFoundError):
     """A dataset file is neither on disk nor downloadable."""
 
 
-class ChecksumError(ValueError):
+class ChecksumError(DataError, ValueError):
     """A file's checksum does not match the published one."""
 
 
@@ -67,7 +69,8 @@ class RemoteFile:
             if expected and file_digest(path, algorithm) != expected:
                 raise ChecksumError(
                     f"{path} fails its {algorithm} check (expected {expected}); it was not used. "
-                    f"Delete it and download it again from {self.url}"
+                    f"Replace it with the file from {self.url} (or turn the check off with "
+                    "task.datamodule.verify_checksums=false if you changed it on purpose)"
                 )
 
 
@@ -97,17 +100,38 @@ def fetch(remote: RemoteFile, dest: Path) -> Path:
     return dest
 
 
+_VERIFIED: dict[tuple[Path, int, int], bool] = {}
+
+
+def verify_once(remote: RemoteFile, path: Path) -> None:
+    """``remote.verify(path)``, remembered per file size and modification time in this process."""
+    stat = path.stat()
+    key = (path.resolve(), stat.st_size, stat.st_mtime_ns)
+    if key not in _VERIFIED:
+        remote.verify(path)
+        _VERIFIED[key] = True
+
+
 def resolve_data_file(
-    dataset: str, remote: RemoteFile, data_dir: str | Path | None = None, download: bool = True
+    dataset: str,
+    remote: RemoteFile,
+    data_dir: str | Path | None = None,
+    download: bool = True,
+    verify: bool = True,
 ) -> Path:
-    """Return a verified local path for one file of ``dataset`` (a folder name such as ``ptb``)."""
+    """Return a verified local path for one file of ``dataset`` (a folder name such as ``ptb``).
+
+    Local files are checked against the published checksum too (``verify=False`` skips that for
+    files changed on purpose)."""
     data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir()
     local = data_dir / dataset / remote.relpath
     if local.is_file():
+        if verify:
+            verify_once(remote, local)
         return local
     cached = cache_dir() / dataset / remote.relpath
     if cached.is_file():
-        remote.verify(cached)
+        verify_once(remote, cached)
         return cached
     error = None
     if download:

@@ -221,10 +221,9 @@ class LogicInferenceDataModule(ClassificationDataModule):
 
     def _path(self, name: str) -> Path:
         remote = remote_file(name)
-        path = resolve_data_file(DATASET, remote, self.data_dir, download=self.download)
-        if self.verify_checksums:
-            remote.verify(path)
-        return path
+        return resolve_data_file(
+            DATASET, remote, self.data_dir, download=self.download, verify=self.verify_checksums
+        )
 
     def prepare_data(self) -> None:
         for name in self._file_names():

@@ -1,0 +1,40 @@
+"""The one error type for a user's mistake, and its kinds.
+
+A :class:`UserError` is printed as one line (``error: ...``) and the program exits with status 1: a
+bad config value, a missing or damaged data file, an unusable checkpoint, a run that diverged.
+Anything else is a bug and keeps its full traceback. ``TREERNN_DEBUG=1`` or ``HYDRA_FULL_ERROR=1``
+shows the traceback of user errors too.
+
+This module imports nothing from treernn, so every layer (encoders included) can raise these.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class UserError(Exception):
+    """A problem with the user's input or run, reported as one line without a stack trace."""
+
+
+class ConfigValueError(UserError, ValueError):
+    """A config value has the wrong type or is out of range; the message names the key."""
+
+
+class DataError(UserError):
+    """A data file cannot be read; the message names the file (and line where there is one)."""
+
+
+class CheckpointError(UserError):
+    """A checkpoint is missing, damaged, or belongs to another task or model."""
+
+
+class DivergedError(UserError, FloatingPointError):
+    """Training diverged: a non-finite or exploding loss or validation metric."""
+
+
+def show_tracebacks() -> bool:
+    """True when the user asked for full tracebacks of user errors too."""
+    return any(
+        os.environ.get(name, "") not in ("", "0") for name in ("TREERNN_DEBUG", "HYDRA_FULL_ERROR")
+    )
