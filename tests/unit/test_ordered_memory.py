@@ -1,17 +1,24 @@
 """Ordered Memory: the Gated Recursive Cell, the masked attention, the memory update on hand-derived
-steps, agreement with a plain all-slots implementation of Algorithm 1, padding invariance, slot
-counts, dropout and gradients."""
+steps, the fused path against the readable reference (Algorithm 1, ``fused=False``), the
+hand-written backward of the slot chain against autograd, padding invariance, slot counts,
+dropout and gradients."""
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
 from torch import nn
 
-from treernn.encoders.grc import GatedRecursiveCell
-from treernn.encoders.ordered_memory import OrderedMemoryEncoder, masked_attention, slot_chain
+from treernn.encoders import ordered_memory_fused
+from treernn.encoders.ordered_memory import (
+    GatedRecursiveCell,
+    OrderedMemoryEncoder,
+    masked_attention,
+)
+from treernn.encoders.ordered_memory_fused import slot_chain, slot_chain_autograd
 
 
 # ----------------------------------------------------------------------------- cell
@@ -74,7 +81,7 @@ def test_first_steps_follow_the_paper_by_hand():
     memory = encoder.forward_memory
     x = torch.randn(1, 3, 5)
     out = encoder(x)
-    attention = out.extras["attention"][0]  # (T, N)
+    attention = out.tree_signal.values[0, 0]  # (T, N)
     with torch.no_grad():
         x1, x2, x3 = memory.layer_norm(memory.input_projection(x[0])).unbind(0)  # eq. (1)
         cell = memory.cell
@@ -96,44 +103,11 @@ def test_first_steps_follow_the_paper_by_hand():
         torch.testing.assert_close(out.pooled[0], output_3, rtol=1e-5, atol=1e-6)
 
 
-def reference_ordered_memory(encoder: OrderedMemoryEncoder, x: torch.Tensor, length: int):
-    """Algorithm 1 as written: every slot, every step, one unpadded sequence (eval mode)."""
-    memory_module = encoder.forward_memory
-    slots, size = encoder.num_slots, encoder.hidden_size
-    inputs = memory_module.layer_norm(memory_module.input_projection(x[:length]))  # (T, H)
-    pointer = torch.zeros(slots)
-    memory = torch.zeros(slots, size)
-    candidate = torch.zeros(slots, size)
-    outputs, attentions = [], []
-    for t in range(length):
-        x_t = inputs[t]
-        if t == 0:
-            p = torch.zeros(slots)
-            cp, rcp = torch.zeros(slots), torch.ones(slots)
-        else:
-            query = memory_module.query_norm(memory_module.query_projection(x_t))
-            keys = memory_module.key_norm(memory_module.key_projection(candidate))
-            scores = memory_module.score(torch.relu(query + keys)).squeeze(-1) / math.sqrt(size)
-            allowed = torch.cat([pointer[1:], torch.ones(1)])
-            weights = torch.exp(scores - scores.max()) * allowed
-            p = weights / weights.sum()
-            cp = torch.cumsum(p, 0)
-            rcp = torch.flip(torch.cumsum(torch.flip(p, [0]), 0), [0])
-        memory = memory * (1 - rcp[:, None]) + candidate * rcp[:, None]
-        below, new_candidate = x_t, []
-        for i in range(slots):
-            composed = memory_module.cell(below[None], memory[i][None])[0]
-            below = x_t * (1 - cp[i]) + composed * cp[i]
-            new_candidate.append(below)
-        candidate, pointer = torch.stack(new_candidate), cp
-        outputs.append(below)
-        attentions.append(p)
-    return torch.stack(outputs), torch.stack(attentions)
-
-
 @pytest.mark.parametrize("padding_side", ["right", "left"])
 def test_batched_encoder_matches_plain_algorithm_and_ignores_padding(padding_side):
     encoder = make_encoder(memory_slots=3, padding_side=padding_side)
+    reference = make_encoder(memory_slots=3, fused=False)  # Algorithm 1 as written
+    reference.load_state_dict(encoder.state_dict())
     lengths = [7, 2, 5, 1, 4]
     steps = max(lengths)
     sequences = [torch.randn(length, 5) for length in lengths]
@@ -150,14 +124,13 @@ def test_batched_encoder_matches_plain_algorithm_and_ignores_padding(padding_sid
     with torch.no_grad():
         out = encoder(x, mask)
         for row, sequence in enumerate(sequences):
-            expected_hidden, expected_attention = reference_ordered_memory(
-                encoder, sequence, lengths[row]
-            )
+            alone = reference(sequence[None])  # one unpadded sequence
+            expected_hidden, expected_attention = alone.hidden[0], alone.tree_signal.values[0, 0]
             torch.testing.assert_close(
                 out.hidden[row][mask[row]], expected_hidden, atol=1e-5, rtol=1e-4
             )
             torch.testing.assert_close(
-                out.extras["attention"][row][mask[row]], expected_attention, atol=1e-5, rtol=1e-4
+                out.tree_signal.values[0, row][mask[row]], expected_attention, atol=1e-5, rtol=1e-4
             )
             torch.testing.assert_close(out.pooled[row], expected_hidden[-1], atol=1e-5, rtol=1e-4)
             assert out.hidden[row][~mask[row]].abs().sum() == 0
@@ -192,10 +165,10 @@ def test_more_slots_at_test_time():
     encoder = OrderedMemoryEncoder(4, 6, memory_slots=12, test_memory_slots=24)
     x = torch.randn(2, 30, 4)
     encoder.train()
-    assert encoder(x).extras["attention"].shape == (2, 30, 12)
+    assert encoder(x).tree_signal.values.shape == (1, 2, 30, 12)
     encoder.eval()
     with torch.no_grad():
-        attention = encoder(x).extras["attention"]
+        attention = encoder(x).tree_signal.values[0]
     assert attention.shape == (2, 30, 24)
     # step k (0-based) can reach at most min(N, k) slots: here all 24 only from step 24 on
     assert attention[:, 23, :1].abs().sum() == 0 and attention[:, 24, 0].min() > 0
@@ -267,17 +240,27 @@ def test_carried_state_continues_the_sequence():
 
 
 # ----------------------------------------------------------------------------- fused slot chain
-def run_with_gradients(encoder, x, mask, seed, state=None):
+def run_with_gradients(encoder, x, mask, seed, state=None, memory_in_loss=True):
     """Output, attention, input gradient and parameter gradients of one seeded forward pass."""
     encoder.zero_grad(set_to_none=True)
     x = x.clone().requires_grad_()
     torch.manual_seed(seed)  # the same dropout masks for the fused and the reference path
     out = encoder(x, mask, state=state)
-    loss = out.pooled.sin().sum() + out.hidden.cos().sum() + out.extras["attention"].pow(2).sum()
-    loss = loss + out.state.memory.tanh().sum() + out.state.cumulative_pointer.sum()
+    attention = out.tree_signal.values
+    loss = out.pooled.sin().sum() + out.hidden.cos().sum() + attention.pow(2).sum()
+    loss = loss + out.state.cumulative_pointer.sum()
+    if memory_in_loss:
+        loss = loss + out.state.memory.tanh().sum()
     loss.backward()
     gradients = {name: p.grad for name, p in encoder.named_parameters()}
     return out, x.grad, gradients
+
+
+def run_with_autograd_slot_chain(monkeypatch, *args, **kwargs):
+    """:func:`run_with_gradients` with the fused path's slot chain swapped for its autograd twin."""
+    with monkeypatch.context() as patch:
+        patch.setattr(ordered_memory_fused, "slot_chain", slot_chain_autograd)
+        return run_with_gradients(*args, **kwargs)
 
 
 def fused_and_reference(**kwargs):
@@ -296,7 +279,7 @@ def assert_same_pass(first, second):
     close = {"atol": 1e-6, "rtol": 1e-6}
     torch.testing.assert_close(out_a.hidden, out_b.hidden, **close)
     torch.testing.assert_close(out_a.pooled, out_b.pooled, **close)
-    torch.testing.assert_close(out_a.extras["attention"], out_b.extras["attention"], **close)
+    torch.testing.assert_close(out_a.tree_signal.values, out_b.tree_signal.values, **close)
     torch.testing.assert_close(out_a.state.candidate, out_b.state.candidate, **close)
     torch.testing.assert_close(grad_x_a, grad_x_b, **close)
     for name, gradient in grads_a.items():
@@ -306,29 +289,65 @@ def assert_same_pass(first, second):
 
 @pytest.mark.parametrize("padding_side", ["right", "left"])
 @pytest.mark.parametrize("training", [True, False])
-def test_fused_slot_chain_matches_the_reference_path(padding_side, training):
-    fused, reference = fused_and_reference(padding_side=padding_side, memory_slots=4)
+def test_hand_written_slot_chain_backward_matches_autograd(padding_side, training, monkeypatch):
+    fused, _ = fused_and_reference(padding_side=padding_side, memory_slots=4)
     fused.train(training)
-    reference.train(training)
     lengths = torch.tensor([[9], [6], [2], [1], [8]])
     positions = torch.arange(9)[None]
     mask = positions < lengths if padding_side == "right" else positions >= 9 - lengths
     x = torch.randn(5, 9, 5, dtype=torch.float64)
     assert_same_pass(
-        run_with_gradients(fused, x, mask, seed=3), run_with_gradients(reference, x, mask, seed=3)
+        run_with_gradients(fused, x, mask, seed=3),
+        run_with_autograd_slot_chain(monkeypatch, fused, x, mask, seed=3),
     )
 
 
-def test_fused_slot_chain_matches_the_reference_path_with_carried_state():
+def test_hand_written_slot_chain_backward_matches_autograd_with_carried_state(monkeypatch):
+    fused, _ = fused_and_reference(memory_slots=3)
+    x = torch.randn(3, 7, 5, dtype=torch.float64)
+    mask = torch.arange(7)[None] < torch.tensor([[7], [4], [6]])
+    results = []
+    for run in (run_with_gradients, partial(run_with_autograd_slot_chain, monkeypatch)):
+        torch.manual_seed(5)
+        with torch.no_grad():
+            state = fused(x[:, :4], mask[:, :4]).state
+        results.append(run(fused, x[:, 4:], mask[:, 4:], seed=6, state=state))
+    assert_same_pass(*results)
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_fused_path_matches_the_reference_with_gradients(padding_side):
+    """Eval mode: in training the fused path hands the same dropout masks to rows in length
+    order. ``state.memory`` stays out of the loss: the fused path leaves the memory of slots that
+    were never attended as it was (they are never read), where eq. (5) copies M_hat into it."""
+    fused, reference = fused_and_reference(padding_side=padding_side, memory_slots=4)
+    fused.eval()
+    reference.eval()
+    lengths = torch.tensor([[9], [6], [2], [1], [8]])
+    positions = torch.arange(9)[None]
+    mask = positions < lengths if padding_side == "right" else positions >= 9 - lengths
+    x = torch.randn(5, 9, 5, dtype=torch.float64)
+    assert_same_pass(
+        run_with_gradients(fused, x, mask, seed=3, memory_in_loss=False),
+        run_with_gradients(reference, x, mask, seed=3, memory_in_loss=False),
+    )
+
+
+def test_fused_path_matches_the_reference_with_carried_state():
     fused, reference = fused_and_reference(memory_slots=3)
+    fused.eval()
+    reference.eval()
     x = torch.randn(3, 7, 5, dtype=torch.float64)
     mask = torch.arange(7)[None] < torch.tensor([[7], [4], [6]])
     results = []
     for encoder in (fused, reference):
-        torch.manual_seed(5)
         with torch.no_grad():
             state = encoder(x[:, :4], mask[:, :4]).state
-        results.append(run_with_gradients(encoder, x[:, 4:], mask[:, 4:], seed=6, state=state))
+        results.append(
+            run_with_gradients(
+                encoder, x[:, 4:], mask[:, 4:], seed=6, state=state, memory_in_loss=False
+            )
+        )
     assert_same_pass(*results)
 
 
@@ -343,19 +362,25 @@ def test_fused_inference_path_equals_the_autograd_path():
 
 def test_slot_chain_gradcheck():
     torch.manual_seed(0)
-    n, w, size = 3, 3, 2
+    rows, width, size = 3, 3, 2
 
     def tensor(*shape, scale=1.0):
         return (torch.randn(*shape, dtype=torch.float64) * scale).requires_grad_()
 
-    cumulative = torch.rand(n, w, dtype=torch.float64).cumsum(1).div(2.0).requires_grad_()
+    cumulative = torch.rand(rows, width, dtype=torch.float64).cumsum(1).div(2.0).requires_grad_()
     inputs = (
-        tensor(n, size), tensor(n, w, size), tensor(w, n, 4 * size), cumulative,
-        tensor(4 * size, size), tensor(4 * size, 4 * size, scale=0.5), tensor(4 * size),
-        (1.0 + torch.rand(size, dtype=torch.float64)).requires_grad_(), tensor(size),
-    )  # fmt: skip
-    left_mask = torch.bernoulli(torch.full((n, size), 0.7, dtype=torch.float64)) / 0.7
-    hidden_mask = torch.rand(n, 4 * size, dtype=torch.float64) * 2.0  # any non-negative mask
+        tensor(rows, size),  # x_t
+        tensor(rows, width, size),  # memory
+        tensor(width, rows, 4 * size),  # right_projected
+        cumulative,
+        tensor(4 * size, size),  # weight_left
+        tensor(4 * size, 4 * size, scale=0.5),  # weight_second
+        tensor(4 * size),  # bias_second
+        (1.0 + torch.rand(size, dtype=torch.float64)).requires_grad_(),  # norm_weight
+        tensor(size),  # norm_bias
+    )
+    left_mask = torch.bernoulli(torch.full((rows, size), 0.7, dtype=torch.float64)) / 0.7
+    hidden_mask = torch.rand(rows, 4 * size, dtype=torch.float64) * 2.0  # any non-negative mask
     for masks in ((None, None), (left_mask, hidden_mask)):
         assert torch.autograd.gradcheck(
             lambda *args, masks=masks: slot_chain(*args, *masks), inputs

@@ -3,8 +3,8 @@ NeurIPS 2019, "Ordered Memory", section 3.2, eqs. 12-13), as a baseline that sep
 Ordered Memory's learned structure: the same composition function, applied along the given tree.
 
 Leaves: ``h_leaf = LayerNorm(W x + b)`` (eq. 1). Parents use
-:class:`~treernn.encoders.grc.GatedRecursiveCell`: ``Dropout -> Linear(2H, 4H) -> ReLU -> Dropout
--> Linear(4H, 4H)`` gives three sigmoid gates and a candidate, and the output is
+:class:`~treernn.encoders.ordered_memory.GatedRecursiveCell`: ``Dropout -> Linear(2H, 4H) -> ReLU
+-> Dropout -> Linear(4H, 4H)`` gives three sigmoid gates and a candidate, and the output is
 ``LayerNorm(g_v * vertical + g_h * horizontal + g_c * candidate)`` (eqs. 12-13).
 
 Which child is which follows Ordered Memory. There the cell composes ``M_hat^{i-1}_t`` (vertical
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from treernn.encoders.grc import GatedRecursiveCell
+from treernn.encoders.ordered_memory import GatedRecursiveCell
 from treernn.encoders.tree_batch import TreeEncoder
 
 

@@ -1,7 +1,7 @@
 """Ordered Memory (Shen, Tan, Hosseini, Lin, Sordoni, Courville, NeurIPS 2019), section 3.
 
 A stack-like memory of N slots, each of size H, written through a cumulative attention pointer and
-composed slot by slot with the Gated Recursive Cell (:mod:`treernn.encoders.grc`). Slot N - 1 (the
+composed slot by slot with the Gated Recursive Cell (section 3.2, below). Slot N - 1 (the
 last) is the bottom of the stack and its candidate is the step's output. Per step t (Algorithm 1):
 
     x_t       = LN(W x_t + b)                                               eq. (1)
@@ -19,6 +19,16 @@ the softmax masked by the previous pointer shifted by one slot, ``cp_{t-1}^{i+1}
 attended. At a sequence's first token there is no attention: cp = 0 and rcp = 1, so every
 candidate slot becomes x_1. The LayerNorm of eq. (1) is the same module as the cell's (eq. 13).
 
+Gated Recursive Cell (section 3.2), which composes two vectors into one, like a Tree-LSTM node
+without a memory cell:
+
+    [v; h; c; u] = W2 ReLU(W1 [left; right] + b1) + b2                              eq. (12)
+    out          = LN(sigmoid(v) * left + sigmoid(h) * right + sigmoid(c) * u)      eq. (13)
+
+``left`` is the vertical input (the candidate of the slot below, M_hat^{i-1}), ``right`` the
+horizontal one (the memory slot M^i). As in the authors' code the feed-forward part is
+``Dropout -> Linear(2H, 4H) -> ReLU -> Dropout -> Linear(4H, 4H)``.
+
 Dropouts, where the authors put them (REFERENCE.md; the config names of their scripts in brackets):
 ``dropout`` [dropout]: the cell's two dropouts, on [left; right] and on its ReLU layer.
 ``memory_dropout`` [dropoutm]: the three dropouts of the attention (query, keys, scores).
@@ -27,30 +37,19 @@ mask per sequence, shared over time) for SST as the authors' sentiment model doe
 ``output_dropout`` [dropouto]: on the returned outputs (hidden and pooled), before the task's head.
 Deviation, for speed: every dropout mask inside the recurrence is sampled once per sequence and
 shared by all steps and slots, where the authors' modules sample a fresh mask at every call (this is
-variational dropout; eval-mode outputs are identical).
+variational dropout; eval-mode outputs are identical). Both implementations draw the same masks
+from the same seed, but the fused one hands them to rows sorted by length, so in training with
+dropout the two agree only in distribution.
 
-Speed, with the same numbers as the plain algorithm: at the k-th token of a row at most
-min(N, k - 1) slots can have a non-zero pointer (the mask admits one new slot per step), so only
-those slots get keys, memory updates and cell calls; the others hold x_t exactly. The cell's first
-layer is split into its ``left`` and ``right`` halves; the ``right`` half, which reads the memory,
-runs for all slots of a step as one matrix product. Rows are processed longest first, so the rows
-still reading tokens (right padding) or already reading them (left padding) are a prefix of the
-batch and padded rows cost nothing; a padded step never changes a row's state, so left and right
-padding give the same results. The chain of eqs. (6)-(7) over a step's slots, which must run slot
-after slot, is one autograd node (:func:`slot_chain`, ``fused=True``, the default) with a
-hand-written backward pass: the forward loop writes each slot's intermediates into preallocated
-buffers, the backward loop runs the slots in reverse with small cache-resident operations, and the
-weight gradients of W_left, W2, b2 and the LayerNorm are computed once per step over all slots'
-rows (one matrix product each) instead of once per slot. ``fused=False`` keeps the plain autograd
-loop as a reference; both compute the same function (tests compare them in float64).
+Two implementations compute the same function (``fused``):
 
-Precision: fp32 by default (exact). Deviation, only when asked for: under
-``torch.autocast("cpu", dtype=torch.bfloat16)`` (Lightning's ``precision="bf16-mixed"``) the fused
-path runs the recurrence's matrix products (input, query, key and cell projections) in bf16, with
-the weights cast once per forward, and keeps the attention softmax, gates, LayerNorms, memory state
-and outputs in fp32 (the outputs are fp32). As with autocast's linear layers, the cell's ReLU layer
-and the right half of its first layer are bf16, and so is the cell's hidden dropout mask (1 / keep
-rounded to bf16). The reference path ignores autocast (fp32).
+* ``fused=False``: :meth:`OrderedMemoryRecurrence.reference_forward`, Algorithm 1 as written:
+  every step, every slot, all rows together, with :class:`GatedRecursiveCell` calls. Read this
+  one. It runs in fp32 whatever autocast asks for.
+* ``fused=True`` (default): :mod:`treernn.encoders.ordered_memory_fused`, which computes only the
+  slots that can be pointed at, skips padding, and runs each step's chain of cells as one
+  autograd node with a hand-written backward pass (bf16 matrix products under bf16-mixed). Tests
+  compare it with the reference in float64.
 
 More slots at test time: ``test_memory_slots`` (e.g. 12 in training, 24 at test time for logical
 inference); no parameter depends on N. Sequences longer than N tokens are handled as in the paper:
@@ -69,9 +68,88 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from treernn.encoders.base import Encoder, EncoderOutput, TreeSignal, check_dropout
-from treernn.encoders.grc import GatedRecursiveCell
+from treernn.encoders.ordered_memory_fused import fused_ordered_memory
+
+# ----------------------------------------------------------------------------- the cell (3.2)
+DropoutMasks = tuple[Tensor, Tensor]  # (B, 2H) on [left; right], (B, 4H) on the ReLU output
 
 
+class GatedRecursiveCell(nn.Module):
+    """``forward(left (N, H), right (N, H)) -> (N, H)``, eqs. (12)-(13).
+
+    ``layer_norm``: pass the encoder's input LayerNorm to share it (eq. 13: "LN shares the same
+    parameters with the one used in Eqn. 1"). Called plainly, the cell samples fresh dropout masks
+    per call (the authors' behaviour); Ordered Memory passes one pair per sequence instead
+    (:meth:`sample_dropout_masks`). The fused path re-implements :meth:`compose` in
+    :func:`treernn.encoders.ordered_memory_fused.slot_chain` and only reads these parameters.
+    """
+
+    def __init__(
+        self, hidden_size: int, dropout: float = 0.0, layer_norm: nn.LayerNorm | None = None
+    ) -> None:
+        super().__init__()
+        check_dropout("dropout", dropout)
+        self.hidden_size = hidden_size
+        self.dropout = dropout
+        self.first_layer = nn.Linear(2 * hidden_size, 4 * hidden_size)  # W1, b1
+        self.second_layer = nn.Linear(4 * hidden_size, 4 * hidden_size)  # W2, b2 -> v, h, c, u
+        self.layer_norm = layer_norm if layer_norm is not None else nn.LayerNorm(hidden_size)
+        if self.layer_norm.normalized_shape != (hidden_size,):
+            raise ValueError(
+                f"layer_norm normalises {tuple(self.layer_norm.normalized_shape)}, but the cell "
+                f"has hidden_size={hidden_size}; pass nn.LayerNorm({hidden_size})"
+            )
+
+    def sample_dropout_masks(self, batch_size: int, like: Tensor) -> DropoutMasks | None:
+        """One pair of inverted-dropout masks for a whole sequence, or None when not dropping."""
+        if not self.training or self.dropout == 0.0:
+            return None
+        keep = 1.0 - self.dropout
+        input_mask = like.new_empty(batch_size, 2 * self.hidden_size).bernoulli_(keep) / keep
+        hidden_mask = like.new_empty(batch_size, 4 * self.hidden_size).bernoulli_(keep) / keep
+        return input_mask, hidden_mask
+
+    def split_first_layer(self) -> tuple[Tensor, Tensor, Tensor]:
+        """W1 split by input: (4H, H) acting on ``left``, (4H, H) acting on ``right``, and b1."""
+        weight = self.first_layer.weight  # (4H, 2H)
+        return weight[:, : self.hidden_size], weight[:, self.hidden_size :], self.first_layer.bias
+
+    def compose(
+        self, left: Tensor, right: Tensor, first_layer_out: Tensor, hidden_mask: Tensor | None
+    ) -> Tensor:
+        """Everything after ``W1 [left; right] + b1`` (given as ``first_layer_out``, (N, 4H))."""
+        hidden = F.relu(first_layer_out)  # (N, 4H)
+        if hidden_mask is not None:
+            hidden = hidden * hidden_mask
+        elif self.training and self.dropout > 0.0:
+            hidden = F.dropout(hidden, self.dropout, training=True)
+        gate_logits, candidate = self.second_layer(hidden).split(
+            (3 * self.hidden_size, self.hidden_size), dim=-1
+        )
+        vertical_gate, horizontal_gate, candidate_gate = torch.sigmoid(gate_logits).chunk(3, dim=-1)
+        mixed = vertical_gate * left
+        mixed = torch.addcmul(mixed, horizontal_gate, right)
+        mixed = torch.addcmul(mixed, candidate_gate, candidate)
+        return self.layer_norm(mixed)  # (N, H)
+
+    def forward(
+        self, left: Tensor, right: Tensor, dropout_masks: DropoutMasks | None = None
+    ) -> Tensor:
+        if left.shape != right.shape or left.size(-1) != self.hidden_size:
+            raise ValueError(
+                f"GatedRecursiveCell(hidden_size={self.hidden_size}) needs left and right of shape "
+                f"(N, {self.hidden_size}); got {tuple(left.shape)} and {tuple(right.shape)}"
+            )
+        inputs = torch.cat([left, right], dim=-1)  # (N, 2H)
+        if dropout_masks is not None:
+            inputs = inputs * dropout_masks[0]
+        elif self.training and self.dropout > 0.0:
+            inputs = F.dropout(inputs, self.dropout, training=True)
+        hidden_mask = dropout_masks[1] if dropout_masks is not None else None
+        return self.compose(left, right, self.first_layer(inputs), hidden_mask)
+
+
+# ----------------------------------------------------------------------------- the memory (3.1)
 @dataclass
 class OrderedMemoryState:
     """The recurrent state after a step (one direction)."""
@@ -87,9 +165,11 @@ class OrderedMemoryState:
 
     def index_select(self, index: Tensor) -> OrderedMemoryState:
         return OrderedMemoryState(
-            self.cumulative_pointer[index], self.memory[index], self.candidate[index],
+            self.cumulative_pointer[index],
+            self.memory[index],
+            self.candidate[index],
             self.tokens_seen[index],
-        )  # fmt: skip
+        )
 
 
 def masked_attention(scores: Tensor, allowed: Tensor) -> Tensor:
@@ -129,11 +209,26 @@ class OrderedMemoryRecurrence(nn.Module):
     def initial_state(self, batch_size: int, num_slots: int, like: Tensor) -> OrderedMemoryState:
         zeros = like.new_zeros(batch_size, num_slots, self.hidden_size)
         return OrderedMemoryState(
-            like.new_zeros(batch_size, num_slots), zeros, zeros,
+            like.new_zeros(batch_size, num_slots),
+            zeros,
+            zeros,
             torch.zeros(batch_size, dtype=torch.long, device=like.device),
-        )  # fmt: skip
+        )
 
-    def _attention_masks(self, batch_size: int, like: Tensor) -> list[Tensor | None]:
+    def start_state(
+        self, state: OrderedMemoryState | None, like: Tensor, num_slots: int
+    ) -> OrderedMemoryState:
+        """The carried state, or a fresh one (zeros, no token seen) when ``state`` is None."""
+        if state is None:
+            return self.initial_state(like.size(0), num_slots, like)
+        if state.num_slots != num_slots:
+            raise ValueError(
+                f"the carried state has {state.num_slots} slots but this pass uses {num_slots} "
+                "(train and test slot counts differ): start from state=None"
+            )
+        return state
+
+    def attention_dropout_masks(self, batch_size: int, like: Tensor) -> list[Tensor | None]:
         """Query, key and score dropout masks, (B, 1, H) each, one per sequence."""
         if not self.training or self.memory_dropout == 0.0:
             return [None, None, None]
@@ -147,489 +242,86 @@ class OrderedMemoryRecurrence(nn.Module):
         self, x: Tensor, mask: Tensor, num_slots: int, state: OrderedMemoryState | None = None
     ) -> tuple[Tensor, Tensor, OrderedMemoryState]:
         """x (B, T, D), mask (B, T) bool -> hidden (B, T, H) (zeros at padding),
-        attention (B, T, N) (zeros at padding and first tokens), final state.
-
-        Under ``torch.autocast`` (bf16-mixed) the fused path multiplies matrices in the autocast
-        dtype and does everything else in fp32; the reference path (``fused=False``) ignores
-        autocast and runs in fp32."""
-        low = _autocast_dtype(x.device) if self.fused else None
-        with torch.autocast(x.device.type, enabled=False):
+        attention (B, T, N) (zeros at padding and first tokens), final state."""
+        if self.fused:
+            return fused_ordered_memory(self, x, mask, num_slots, state)
+        with torch.autocast(x.device.type, enabled=False):  # the reference runs in fp32
             if x.dtype in (torch.float16, torch.bfloat16):
                 x = x.float()
-            return self._forward(x, mask, num_slots, state, low)
+            return self.reference_forward(x, mask, self.start_state(state, x, num_slots))
 
-    def _forward(
-        self,
-        x: Tensor,
-        mask: Tensor,
-        num_slots: int,
-        state: OrderedMemoryState | None,
-        gemm_dtype: torch.dtype | None,
+    def reference_forward(
+        self, x: Tensor, mask: Tensor, state: OrderedMemoryState
     ) -> tuple[Tensor, Tensor, OrderedMemoryState]:
+        """Algorithm 1 as written: every step, every slot, all rows at once. A padded step leaves
+        a row's state as it was and outputs zeros."""
         batch_size, steps, _ = x.shape
-        hidden_size = self.hidden_size
-        if state is None:
-            state = self.initial_state(batch_size, num_slots, x)
-        elif state.num_slots != num_slots:
-            raise ValueError(
-                f"the carried state has {state.num_slots} slots but this pass uses {num_slots} "
-                "(train and test slot counts differ): start from state=None"
-            )
-
-        # Longest rows first: with left or right padding, the rows reading a token are a prefix.
-        lengths = mask.sum(1)  # (B,)
-        order = torch.argsort(lengths, descending=True, stable=True)
-        inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(batch_size, device=order.device)
-        x, mask, state = x[order], mask[order], state.index_select(order)
-        schedule = _Schedule(mask, state.tokens_seen, num_slots)
-
-        # bf16-mixed: every matrix the recurrence multiplies by, cast once per forward
-        cell = self.cell
-        weight_left, weight_right, first_bias = cell.split_first_layer()
-        inputs, query, key = self.input_projection, self.query_projection, self.key_projection
-        input_low, query_low, key_low, right_low = (
-            None if gemm_dtype is None else weight.to(gemm_dtype)
-            for weight in (inputs.weight, query.weight, key.weight, weight_right)
-        )
-        projected = self.layer_norm(_linear(x, inputs.weight, inputs.bias, input_low))  # eq. (1)
-        query_mask, key_mask, score_mask = self._attention_masks(batch_size, x)
-        queries = projected if query_mask is None else projected * query_mask
-        queries = self.query_norm(_linear(queries, query.weight, query.bias, query_low))  # (B,T,H)
-        cell_masks = self.cell.sample_dropout_masks(batch_size, x)
-        left_mask = right_mask = hidden_mask = None
-        if cell_masks is not None:
-            left_mask, right_mask = cell_masks[0].split(hidden_size, dim=-1)  # (B, H) each
-            hidden_mask = cell_masks[1]  # (B, 4H)
-        norm = self.layer_norm
-        if self.fused:
-            operands = slot_chain_operands(
-                weight_left, cell.second_layer.weight, cell.second_layer.bias,
-                gemm_dtype or x.dtype,
-            )  # fmt: skip
-        else:
-            weight_left_t = weight_left.t().contiguous()  # (H, 4H); strided weights slow MKL
-
-        # Indexing a tensor step by step makes autograd write a full-size zero gradient per index
-        # (REFERENCE.md, ON-LSTM "Speed"): split once with unbind instead.
-        projected_steps, query_steps = projected.unbind(1), queries.unbind(1)  # T x (B, H)
+        num_slots, hidden_size = state.num_slots, self.hidden_size
+        query_mask, key_mask, score_mask = self.attention_dropout_masks(batch_size, x)
+        cell_masks = self.cell.sample_dropout_masks(batch_size, x)  # shared by all steps, slots
+        inputs = self.layer_norm(self.input_projection(x))  # eq. (1), (B, T, H)
         pointer, memory, candidate = state.cumulative_pointer, state.memory, state.candidate
+        tokens_seen = state.tokens_seen
         outputs, attentions = [], []
         for t in range(steps):
-            active = schedule.active[t]  # rows [0, active) read a token at step t
-            if active == 0:
-                outputs.append(x.new_zeros(batch_size, hidden_size))
-                attentions.append(x.new_zeros(batch_size, num_slots))
-                continue
-            x_t = projected_steps[t][:active]  # (n, H)
-            window = schedule.window[t]  # slots [N - window, N) can be pointed at
-            low = num_slots - window
-            if window == 0:  # every active row is at its first token: cp = 0, rcp = 1
-                new_pointer = x.new_zeros(active, num_slots)
-                new_memory = candidate[:active]
-                new_candidate = x_t.unsqueeze(1).expand(active, num_slots, hidden_size)
-                attention = x.new_zeros(active, num_slots)
-                output = x_t
-            else:
-                previous = candidate[:active, low:]  # (n, w, H) M_hat_{t-1}
-                keys = previous if key_mask is None else previous * key_mask[:active]
-                keys = self.key_norm(_linear(keys, key.weight, key.bias, key_low))  # (n, w, H)
-                features = F.relu(query_steps[t][:active].unsqueeze(1) + keys)  # (n, w, H)
-                if score_mask is not None:
-                    features = features * score_mask[:active]
-                scores = self.score(features).squeeze(-1) / math.sqrt(hidden_size)  # (n, w)
-                allowed = torch.cat(  # cp_{t-1}^{i+1}, with cp^N = 1 (eq. 10)
-                    [pointer[:active, low + 1 :], x.new_ones(active, 1)], dim=1
-                )
-                attention = masked_attention(scores, allowed)  # (n, w) p_t
-                cumulative = attention.cumsum(dim=1)  # cp_t, eq. (3)
-                # rcp_t = 1 - sum_{j < i} p^j (eq. 4); written so that it is exactly 1 below p
-                reverse_cumulative = 1.0 - cumulative + attention
-                if schedule.has_first[t]:
-                    first = schedule.first[:active, t, None]  # (n, 1)
-                    attention = attention.masked_fill(first, 0.0)
-                    cumulative = cumulative.masked_fill(first, 0.0)
-                    reverse_cumulative = reverse_cumulative.masked_fill(first, 1.0)
-                # eq. (5); slots below the window are never read before being overwritten
-                erase = reverse_cumulative.unsqueeze(-1)  # (n, w, 1)
-                memory_window = memory[:active, low:] * (1.0 - erase) + previous * erase
-                # eqs. (6)-(7) slot by slot; the cell's first layer on M_t for all slots at once
-                right = (
-                    memory_window
-                    if right_mask is None
-                    else memory_window * right_mask[:active, None]
-                )
-                # slot-major, so that each slot's rows are contiguous for addmm
-                right_projected = _linear(  # bf16 under bf16-mixed, like autocast's
-                    right.transpose(0, 1), weight_right, first_bias, right_low, True
-                )  # (w, n, 4H)
-                step_hidden_mask = None if hidden_mask is None else hidden_mask[:active]
-                step_left_mask = None if left_mask is None else left_mask[:active]
-                if self.fused:
-                    slots = slot_chain(
-                        x_t, memory_window, right_projected, cumulative, weight_left,
-                        cell.second_layer.weight, cell.second_layer.bias, norm.weight,
-                        norm.bias, step_left_mask, step_hidden_mask, norm.eps, operands,
-                    )  # fmt: skip
-                else:
-                    slots = self._slot_loop(
-                        x_t, memory_window, right_projected, cumulative, weight_left_t,
-                        step_left_mask, step_hidden_mask,
-                    )  # fmt: skip
-                output = slots[:, -1]  # slots (n, w, H); the output is the last, (n, H)
-                if low == 0:  # the window is the whole memory: nothing to copy around it
-                    new_pointer, new_memory, new_candidate = cumulative, memory_window, slots
-                else:
-                    zeros = x.new_zeros(active, low)
-                    new_pointer = torch.cat([zeros, cumulative], dim=1)  # (n, N)
-                    new_memory = torch.cat([memory[:active, :low], memory_window], dim=1)
-                    new_candidate = torch.cat(
-                        [x_t.unsqueeze(1).expand(active, low, hidden_size), slots],
-                        dim=1,
-                    )  # (n, N, H)
-                    attention = torch.cat([zeros, attention], dim=1)  # (n, N)
-            if active < batch_size:  # rows not reading a token keep their state
-                new_pointer = torch.cat([new_pointer, pointer[active:]])
-                new_memory = torch.cat([new_memory, memory[active:]])
-                new_candidate = torch.cat([new_candidate, candidate[active:]])
-                output = F.pad(output, (0, 0, 0, batch_size - active))
-                attention = F.pad(attention, (0, 0, 0, batch_size - active))
-            pointer, memory, candidate = new_pointer, new_memory, new_candidate
-            outputs.append(output)
-            attentions.append(attention)
-
-        hidden = torch.stack(outputs, dim=1) if steps else x.new_zeros(batch_size, 0, hidden_size)
-        attention = (
-            torch.stack(attentions, dim=1) if steps else x.new_zeros(batch_size, 0, num_slots)
-        )
-        final = OrderedMemoryState(pointer, memory, candidate, state.tokens_seen + lengths[order])
-        return hidden[inverse], attention[inverse], final.index_select(inverse)
-
-    def _slot_loop(
-        self,
-        x_t: Tensor,
-        memory_window: Tensor,
-        right_projected: Tensor,
-        cumulative: Tensor,
-        weight_left_t: Tensor,
-        left_mask: Tensor | None,
-        hidden_mask: Tensor | None,
-    ) -> Tensor:
-        """The reference path of :func:`slot_chain`: eqs. (6)-(7) slot by slot with autograd."""
-        right_slots = right_projected.unbind(0)  # w x (n, 4H)
-        memory_slots = memory_window.unbind(1)  # w x (n, H)
-        write_slots = cumulative.unsqueeze(-1).unbind(1)  # w x (n, 1)
-        below = x_t  # M_hat_t^{i-1}, starting from x_t
-        slots = []
-        for k in range(len(right_slots)):
-            left = below if left_mask is None else below * left_mask
-            first_layer_out = torch.addmm(right_slots[k], left, weight_left_t)
-            composed = self.cell.compose(below, memory_slots[k], first_layer_out, hidden_mask)
-            below = torch.lerp(x_t, composed, write_slots[k])  # x_t where cp = 0
-            slots.append(below)
-        return torch.stack(slots, 1)  # (n, w, H)
+            x_t = inputs[:, t]  # (B, H)
+            # eqs. (8)-(11): attend from x_t over the previous candidates M_hat_{t-1}
+            query = x_t if query_mask is None else x_t * query_mask[:, 0]
+            query = self.query_norm(self.query_projection(query))  # (B, H)
+            keys = candidate if key_mask is None else candidate * key_mask
+            keys = self.key_norm(self.key_projection(keys))  # (B, N, H)
+            features = torch.relu(query.unsqueeze(1) + keys)
+            if score_mask is not None:
+                features = features * score_mask
+            scores = self.score(features).squeeze(-1) / math.sqrt(hidden_size)  # (B, N)
+            # cp_{t-1}^{i+1}, with cp^N = 1 (eq. 10)
+            allowed = torch.cat([pointer[:, 1:], pointer.new_ones(batch_size, 1)], dim=1)
+            attention = masked_attention(scores, allowed)  # p_t, eq. (2)
+            cumulative = attention.cumsum(dim=1)  # cp_t, eq. (3)
+            reverse_cumulative = attention.flip(1).cumsum(dim=1).flip(1)  # rcp_t, eq. (4)
+            # a row's first token: no attention, cp = 0 and rcp = 1
+            first = (tokens_seen == 0).unsqueeze(1)  # (B, 1)
+            attention = attention.masked_fill(first, 0.0)
+            cumulative = cumulative.masked_fill(first, 0.0)
+            reverse_cumulative = reverse_cumulative.masked_fill(first, 1.0)
+            # eq. (5): M_t = M_{t-1} (1 - rcp) + M_hat_{t-1} rcp
+            erase = reverse_cumulative.unsqueeze(-1)  # (B, N, 1)
+            new_memory = memory * (1.0 - erase) + candidate * erase
+            # eqs. (6)-(7), slot by slot from the top: M_hat^i = x_t (1 - cp^i) + o^i cp^i
+            below = x_t  # M_hat_t^{-1}
+            new_candidate = []
+            for slot in range(num_slots):
+                composed = self.cell(below, new_memory[:, slot], cell_masks)  # o_t^i
+                write = cumulative[:, slot : slot + 1]  # (B, 1)
+                below = x_t * (1.0 - write) + composed * write
+                new_candidate.append(below)
+            # padded steps keep the row's state
+            real = mask[:, t].unsqueeze(1)  # (B, 1)
+            pointer = torch.where(real, cumulative, pointer)
+            memory = torch.where(real.unsqueeze(-1), new_memory, memory)
+            candidate = torch.where(real.unsqueeze(-1), torch.stack(new_candidate, 1), candidate)
+            tokens_seen = tokens_seen + mask[:, t].long()
+            outputs.append(below.masked_fill(~real, 0.0))  # output_t = M_hat_t^{N-1}
+            attentions.append(attention.masked_fill(~real, 0.0))
+        hidden = torch.stack(outputs, 1) if steps else x.new_zeros(batch_size, 0, hidden_size)
+        attention = torch.stack(attentions, 1) if steps else x.new_zeros(batch_size, 0, num_slots)
+        return hidden, attention, OrderedMemoryState(pointer, memory, candidate, tokens_seen)
 
 
-# ----------------------------------------------------------------------------- fused slot chain
-def _autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The lower-precision dtype the caller asked for with ``torch.autocast``, else None."""
-    if device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
-        return None
-    dtype = torch.get_autocast_dtype("cpu")
-    return dtype if dtype != torch.float32 else None
-
-
-def _linear(
-    x: Tensor, weight: Tensor, bias: Tensor | None, low: Tensor | None = None, keep_low=False
-) -> Tensor:
-    """``F.linear`` in the input's precision, or with ``low`` (``weight`` cast to bf16 once per
-    forward): the product in bf16 and, unless ``keep_low``, the bias added in fp32 (fp32 out)."""
-    if low is None:
-        return F.linear(x, weight, bias)
-    if keep_low:
-        return F.linear(x.to(low.dtype), low, None if bias is None else bias.to(low.dtype))
-    out = F.linear(x.to(low.dtype), low).float()
-    return out if bias is None else out + bias
-
-
-def slot_chain_operands(
-    weight_left: Tensor, weight_second: Tensor, bias_second: Tensor, dtype: torch.dtype
-) -> tuple:
-    """What :func:`slot_chain` multiplies by, detached and cast to ``dtype`` once: W_left^T, W2^T
-    and b2 for the forward, W2 and W_left for the backward. Their dtype sets the precision of the
-    matrix products."""
-    weight_left, weight_second = weight_left.detach(), weight_second.detach()
-    return tuple(
-        w.to(dtype).contiguous()
-        for w in (weight_left.t(), weight_second.t(), bias_second.detach(), weight_second,
-                  weight_left)
-    )  # fmt: skip
-
-
-def slot_chain(
-    x_t: Tensor,
-    memory: Tensor,
-    right_projected: Tensor,
-    cumulative: Tensor,
-    weight_left: Tensor,
-    weight_second: Tensor,
-    bias_second: Tensor,
-    norm_weight: Tensor,
-    norm_bias: Tensor,
-    left_mask: Tensor | None = None,
-    hidden_mask: Tensor | None = None,
-    eps: float = 1e-5,
-    operands: tuple | None = None,
-) -> Tensor:
-    """Eqs. (6)-(7) for the slots k = 0..w-1 of one step, all candidates at once.
-
-    x_t (n, H); ``memory`` (n, w, H) the window M_t; ``right_projected`` (w, n, 4H) the right half
-    of the cell's first layer on the (dropped-out) memory, b1 included; ``cumulative`` (n, w) cp_t;
-    ``weight_left`` (4H, H) the left half of W1; ``weight_second`` (4H, 4H) and ``bias_second`` W2,
-    b2; ``norm_weight``/``norm_bias`` the shared LayerNorm; ``left_mask`` (n, H) and
-    ``hidden_mask`` (n, 4H) the cell's dropout masks (non-negative), or None. Returns the
-    candidates M_hat_t^k, (n, w, H). ``operands`` (:func:`slot_chain_operands`, made once per
-    forward) set the precision of the matrix products: with bf16 operands the products, the ReLU
-    layer and ``right_projected`` are bf16 (as autocast's linear layers are); the gates, the
-    LayerNorm, the state and the output stay in the precision of ``x_t``.
-
-    The backward pass is written by hand (:class:`_SlotChain`): one loop over the slots in
-    reverse with small, cache-resident operations, then the weight gradients as one matrix
-    product over all w * n rows.
-    """
-    if operands is None:
-        operands = slot_chain_operands(weight_left, weight_second, bias_second, x_t.dtype)
-    inputs = (x_t, memory, right_projected, cumulative, weight_left, weight_second, bias_second,
-              norm_weight, norm_bias)  # fmt: skip
-    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
-        return _SlotChain.apply(*inputs, left_mask, hidden_mask, eps, operands)
-    return _slot_chain_forward(
-        x_t, memory, right_projected, cumulative, norm_weight, norm_bias, left_mask, hidden_mask,
-        eps, operands, save=False,
-    )[0]  # fmt: skip
-
-
-def _slot_chain_forward(
-    x_t, memory, right_projected, cumulative, norm_weight, norm_bias, left_mask, hidden_mask, eps,
-    operands, save,
-):  # fmt: skip
-    """The forward loop; returns the candidates (n, w, H) and, if ``save``, what the backward
-    pass needs."""
-    left_t, second_t, second_bias = operands[:3]
-    low = left_t.dtype
-    n, w, size = memory.shape
-    right = right_projected.to(low)
-    hidden_scale = None if hidden_mask is None else hidden_mask.to(low)
-    out = x_t.new_empty(n, w, size)
-    # per slot: the cell's left input (after dropout), ReLU layer (after dropout),
-    # [sigmoid(v, h, c), u] and the LayerNorm's input; one slot's worth when not saving.
-    # Per-slot views are made once (unbind), as Python-side indexing costs as much as small ops.
-    slots = w if save else 1
-    lefts = x_t.new_empty(slots, n, size, dtype=low)
-    hiddens = x_t.new_empty(slots, n, 4 * size, dtype=low)
-    seconds = x_t.new_empty(slots, n, 4 * size)
-    mixeds = x_t.new_empty(slots, n, size)
-    views = [
-        t.unbind(0)
-        for t in (lefts, hiddens, seconds, mixeds, seconds[..., : 3 * size],
-                  seconds[..., :size], seconds[..., size : 2 * size],
-                  seconds[..., 2 * size : 3 * size], seconds[..., 3 * size :])
-    ]  # fmt: skip
-    rights, memories = right.unbind(0), memory.unbind(1)
-    writes, outs = cumulative.unsqueeze(-1).unbind(1), out.unbind(1)
-    normed, means, rstds = [], [], []
-    same = low == x_t.dtype
-    below = x_t
-    for k in range(w):
-        j = k if save else 0
-        left, hidden, second, mixed, gates, vertical, horizontal, candidate_gate, candidate = (
-            v[j] for v in views
-        )
-        if left_mask is None:
-            left.copy_(below)
-        else:
-            torch.mul(below, left_mask, out=left)
-        torch.addmm(rights[k], left, left_t, out=hidden)
-        if hidden_scale is not None:  # relu(a) * m == relu(a * m) for m >= 0
-            hidden.mul_(hidden_scale)
-        hidden.relu_()
-        if same:
-            torch.addmm(second_bias, hidden, second_t, out=second)
-        else:
-            second.copy_(torch.addmm(second_bias, hidden, second_t))
-        gates.sigmoid_()
-        torch.mul(vertical, below, out=mixed)
-        mixed.addcmul_(horizontal, memories[k]).addcmul_(candidate_gate, candidate)
-        composed, mean, rstd = torch.ops.aten.native_layer_norm(
-            mixed, [size], norm_weight, norm_bias, eps
-        )
-        below = torch.lerp(x_t, composed, writes[k], out=outs[k])
-        if save:
-            normed.append(composed)
-            means.append(mean)
-            rstds.append(rstd)
-    if not save:
-        return out, None
-    saved = (lefts, hiddens, seconds, mixeds, torch.stack(normed), torch.stack(means),
-             torch.stack(rstds), hidden_scale)  # fmt: skip
-    return out, saved
-
-
-class _SlotChain(torch.autograd.Function):
-    """:func:`slot_chain` with a hand-written backward pass."""
-
-    @staticmethod
-    def forward(
-        ctx, x_t, memory, right_projected, cumulative, weight_left, weight_second, bias_second,
-        norm_weight, norm_bias, left_mask, hidden_mask, eps, operands,
-    ):  # fmt: skip
-        out, saved = _slot_chain_forward(
-            x_t, memory, right_projected, cumulative, norm_weight, norm_bias, left_mask,
-            hidden_mask, eps, operands, save=True,
-        )  # fmt: skip
-        *saved, hidden_scale = saved
-        ctx.save_for_backward(x_t, memory, cumulative, norm_weight, out, *saved)
-        ctx.constants = (left_mask, hidden_scale, operands, right_projected.dtype)
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        with torch.autocast("cpu", enabled=False):
-            return _SlotChain._backward(ctx, grad_out)
-
-    @staticmethod
-    def _backward(ctx, grad_out):
-        x_t, memory, cumulative, norm_weight, out, *saved = ctx.saved_tensors
-        lefts, hiddens, seconds, mixeds, normed, means, rstds = saved
-        left_mask, hidden_scale, operands, right_dtype = ctx.constants
-        second_w, left_w = operands[3], operands[4]
-        low = second_w.dtype
-        same = low == x_t.dtype
-        n, w, size = memory.shape
-        grad_below = x_t.new_empty(w, n, size)  # d loss / d M_hat^k (all paths)
-        grad_normed = x_t.new_empty(w, n, size)  # d loss / d LN output
-        grad_second = x_t.new_empty(w, n, 4 * size, dtype=low)  # d / d [v, h, c, u]
-        grad_first = x_t.new_empty(w, n, 4 * size, dtype=low)  # d / d (W1 [l; r] + b1)
-        # d / d [v, h, c, u], written in the state's precision (then cast if need be)
-        target = grad_second if same else x_t.new_empty(1, n, 4 * size)
-        d_seconds = [
-            t.unbind(0)
-            for t in (target, target[..., :size], target[..., size : 2 * size],
-                      target[..., 2 * size : 3 * size], target[..., 3 * size :],
-                      target[..., : 3 * size])
-        ]  # fmt: skip
-        gates = [
-            t.unbind(0)
-            for t in (seconds[..., : 3 * size], seconds[..., :size],
-                      seconds[..., 2 * size : 3 * size], seconds[..., 3 * size :])
-        ]  # fmt: skip
-        grad_belows, grad_normeds = grad_below.unbind(0), grad_normed.unbind(0)
-        grad_seconds, grad_firsts = grad_second.unbind(0), grad_first.unbind(0)
-        grad_outs, memories = grad_out.unbind(1), memory.unbind(1)
-        writes, belows = cumulative.unsqueeze(-1).unbind(1), (x_t, *out.unbind(1))
-        mixed_k, mean_k, rstd_k = mixeds.unbind(0), means.unbind(0), rstds.unbind(0)
-        hidden_k = hiddens.unbind(0)
-        grad_mixed = []
-        carry = None
-        for k in range(w - 1, -1, -1):
-            if carry is None:
-                grad_belows[k].copy_(grad_outs[k])
-            else:
-                torch.add(grad_outs[k], carry, out=grad_belows[k])
-            torch.mul(grad_belows[k], writes[k], out=grad_normeds[k])  # lerp's o cp
-            d_mixed = torch.ops.aten.native_layer_norm_backward(
-                grad_normeds[k], mixed_k[k], [size], mean_k[k], rstd_k[k], norm_weight, None,
-                [True, False, False],
-            )[0]  # fmt: skip
-            grad_mixed.append(d_mixed)
-            j = k if same else 0
-            d_second, d_vertical, d_horizontal, d_candidate_gate, d_candidate, d_gates = (
-                v[j] for v in d_seconds
-            )
-            gate, vertical, candidate_gate, candidate = (v[k] for v in gates)
-            torch.mul(d_mixed, belows[k], out=d_vertical)
-            torch.mul(d_mixed, memories[k], out=d_horizontal)
-            torch.mul(d_mixed, candidate, out=d_candidate_gate)
-            torch.ops.aten.sigmoid_backward.grad_input(d_gates, gate, grad_input=d_gates)
-            torch.mul(d_mixed, candidate_gate, out=d_candidate)
-            if not same:
-                grad_seconds[k].copy_(d_second)
-            d_hidden = torch.mm(grad_seconds[k], second_w)  # (n, 4H)
-            torch.ops.aten.threshold_backward.grad_input(
-                d_hidden, hidden_k[k], 0, grad_input=grad_firsts[k]
-            )
-            if hidden_scale is not None:
-                grad_firsts[k].mul_(hidden_scale)
-            d_left = torch.mm(grad_firsts[k], left_w)  # (n, H)
-            carry = d_mixed * vertical
-            carry = carry.addcmul_(d_left, left_mask) if left_mask is not None else carry + d_left
-        grad_mixed = torch.stack(grad_mixed[::-1])  # (w, n, H)
-        cumulative_t = cumulative.t().unsqueeze(-1)  # (w, n, 1)
-        needs = ctx.needs_input_grad
-        grad_x = None
-        if needs[0]:  # lerp: x_t (1 - cp) + o cp, and the first slot's left input
-            grad_x = (grad_below * (1.0 - cumulative_t)).sum(0).add_(carry)
-        grad_memory = None
-        if needs[1]:
-            grad_memory = (grad_mixed * seconds[:, :, size : 2 * size]).transpose(0, 1)
-        grad_right = grad_first.to(right_dtype) if needs[2] else None
-        grad_cumulative = None
-        if needs[3]:
-            grad_cumulative = (grad_below * (normed - x_t)).sum(-1).t()
-        flat_second = grad_second.view(w * n, 4 * size)
-        grad_weight_left = grad_weight_second = grad_bias_second = None
-        if needs[4]:
-            flat_first = grad_first.view(w * n, 4 * size)
-            grad_weight_left = (flat_first.t() @ lefts.view(w * n, size)).to(x_t.dtype)
-        if needs[5]:
-            grad_weight_second = (flat_second.t() @ hiddens.view(w * n, -1)).to(x_t.dtype)
-        if needs[6]:
-            ones = flat_second.new_ones(1, w * n)  # a matrix product sums faster than sum(0)
-            grad_bias_second = (ones @ flat_second).to(x_t.dtype).view(-1)
-        grad_norm_weight = grad_norm_bias = None
-        if needs[7]:
-            grad_norm_weight = (grad_normed * (mixeds - means) * rstds).sum((0, 1))
-        if needs[8]:
-            grad_norm_bias = grad_normed.sum((0, 1))
-        return (grad_x, grad_memory, grad_right, grad_cumulative, grad_weight_left,
-                grad_weight_second, grad_bias_second, grad_norm_weight, grad_norm_bias,
-                None, None, None, None)  # fmt: skip
-
-
-class _Schedule:
-    """What each step of a sorted batch computes, worked out once on the CPU (no per-step sync)."""
-
-    def __init__(self, mask: Tensor, tokens_seen: Tensor, num_slots: int) -> None:
-        mask_cpu = mask.cpu()
-        batch_size = mask_cpu.size(0)
-        active = mask_cpu.sum(0)  # (T,)
-        prefix = torch.arange(batch_size).unsqueeze(1) < active.unsqueeze(0)  # (B, T)
-        if not torch.equal(prefix, mask_cpu):
-            raise ValueError(
-                "OrderedMemoryEncoder: each mask row must be one run of real tokens, padded on "
-                "the left or on the right (True = real token); got a row with a gap in it"
-            )
-        seen_before = tokens_seen.cpu().unsqueeze(1) + mask_cpu.long().cumsum(1) - mask_cpu.long()
-        first = mask_cpu & (seen_before == 0)  # (B, T) the row's first token ever
-        window = (seen_before * mask_cpu).amax(0).clamp(max=num_slots) if batch_size else active
-        self.active: list[int] = active.tolist()
-        self.window: list[int] = window.tolist()
-        self.has_first: list[bool] = first.any(0).tolist()
-        self.first = first.to(mask.device)
-
-
+# ----------------------------------------------------------------------------- the encoder
 class OrderedMemoryEncoder(Encoder):
     """Ordered Memory as a sequence encoder (see the module docstring).
 
     ``hidden`` (B, T, H) holds each step's output (the last slot of the candidate memory; zeros at
     padding), ``pooled`` (B, H) the output after a row's last real token, and
-    ``extras["attention"]`` (B, T, N) the pointer distributions p_t used for tree induction
-    (zeros at a row's first token and at padding). Bidirectional: a second Ordered Memory with its
-    own parameters reads each row right to left; outputs are concatenated (2H) and its attention is
-    ``extras["attention_backward"]`` (in reading order, i.e. over reversed positions).
-    ``fused`` (default True) selects the hand-written backward pass of the slot chain and bf16
-    matrix products under autocast; False runs the plain autograd reference path.
+    ``tree_signal`` (kind "attention", values (1, B, T, N)) the pointer distributions p_t used for
+    tree induction (zeros at a row's first token and at padding). Bidirectional: a second Ordered
+    Memory with its own parameters reads each row right to left; outputs are concatenated (2H) and
+    its attention is ``extras["attention_backward"]`` (in reading order, i.e. over reversed
+    positions).
+    ``fused`` (default True) runs :mod:`treernn.encoders.ordered_memory_fused` (only the slots
+    that can be pointed at, the hand-written backward pass of the slot chain, bf16 matrix products
+    under autocast); False runs the readable reference, Algorithm 1 as written (fp32).
     """
 
     tree_signal_kind = "attention"  # trees by Algorithm 2
@@ -657,10 +349,13 @@ class OrderedMemoryEncoder(Encoder):
                 f"num_layers={num_layers}: Ordered Memory has one layer (depth comes from its "
                 "memory slots); set num_layers=1 and use memory_slots for capacity"
             )
-        for name, value in (
-            ("dropout", dropout), ("memory_dropout", memory_dropout),
-            ("input_dropout", input_dropout), ("output_dropout", output_dropout),
-        ):  # fmt: skip
+        dropouts = {
+            "dropout": dropout,
+            "memory_dropout": memory_dropout,
+            "input_dropout": input_dropout,
+            "output_dropout": output_dropout,
+        }
+        for name, value in dropouts.items():
             check_dropout(name, value)
         if memory_slots < 1 or (test_memory_slots is not None and test_memory_slots < 1):
             raise ValueError(

@@ -1,0 +1,653 @@
+"""The optimised Ordered Memory recurrence (``OrderedMemoryEncoder(fused=True)``, the default).
+
+Read :mod:`treernn.encoders.ordered_memory` first: it has the paper's equations and the readable
+Algorithm 1 (:meth:`~treernn.encoders.ordered_memory.OrderedMemoryRecurrence.reference_forward`).
+This module computes the same function (tests compare the two in float64) faster:
+
+* Only the slots that can be pointed at are computed. At the k-th token of a row at most
+  min(N, k - 1) slots can have a non-zero pointer (the mask of eq. 10 admits one new slot per
+  step), so a step works on the window of the last ``window`` slots; the slots below it hold x_t
+  exactly. (Their *memory* M_t is left as it was, where eq. (5) would copy M_hat_{t-1} into it:
+  those slots are never read before the window reaches them and overwrites them, so outputs,
+  attention and candidates are the same; only ``state.memory`` of never-attended slots differs.)
+* Rows are processed longest first, so the rows still reading tokens (right padding) or already
+  reading them (left padding) are a prefix of the batch and padded rows cost nothing; a padded
+  step never changes a row's state, so left and right padding give the same results.
+* The cell's first layer is split into its ``left`` and ``right`` halves; the ``right`` half,
+  which reads the memory, runs for all slots of a step as one matrix product.
+* The chain of eqs. (6)-(7) over a step's slots, which must run slot after slot, is one autograd
+  node (:func:`slot_chain`) with a hand-written backward pass: the forward loop writes each slot's
+  intermediates into preallocated buffers, the backward loop runs the slots in reverse with
+  small, cache-resident operations, and the weight gradients of W_left, W2, b2 and the LayerNorm
+  are computed once per step over all slots' rows (one matrix product each) instead of once per
+  slot. :func:`slot_chain_autograd` is the same chain with autograd's backward, the check on it.
+* Dropout masks are sampled once per sequence (after sorting the rows), see the model file.
+
+Precision: fp32 by default (exact). Deviation, only when asked for: under
+``torch.autocast("cpu", dtype=torch.bfloat16)`` (Lightning's ``precision="bf16-mixed"``) the
+recurrence's matrix products (input, query, key and cell projections) run in bf16, with the
+weights cast once per forward, and the attention softmax, gates, LayerNorms, memory state and
+outputs stay in fp32 (the outputs are fp32). As with autocast's linear layers, the cell's ReLU
+layer and the right half of its first layer are bf16, and so is the cell's hidden dropout mask
+(1 / keep rounded to bf16).
+
+Names: ``gemm_dtype`` is the dtype of the matrix products (bf16 under bf16-mixed, else the
+state's); ``*_gemm`` tensors are weights cast to it; ``window`` is the number of slots a step
+works on and ``window_start = N - window`` the first of them; ``active`` the number of rows that
+read a token at a step; in :func:`slot_chain`, ``rows`` x ``width`` are those two counts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+if TYPE_CHECKING:  # the model file imports this module; no import cycle at run time
+    from treernn.encoders.ordered_memory import OrderedMemoryRecurrence, OrderedMemoryState
+
+
+def fused_ordered_memory(
+    recurrence: OrderedMemoryRecurrence,
+    x: Tensor,
+    mask: Tensor,
+    num_slots: int,
+    state: OrderedMemoryState | None,
+) -> tuple[Tensor, Tensor, OrderedMemoryState]:
+    """What :meth:`OrderedMemoryRecurrence.forward` returns, computed the fast way: hidden
+    (B, T, H), attention (B, T, N), final state. Under ``torch.autocast`` (bf16-mixed) the
+    matrix products run in the autocast dtype and everything else in fp32."""
+    gemm_dtype = _autocast_dtype(x.device)
+    with torch.autocast(x.device.type, enabled=False):
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()
+        state = recurrence.start_state(state, x, num_slots)
+        return _scheduled_forward(recurrence, x, mask, state, gemm_dtype)
+
+
+class _Schedule:
+    """What each step of a sorted batch computes, worked out once on the CPU (no per-step sync)."""
+
+    def __init__(self, mask: Tensor, tokens_seen: Tensor, num_slots: int) -> None:
+        mask_cpu = mask.cpu()
+        batch_size = mask_cpu.size(0)
+        active = mask_cpu.sum(0)  # (T,)
+        prefix = torch.arange(batch_size).unsqueeze(1) < active.unsqueeze(0)  # (B, T)
+        if not torch.equal(prefix, mask_cpu):
+            raise ValueError(
+                "OrderedMemoryEncoder: each mask row must be one run of real tokens, padded on "
+                "the left or on the right (True = real token); got a row with a gap in it"
+            )
+        seen_before = tokens_seen.cpu().unsqueeze(1) + mask_cpu.long().cumsum(1) - mask_cpu.long()
+        first = mask_cpu & (seen_before == 0)  # (B, T) the row's first token ever
+        window = (seen_before * mask_cpu).amax(0).clamp(max=num_slots) if batch_size else active
+        self.active: list[int] = active.tolist()
+        self.window: list[int] = window.tolist()
+        self.has_first: list[bool] = first.any(0).tolist()
+        self.first = first.to(mask.device)
+
+
+def _scheduled_forward(
+    recurrence: OrderedMemoryRecurrence,
+    x: Tensor,
+    mask: Tensor,
+    state: OrderedMemoryState,
+    gemm_dtype: torch.dtype | None,
+) -> tuple[Tensor, Tensor, OrderedMemoryState]:
+    """The windowed, longest-rows-first loop over steps; see the module docstring."""
+    from treernn.encoders.ordered_memory import OrderedMemoryState, masked_attention
+
+    batch_size, steps, _ = x.shape
+    hidden_size = recurrence.hidden_size
+    num_slots = state.num_slots
+
+    # Longest rows first: with left or right padding, the rows reading a token are a prefix.
+    lengths = mask.sum(1)  # (B,)
+    order = torch.argsort(lengths, descending=True, stable=True)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(batch_size, device=order.device)
+    x, mask, state = x[order], mask[order], state.index_select(order)
+    schedule = _Schedule(mask, state.tokens_seen, num_slots)
+
+    # bf16-mixed: every matrix the recurrence multiplies by, cast once per forward
+    cell = recurrence.cell
+    weight_left, weight_right, first_bias = cell.split_first_layer()
+    inputs, query, key = (
+        recurrence.input_projection,
+        recurrence.query_projection,
+        recurrence.key_projection,
+    )
+    input_weight_gemm, query_weight_gemm, key_weight_gemm, right_weight_gemm = (
+        None if gemm_dtype is None else weight.to(gemm_dtype)
+        for weight in (inputs.weight, query.weight, key.weight, weight_right)
+    )
+    projected = recurrence.layer_norm(
+        _linear(x, inputs.weight, inputs.bias, input_weight_gemm)
+    )  # eq. (1)
+    query_mask, key_mask, score_mask = recurrence.attention_dropout_masks(batch_size, x)
+    queries = projected if query_mask is None else projected * query_mask
+    queries = recurrence.query_norm(
+        _linear(queries, query.weight, query.bias, query_weight_gemm)
+    )  # (B,T,H)
+    cell_masks = recurrence.cell.sample_dropout_masks(batch_size, x)
+    left_mask = right_mask = hidden_mask = None
+    if cell_masks is not None:
+        left_mask, right_mask = cell_masks[0].split(hidden_size, dim=-1)  # (B, H) each
+        hidden_mask = cell_masks[1]  # (B, 4H)
+    norm = recurrence.layer_norm
+    operands = slot_chain_operands(
+        weight_left, cell.second_layer.weight, cell.second_layer.bias, gemm_dtype or x.dtype
+    )
+
+    # Indexing a tensor step by step makes autograd write a full-size zero gradient per index
+    # (REFERENCE.md, ON-LSTM "Speed"): split once with unbind instead.
+    projected_steps, query_steps = projected.unbind(1), queries.unbind(1)  # T x (B, H)
+    pointer, memory, candidate = state.cumulative_pointer, state.memory, state.candidate
+    outputs, attentions = [], []
+    for t in range(steps):
+        active = schedule.active[t]  # rows [0, active) read a token at step t
+        if active == 0:
+            outputs.append(x.new_zeros(batch_size, hidden_size))
+            attentions.append(x.new_zeros(batch_size, num_slots))
+            continue
+        x_t = projected_steps[t][:active]  # (active, H)
+        window = schedule.window[t]  # slots [N - window, N) can be pointed at
+        window_start = num_slots - window
+        if window == 0:  # every active row is at its first token: cp = 0, rcp = 1
+            new_pointer = x.new_zeros(active, num_slots)
+            new_memory = candidate[:active]
+            new_candidate = x_t.unsqueeze(1).expand(active, num_slots, hidden_size)
+            attention = x.new_zeros(active, num_slots)
+            output = x_t
+        else:
+            previous = candidate[:active, window_start:]  # (active, window, H) M_hat_{t-1}
+            keys = previous if key_mask is None else previous * key_mask[:active]
+            keys = recurrence.key_norm(
+                _linear(keys, key.weight, key.bias, key_weight_gemm)
+            )  # (active, window, H)
+            features = F.relu(query_steps[t][:active].unsqueeze(1) + keys)  # (active, window, H)
+            if score_mask is not None:
+                features = features * score_mask[:active]
+            scores = recurrence.score(features).squeeze(-1) / math.sqrt(
+                hidden_size
+            )  # (active, window)
+            allowed = torch.cat(  # cp_{t-1}^{i+1}, with cp^N = 1 (eq. 10)
+                [pointer[:active, window_start + 1 :], x.new_ones(active, 1)], dim=1
+            )
+            attention = masked_attention(scores, allowed)  # (active, window) p_t
+            cumulative = attention.cumsum(dim=1)  # cp_t, eq. (3)
+            # rcp_t = 1 - sum_{j < i} p^j (eq. 4); written so that it is exactly 1 below p
+            reverse_cumulative = 1.0 - cumulative + attention
+            if schedule.has_first[t]:
+                first = schedule.first[:active, t, None]  # (active, 1)
+                attention = attention.masked_fill(first, 0.0)
+                cumulative = cumulative.masked_fill(first, 0.0)
+                reverse_cumulative = reverse_cumulative.masked_fill(first, 1.0)
+            # eq. (5); slots below the window are never read before being overwritten
+            erase = reverse_cumulative.unsqueeze(-1)  # (active, window, 1)
+            memory_window = memory[:active, window_start:] * (1.0 - erase) + previous * erase
+            # eqs. (6)-(7) slot by slot; the cell's first layer on M_t for all slots at once
+            right = (
+                memory_window if right_mask is None else memory_window * right_mask[:active, None]
+            )
+            # slot-major, so that each slot's rows are contiguous for addmm
+            right_projected = _linear(  # bf16 under bf16-mixed, like autocast's
+                right.transpose(0, 1), weight_right, first_bias, right_weight_gemm, True
+            )  # (window, active, 4H)
+            step_hidden_mask = None if hidden_mask is None else hidden_mask[:active]
+            step_left_mask = None if left_mask is None else left_mask[:active]
+            slots = slot_chain(
+                x_t,
+                memory_window,
+                right_projected,
+                cumulative,
+                weight_left,
+                cell.second_layer.weight,
+                cell.second_layer.bias,
+                norm.weight,
+                norm.bias,
+                step_left_mask,
+                step_hidden_mask,
+                norm.eps,
+                operands,
+            )
+            output = slots[:, -1]  # slots (active, window, H); the output is the last, (active, H)
+            if window_start == 0:  # the window is the whole memory: nothing to copy around it
+                new_pointer, new_memory, new_candidate = cumulative, memory_window, slots
+            else:
+                zeros = x.new_zeros(active, window_start)
+                new_pointer = torch.cat([zeros, cumulative], dim=1)  # (active, N)
+                new_memory = torch.cat([memory[:active, :window_start], memory_window], dim=1)
+                new_candidate = torch.cat(
+                    [x_t.unsqueeze(1).expand(active, window_start, hidden_size), slots],
+                    dim=1,
+                )  # (active, N, H)
+                attention = torch.cat([zeros, attention], dim=1)  # (active, N)
+        if active < batch_size:  # rows not reading a token keep their state
+            new_pointer = torch.cat([new_pointer, pointer[active:]])
+            new_memory = torch.cat([new_memory, memory[active:]])
+            new_candidate = torch.cat([new_candidate, candidate[active:]])
+            output = F.pad(output, (0, 0, 0, batch_size - active))
+            attention = F.pad(attention, (0, 0, 0, batch_size - active))
+        pointer, memory, candidate = new_pointer, new_memory, new_candidate
+        outputs.append(output)
+        attentions.append(attention)
+
+    hidden = torch.stack(outputs, dim=1) if steps else x.new_zeros(batch_size, 0, hidden_size)
+    attention = torch.stack(attentions, dim=1) if steps else x.new_zeros(batch_size, 0, num_slots)
+    final = OrderedMemoryState(pointer, memory, candidate, state.tokens_seen + lengths[order])
+    return hidden[inverse], attention[inverse], final.index_select(inverse)
+
+
+# ----------------------------------------------------------------------------- precision
+def _autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The lower-precision dtype the caller asked for with ``torch.autocast``, else None."""
+    if device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+        return None
+    dtype = torch.get_autocast_dtype("cpu")
+    return dtype if dtype != torch.float32 else None
+
+
+def _linear(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    gemm_weight: Tensor | None = None,
+    keep_gemm_dtype: bool = False,
+) -> Tensor:
+    """``F.linear`` in the input's precision, or with ``gemm_weight`` (``weight`` cast to bf16 once
+    per forward): the product in bf16 and, unless ``keep_gemm_dtype``, the bias added in fp32 (fp32
+    out)."""
+    if gemm_weight is None:
+        return F.linear(x, weight, bias)
+    gemm_dtype = gemm_weight.dtype
+    if keep_gemm_dtype:
+        return F.linear(
+            x.to(gemm_dtype), gemm_weight, None if bias is None else bias.to(gemm_dtype)
+        )
+    out = F.linear(x.to(gemm_dtype), gemm_weight).float()
+    return out if bias is None else out + bias
+
+
+# ----------------------------------------------------------------------------- the slot chain
+def slot_chain_operands(
+    weight_left: Tensor, weight_second: Tensor, bias_second: Tensor, dtype: torch.dtype
+) -> tuple:
+    """What :func:`slot_chain` multiplies by, detached and cast to ``dtype`` once: W_left^T, W2^T
+    and b2 for the forward, W2 and W_left for the backward. Their dtype sets the precision of the
+    matrix products."""
+    weight_left, weight_second = weight_left.detach(), weight_second.detach()
+    return tuple(
+        matrix.to(dtype).contiguous()
+        for matrix in (
+            weight_left.t(),
+            weight_second.t(),
+            bias_second.detach(),
+            weight_second,
+            weight_left,
+        )
+    )
+
+
+def slot_chain(
+    x_t: Tensor,
+    memory: Tensor,
+    right_projected: Tensor,
+    cumulative: Tensor,
+    weight_left: Tensor,
+    weight_second: Tensor,
+    bias_second: Tensor,
+    norm_weight: Tensor,
+    norm_bias: Tensor,
+    left_mask: Tensor | None = None,
+    hidden_mask: Tensor | None = None,
+    eps: float = 1e-5,
+    operands: tuple | None = None,
+) -> Tensor:
+    """Eqs. (6)-(7) for the slots k = 0..width-1 of one step, all candidates at once.
+
+    x_t (rows, H); ``memory`` (rows, width, H) the window M_t; ``right_projected``
+    (width, rows, 4H) the right half of the cell's first layer on the (dropped-out) memory, b1
+    included; ``cumulative`` (rows, width) cp_t;
+    ``weight_left`` (4H, H) the left half of W1; ``weight_second`` (4H, 4H) and ``bias_second`` W2,
+    b2; ``norm_weight``/``norm_bias`` the shared LayerNorm; ``left_mask`` (rows, H) and
+    ``hidden_mask`` (rows, 4H) the cell's dropout masks (non-negative), or None. Returns the
+    candidates M_hat_t^k, (rows, width, H). ``operands`` (:func:`slot_chain_operands`, made once
+    per forward) set the precision of the matrix products: with bf16 operands the products, the ReLU
+    layer and ``right_projected`` are bf16 (as autocast's linear layers are); the gates, the
+    LayerNorm, the state and the output stay in the precision of ``x_t``.
+
+    The backward pass is written by hand (:class:`_SlotChain`): one loop over the slots in
+    reverse with small, cache-resident operations, then the weight gradients as one matrix
+    product over all width * rows rows of the step.
+    """
+    if operands is None:
+        operands = slot_chain_operands(weight_left, weight_second, bias_second, x_t.dtype)
+    inputs = (
+        x_t,
+        memory,
+        right_projected,
+        cumulative,
+        weight_left,
+        weight_second,
+        bias_second,
+        norm_weight,
+        norm_bias,
+    )
+    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+        return _SlotChain.apply(*inputs, left_mask, hidden_mask, eps, operands)
+    return _slot_chain_forward(
+        x_t,
+        memory,
+        right_projected,
+        cumulative,
+        norm_weight,
+        norm_bias,
+        left_mask,
+        hidden_mask,
+        eps,
+        operands,
+        save=False,
+    )[0]
+
+
+def slot_chain_autograd(
+    x_t: Tensor,
+    memory: Tensor,
+    right_projected: Tensor,
+    cumulative: Tensor,
+    weight_left: Tensor,
+    weight_second: Tensor,
+    bias_second: Tensor,
+    norm_weight: Tensor,
+    norm_bias: Tensor,
+    left_mask: Tensor | None = None,
+    hidden_mask: Tensor | None = None,
+    eps: float = 1e-5,
+    operands: tuple | None = None,
+) -> Tensor:
+    """:func:`slot_chain` with plain autograd ops (same arguments; ``operands`` is ignored and
+    the products run in the precision of ``x_t``): the check on the hand-written backward."""
+    size = x_t.size(-1)
+    below = x_t  # M_hat_t^{k-1}, starting from x_t
+    slots = []
+    for k in range(memory.size(1)):
+        left = below if left_mask is None else below * left_mask
+        hidden = F.relu(right_projected[k] + left @ weight_left.t())  # eq. (12), first layer
+        if hidden_mask is not None:
+            hidden = hidden * hidden_mask
+        gate_logits, candidate = F.linear(hidden, weight_second, bias_second).split(
+            (3 * size, size), dim=-1
+        )
+        vertical_gate, horizontal_gate, candidate_gate = torch.sigmoid(gate_logits).chunk(3, -1)
+        mixed = vertical_gate * below + horizontal_gate * memory[:, k] + candidate_gate * candidate
+        composed = F.layer_norm(mixed, (size,), norm_weight, norm_bias, eps)  # eq. (13)
+        below = torch.lerp(x_t, composed, cumulative[:, k : k + 1])  # eq. (7)
+        slots.append(below)
+    return torch.stack(slots, 1)  # (rows, width, H)
+
+
+def _slot_chain_forward(
+    x_t,
+    memory,
+    right_projected,
+    cumulative,
+    norm_weight,
+    norm_bias,
+    left_mask,
+    hidden_mask,
+    eps,
+    operands,
+    save,
+):
+    """The forward loop; returns the candidates (rows, width, H) and, if ``save``, what the
+    backward pass needs."""
+    left_t, second_t, second_bias = operands[:3]
+    gemm_dtype = left_t.dtype
+    rows, width, size = memory.shape
+    right = right_projected.to(gemm_dtype)
+    hidden_scale = None if hidden_mask is None else hidden_mask.to(gemm_dtype)
+    out = x_t.new_empty(rows, width, size)
+    # per slot: the cell's left input (after dropout), ReLU layer (after dropout),
+    # [sigmoid(v, h, c), u] and the LayerNorm's input; one slot's worth when not saving.
+    # Per-slot views are made once (unbind), as Python-side indexing costs as much as small ops.
+    slots = width if save else 1
+    lefts = x_t.new_empty(slots, rows, size, dtype=gemm_dtype)
+    hiddens = x_t.new_empty(slots, rows, 4 * size, dtype=gemm_dtype)
+    seconds = x_t.new_empty(slots, rows, 4 * size)
+    mixeds = x_t.new_empty(slots, rows, size)
+    views = [
+        t.unbind(0)
+        for t in (
+            lefts,
+            hiddens,
+            seconds,
+            mixeds,
+            seconds[..., : 3 * size],
+            seconds[..., :size],
+            seconds[..., size : 2 * size],
+            seconds[..., 2 * size : 3 * size],
+            seconds[..., 3 * size :],
+        )
+    ]
+    rights, memories = right.unbind(0), memory.unbind(1)
+    writes, outs = cumulative.unsqueeze(-1).unbind(1), out.unbind(1)
+    normed, means, rstds = [], [], []
+    gemm_in_state_dtype = gemm_dtype == x_t.dtype
+    below = x_t
+    for k in range(width):
+        buffer_slot = k if save else 0
+        left, hidden, second, mixed, gates, vertical, horizontal, candidate_gate, candidate = (
+            view[buffer_slot] for view in views
+        )
+        if left_mask is None:
+            left.copy_(below)
+        else:
+            torch.mul(below, left_mask, out=left)
+        torch.addmm(rights[k], left, left_t, out=hidden)
+        if hidden_scale is not None:  # relu(a) * m == relu(a * m) for m >= 0
+            hidden.mul_(hidden_scale)
+        hidden.relu_()
+        if gemm_in_state_dtype:
+            torch.addmm(second_bias, hidden, second_t, out=second)
+        else:
+            second.copy_(torch.addmm(second_bias, hidden, second_t))
+        gates.sigmoid_()
+        torch.mul(vertical, below, out=mixed)
+        mixed.addcmul_(horizontal, memories[k]).addcmul_(candidate_gate, candidate)
+        composed, mean, rstd = torch.ops.aten.native_layer_norm(
+            mixed, [size], norm_weight, norm_bias, eps
+        )
+        below = torch.lerp(x_t, composed, writes[k], out=outs[k])
+        if save:
+            normed.append(composed)
+            means.append(mean)
+            rstds.append(rstd)
+    if not save:
+        return out, None
+    saved = (
+        lefts,
+        hiddens,
+        seconds,
+        mixeds,
+        torch.stack(normed),
+        torch.stack(means),
+        torch.stack(rstds),
+        hidden_scale,
+    )
+    return out, saved
+
+
+class _SlotChain(torch.autograd.Function):
+    """:func:`slot_chain` with a hand-written backward pass."""
+
+    @staticmethod
+    def forward(
+        ctx,
+        x_t,
+        memory,
+        right_projected,
+        cumulative,
+        weight_left,
+        weight_second,
+        bias_second,
+        norm_weight,
+        norm_bias,
+        left_mask,
+        hidden_mask,
+        eps,
+        operands,
+    ):
+        out, saved = _slot_chain_forward(
+            x_t,
+            memory,
+            right_projected,
+            cumulative,
+            norm_weight,
+            norm_bias,
+            left_mask,
+            hidden_mask,
+            eps,
+            operands,
+            save=True,
+        )
+        *saved, hidden_scale = saved
+        ctx.save_for_backward(x_t, memory, cumulative, norm_weight, out, *saved)
+        ctx.constants = (left_mask, hidden_scale, operands, right_projected.dtype)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        with torch.autocast("cpu", enabled=False):
+            return _SlotChain._backward(ctx, grad_out)
+
+    @staticmethod
+    def _backward(ctx, grad_out):
+        x_t, memory, cumulative, norm_weight, out, *saved = ctx.saved_tensors
+        lefts, hiddens, seconds, mixeds, normed, means, rstds = saved
+        left_mask, hidden_scale, operands, right_dtype = ctx.constants
+        weight_second_gemm, weight_left_gemm = operands[3], operands[4]
+        gemm_dtype = weight_second_gemm.dtype
+        gemm_in_state_dtype = gemm_dtype == x_t.dtype
+        rows, width, size = memory.shape
+        grad_below = x_t.new_empty(width, rows, size)  # d loss / d M_hat^k (all paths)
+        grad_normed = x_t.new_empty(width, rows, size)  # d loss / d LN output
+        # d / d [v, h, c, u] and d / d (W1 [l; r] + b1)
+        grad_second = x_t.new_empty(width, rows, 4 * size, dtype=gemm_dtype)
+        grad_first = x_t.new_empty(width, rows, 4 * size, dtype=gemm_dtype)
+        # d / d [v, h, c, u], written in the state's precision (then cast if need be)
+        target = grad_second if gemm_in_state_dtype else x_t.new_empty(1, rows, 4 * size)
+        d_seconds = [
+            t.unbind(0)
+            for t in (
+                target,
+                target[..., :size],
+                target[..., size : 2 * size],
+                target[..., 2 * size : 3 * size],
+                target[..., 3 * size :],
+                target[..., : 3 * size],
+            )
+        ]
+        gates = [
+            t.unbind(0)
+            for t in (
+                seconds[..., : 3 * size],
+                seconds[..., :size],
+                seconds[..., 2 * size : 3 * size],
+                seconds[..., 3 * size :],
+            )
+        ]
+        grad_belows, grad_normeds = grad_below.unbind(0), grad_normed.unbind(0)
+        grad_seconds, grad_firsts = grad_second.unbind(0), grad_first.unbind(0)
+        grad_outs, memories = grad_out.unbind(1), memory.unbind(1)
+        writes, belows = cumulative.unsqueeze(-1).unbind(1), (x_t, *out.unbind(1))
+        mixed_k, mean_k, rstd_k = mixeds.unbind(0), means.unbind(0), rstds.unbind(0)
+        hidden_k = hiddens.unbind(0)
+        grad_mixed = []
+        carry = None
+        for k in range(width - 1, -1, -1):
+            if carry is None:
+                grad_belows[k].copy_(grad_outs[k])
+            else:
+                torch.add(grad_outs[k], carry, out=grad_belows[k])
+            torch.mul(grad_belows[k], writes[k], out=grad_normeds[k])  # lerp's o cp
+            d_mixed = torch.ops.aten.native_layer_norm_backward(
+                grad_normeds[k],
+                mixed_k[k],
+                [size],
+                mean_k[k],
+                rstd_k[k],
+                norm_weight,
+                None,
+                [True, False, False],
+            )[0]
+            grad_mixed.append(d_mixed)
+            buffer_slot = k if gemm_in_state_dtype else 0
+            d_second, d_vertical, d_horizontal, d_candidate_gate, d_candidate, d_gates = (
+                view[buffer_slot] for view in d_seconds
+            )
+            gate, vertical, candidate_gate, candidate = (v[k] for v in gates)
+            torch.mul(d_mixed, belows[k], out=d_vertical)
+            torch.mul(d_mixed, memories[k], out=d_horizontal)
+            torch.mul(d_mixed, candidate, out=d_candidate_gate)
+            torch.ops.aten.sigmoid_backward.grad_input(d_gates, gate, grad_input=d_gates)
+            torch.mul(d_mixed, candidate_gate, out=d_candidate)
+            if not gemm_in_state_dtype:
+                grad_seconds[k].copy_(d_second)
+            d_hidden = torch.mm(grad_seconds[k], weight_second_gemm)  # (rows, 4H)
+            torch.ops.aten.threshold_backward.grad_input(
+                d_hidden, hidden_k[k], 0, grad_input=grad_firsts[k]
+            )
+            if hidden_scale is not None:
+                grad_firsts[k].mul_(hidden_scale)
+            d_left = torch.mm(grad_firsts[k], weight_left_gemm)  # (rows, H)
+            carry = d_mixed * vertical
+            carry = carry.addcmul_(d_left, left_mask) if left_mask is not None else carry + d_left
+        grad_mixed = torch.stack(grad_mixed[::-1])  # (width, rows, H)
+        cumulative_t = cumulative.t().unsqueeze(-1)  # (width, rows, 1)
+        needs = ctx.needs_input_grad
+        grad_x = None
+        if needs[0]:  # lerp: x_t (1 - cp) + o cp, and the first slot's left input
+            grad_x = (grad_below * (1.0 - cumulative_t)).sum(0).add_(carry)
+        grad_memory = None
+        if needs[1]:
+            grad_memory = (grad_mixed * seconds[:, :, size : 2 * size]).transpose(0, 1)
+        grad_right = grad_first.to(right_dtype) if needs[2] else None
+        grad_cumulative = None
+        if needs[3]:
+            grad_cumulative = (grad_below * (normed - x_t)).sum(-1).t()
+        flat_second = grad_second.view(width * rows, 4 * size)
+        grad_weight_left = grad_weight_second = grad_bias_second = None
+        if needs[4]:
+            flat_first = grad_first.view(width * rows, 4 * size)
+            grad_weight_left = (flat_first.t() @ lefts.view(width * rows, size)).to(x_t.dtype)
+        if needs[5]:
+            grad_weight_second = (flat_second.t() @ hiddens.view(width * rows, -1)).to(x_t.dtype)
+        if needs[6]:
+            # a matrix product sums faster than sum(0)
+            ones = flat_second.new_ones(1, width * rows)
+            grad_bias_second = (ones @ flat_second).to(x_t.dtype).view(-1)
+        grad_norm_weight = grad_norm_bias = None
+        if needs[7]:
+            grad_norm_weight = (grad_normed * (mixeds - means) * rstds).sum((0, 1))
+        if needs[8]:
+            grad_norm_bias = grad_normed.sum((0, 1))
+        return (
+            grad_x,
+            grad_memory,
+            grad_right,
+            grad_cumulative,
+            grad_weight_left,
+            grad_weight_second,
+            grad_bias_second,
+            grad_norm_weight,
+            grad_norm_bias,
+            None,
+            None,
+            None,
+            None,
+        )
