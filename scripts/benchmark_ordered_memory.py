@@ -6,8 +6,10 @@ on the pooled output, Adam. Training time covers forward, backward and the optim
 covers a ``torch.no_grad`` forward in eval mode. All models see the same random batches; each
 figure is the fastest of ``--repeats`` steps after a warm-up step.
 
-Rows: Ordered Memory's reference path (``fused=False``: plain autograd over the slots, fp32), its
-fused path (hand-written backward of the slot chain) in fp32 and in bf16-mixed (the model run under
+Rows: Ordered Memory's reference path (``fused=False``: the readable Algorithm 1 of
+``treernn.encoders.ordered_memory``, every slot at every step, plain autograd, fp32), its fused
+path (``treernn.encoders.ordered_memory_fused``: windowed slots, hand-written backward of the slot
+chain) in fp32 and in bf16-mixed (the model run under
 ``torch.autocast("cpu", dtype=torch.bfloat16)``, as Lightning's ``precision=bf16-mixed`` does), and
 an LSTM of the same size in fp32 and bf16-mixed. Then the ratios: fused vs reference, each Ordered
 Memory row vs the authors' 1.8k training tokens/s, and LSTM / Ordered Memory.

@@ -113,4 +113,4 @@ def test_bad_input_says_what_to_do():
         model(torch.randn(2, 3, 5), torch.tensor([[True, False, False], [False, False, False]]))
     with pytest.raises(ValueError, match=r"expected \(B, T, 5\)"):
         model(torch.randn(2, 3, 4))
-    assert not model.needs_tree and model.output_size == 8
+    assert model.input_view == "tokens" and model.output_size == 8

@@ -329,4 +329,6 @@ def test_bad_calls_say_what_to_do(encoder_class):
         model(x, state=torch.zeros(1), tree=tree)
     with pytest.raises(ValueError, match="set num_layers=1"):
         encoder_class(input_size=3, hidden_size=4, num_layers=2)
-    assert model.needs_tree and model.output_size == 4 and model.input_size == 3
+    assert (
+        model.input_view == "constituency_tree" and model.output_size == 4 and model.input_size == 3
+    )
