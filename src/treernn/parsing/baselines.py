@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from treernn.parsing.metrics import TABLE2_LABELS, ParseScores, score_trees
-from treernn.parsing.trees import Tree, left_branching, right_branching
+from treernn.parsing.trees import Span, Tree, left_branching, right_branching
 from treernn.parsing.wsj import GoldSentence
 
 #: The four baselines of Table 2, as treernn's training-time callbacks report them.
@@ -192,6 +192,71 @@ def baseline_trees(name: str, lengths: Sequence[int], seed: int = 0) -> list[Tre
     if name not in DETERMINISTIC:
         raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(ALL_BASELINES)}")
     return [DETERMINISTIC[name](length) for length in lengths]
+
+
+def baseline_spans(name: str, lengths: Sequence[int], seed: int = 0) -> list[list[Span]]:
+    """The brackets of :func:`baseline_trees` (as :func:`treernn.parsing.metrics.tree_spans`
+    lists them: the whole sentence first), built without building the trees: what the
+    scoreboard scores, since the trivial trees of a whole treebank are scored ten times over."""
+    if name == "random":
+        rng = random.Random(seed)
+        return [_greedy_spans([rng.random() for _ in range(length)]) for length in lengths]
+    builders: dict[str, Callable[[int], list[Span]]] = {
+        "left_branching": lambda n: [(0, end) for end in range(n, 1, -1)],
+        "right_branching": lambda n: [(start, n) for start in range(0, n - 1)],
+        "balanced": _top_down_spans,
+        "balanced_bottom_up": _bottom_up_spans,
+    }
+    if name not in builders:
+        raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(ALL_BASELINES)}")
+    for length in lengths:
+        _check_length(length)
+    return [builders[name](length) for length in lengths]
+
+
+def _top_down_spans(length: int) -> list[Span]:
+    spans: list[Span] = []
+    pending = [(0, length)]
+    while pending:
+        start, end = pending.pop()
+        if end - start < 2:
+            continue
+        spans.append((start, end))
+        middle = start + (end - start) // 2
+        pending.extend([(middle, end), (start, middle)])
+    return spans
+
+
+def _bottom_up_spans(length: int) -> list[Span]:
+    spans: list[Span] = []
+    row = [(position, position + 1) for position in range(length)]
+    while len(row) > 1:
+        paired = [(row[index][0], row[index + 1][1]) for index in range(0, len(row) - 1, 2)]
+        spans.extend(paired)
+        if len(row) % 2:
+            paired.append(row[-1])
+        row = paired
+    spans.reverse()  # the whole sentence first
+    return spans
+
+
+def _greedy_spans(values: list[float]) -> list[Span]:
+    """The brackets of :func:`greedy_tree_iterative`: a span split before its first maximum ``k``
+    is ``(left, (w_k, right))``, so it has the bracket ``[k, end)`` too unless ``k`` is its first
+    or last word."""
+    spans: list[Span] = []
+    pending = [(0, len(values))]
+    while pending:
+        start, end = pending.pop()
+        if end - start < 2:
+            continue
+        segment = values[start:end]
+        split_point = start + segment.index(max(segment))  # the first maximum
+        spans.append((start, end))
+        if start < split_point < end - 1:
+            spans.append((split_point, end))
+        pending.extend([(split_point + 1, end), (start, split_point)])
+    return spans
 
 
 def score_baselines(

@@ -156,16 +156,7 @@ def sentence_f1_from_spans(
     at most 1e-8).
     """
     skip = 0 if include_whole_sentence else 1  # tree_spans lists the whole sentence first
-    predicted_set = set(predicted_spans[skip:])
-    gold_set = set(gold_spans[skip:])
-    if not gold_set:
-        return 0.0 if predicted_set else 1.0
-    overlap = len(predicted_set & gold_set)
-    if overlap == 0:
-        return 0.0
-    precision = overlap / len(predicted_set)
-    recall = overlap / len(gold_set)
-    return 2.0 * precision * recall / (precision + recall)
+    return _sentence_f1_sets(set(predicted_spans[skip:]), set(gold_spans[skip:]))
 
 
 def sentence_f1(
@@ -238,40 +229,91 @@ def score_trees(
     ``include_whole_sentence`` is passed on to :func:`sentence_f1_from_spans`."""
     if len(predicted) != len(gold):
         raise ValueError(f"{len(predicted)} predicted trees for {len(gold)} gold trees")
-    if labelled_spans is not None and len(labelled_spans) != len(gold):
-        raise ValueError(f"{len(labelled_spans)} labelled-span lists for {len(gold)} gold trees")
-    labels = tuple(dict.fromkeys(labels))
-    counts = BracketCounts()
-    sentence_scores: list[float] = []
-    depths: list[float] = []
-    label_totals = {label: (0, 0) for label in labels}
-    for index, (predicted_tree, gold_tree) in enumerate(zip(predicted, gold)):
-        predicted_spans, leaf_depth_list = spans_and_depths(predicted_tree)
-        gold_spans = tree_spans(gold_tree)
-        counts = counts + counts_from_spans(predicted_spans, gold_spans)
-        sentence_scores.append(
-            sentence_f1_from_spans(
-                predicted_spans, gold_spans, include_whole_sentence=include_whole_sentence
-            )
+    return score_spans(
+        [tree_spans(tree) for tree in predicted],
+        [tree_spans(tree) for tree in gold],
+        labelled_spans,
+        labels,
+        include_whole_sentence=include_whole_sentence,
+    )
+
+
+def mean_depth_from_spans(spans: Sequence[Span]) -> float:
+    """The mean number of brackets above a word, from a tree's :func:`tree_spans`: a word's depth
+    is the number of brackets covering it, so the depths sum to the brackets' total width."""
+    if not spans:
+        return 0.0  # a one-word sentence
+    start, end = spans[0]
+    return sum(span_end - span_start for span_start, span_end in spans) / (end - start)
+
+
+def score_spans(
+    predicted_spans: Sequence[Sequence[Span]],
+    gold_spans: Sequence[Sequence[Span]],
+    labelled_spans: Sequence[Iterable[tuple[str, int, int]]] | None = None,
+    labels: Iterable[str] = TABLE2_LABELS,
+    *,
+    include_whole_sentence: bool = False,
+) -> ParseScores:
+    """:func:`score_trees` from each tree's :func:`tree_spans` (the whole sentence first): what the
+    scoreboard calls, so that gold spans are computed once and baselines never build trees."""
+    if len(predicted_spans) != len(gold_spans):
+        raise ValueError(f"{len(predicted_spans)} predicted trees for {len(gold_spans)} gold trees")
+    if labelled_spans is not None and len(labelled_spans) != len(gold_spans):
+        raise ValueError(
+            f"{len(labelled_spans)} labelled-span lists for {len(gold_spans)} gold trees"
         )
-        depths.append(sum(leaf_depth_list) / len(leaf_depth_list))
+    labels = tuple(dict.fromkeys(labels))
+    matched = predicted_total = gold_total = 0
+    sentence_total = 0.0
+    depth_total = 0.0
+    label_found = dict.fromkeys(labels, 0)
+    label_total = dict.fromkeys(labels, 0)
+    skip = 0 if include_whole_sentence else 1
+    for index, (predicted, gold) in enumerate(zip(predicted_spans, gold_spans)):
+        if predicted and gold and predicted[0] != gold[0]:
+            raise ValueError(
+                f"sentence {index}: the predicted tree spans words {predicted[0]} but the gold "
+                f"tree {gold[0]}"
+            )
+        predicted_set, gold_set = set(predicted), set(gold)
+        if len(predicted_set) == len(predicted) and len(gold_set) == len(gold):
+            matched += len(predicted_set & gold_set)
+        else:  # duplicate brackets (unary chains): EVALB matches a multiset
+            matched += sum((Counter(predicted) & Counter(gold)).values())
+        predicted_total += len(predicted)
+        gold_total += len(gold)
+        sentence_total += _sentence_f1_sets(set(predicted[skip:]), set(gold[skip:]))
+        depth_total += mean_depth_from_spans(predicted)
         if labelled_spans is not None:
-            found_total = _label_counts(set(predicted_spans), labelled_spans[index], labels)
-            for label, (found, total) in found_total.items():
-                label_totals[label] = (
-                    label_totals[label][0] + found,
-                    label_totals[label][1] + total,
-                )
-    count = len(predicted)
+            for label, start, end in labelled_spans[index]:
+                if label in label_total:
+                    label_total[label] += 1
+                    label_found[label] += (start, end) in predicted_set
+    count = len(predicted_spans)
+    counts = BracketCounts(matched, predicted_total, gold_total)
+    label_counts = {label: (label_found[label], label_total[label]) for label in labels}
     return ParseScores(
         corpus_f1=counts.f1,
-        sentence_f1=sum(sentence_scores) / count if count else 0.0,
+        sentence_f1=sentence_total / count if count else 0.0,
         counts=counts,
-        depth=sum(depths) / count if count else 0.0,
+        depth=depth_total / count if count else 0.0,
         label_recall={
             label: (found / total if total else None)
-            for label, (found, total) in label_totals.items()
+            for label, (found, total) in label_counts.items()
         },
-        label_counts=label_totals,
+        label_counts=label_counts,
         sentences=count,
     )
+
+
+def _sentence_f1_sets(predicted_set: set[Span], gold_set: set[Span]) -> float:
+    """The body of :func:`sentence_f1_from_spans` on span sets already without the root."""
+    if not gold_set:
+        return 0.0 if predicted_set else 1.0
+    overlap = len(predicted_set & gold_set)
+    if overlap == 0:
+        return 0.0
+    precision = overlap / len(predicted_set)
+    recall = overlap / len(gold_set)
+    return 2.0 * precision * recall / (precision + recall)

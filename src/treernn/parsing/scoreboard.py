@@ -1,0 +1,521 @@
+"""The unsupervised-parsing scoreboard: any system's trees and the trivial baselines scored against
+one gold set by one exact protocol, as text, markdown or JSON.
+
+Typical use (what a command line wraps)::
+
+    gold = load_gold("sample10", data_dir="data")              # or a gold tree file
+    predicted = align(read_trees("my_trees.txt"), gold)        # checks every sentence's words
+    board = evaluate({"my system": predicted}, gold)
+    print(to_text(board))                                      # to_markdown / to_json
+
+Protocol (ON-LSTM Table 2; details in REFERENCE.md), see :class:`Protocol` for the options:
+
+- Words: keep a word only if its POS tag is a word tag (punctuation, traces, ``$``, ``#``, brackets
+  and quotes dropped), lower-case it, replace digit runs by ``N``. ``punctuation="keep"`` keeps
+  everything but traces.
+- corpus F1: EVALB's unlabeled bracket F1 summed over the corpus (the whole-sentence bracket counts,
+  single words do not). This is the number the paper reports.
+- sentence F1: the authors' per-sentence F1 averaged over sentences, on span sets without the
+  whole-sentence span (``sentence_f1_whole_span=True`` keeps it); a gold tree without any span
+  scores 1 only if the prediction has none either.
+- per-label recall: the fraction of gold constituents of a label (two or more words) that are
+  predicted brackets. depth: the mean number of brackets above a word, averaged over sentences.
+- Baselines: left- and right-branching, random (mean, std and max over seeds 0-4) and balanced in
+  both conventions (see :mod:`treernn.parsing.baselines`).
+
+Aligning predictions with gold (:func:`align`): tree ``i`` of the file goes with gold sentence
+``i``. Words are compared after lower-casing and turning digit runs into ``N`` (case-insensitive,
+so ``N`` and ``1988`` agree). A predicted tree with POS preterminals is filtered by tag, as the
+gold; one without is filtered against its gold sentence: a token of
+:data:`~treernn.parsing.treefile.PUNCTUATION_TOKENS` is dropped unless it is the gold word expected
+next. Predicted unary brackets are collapsed, like the gold's.
+
+Gold files (:func:`read_gold_file`): a tree file in any format of :mod:`treernn.parsing.treefile`.
+With POS preterminals it is filtered exactly as the WSJ; without them (the words are taken to be
+the sentence) only the tokens of ``PUNCTUATION_TOKENS`` are dropped, nothing under
+``punctuation="keep"``. Labels, where the file has them, give the per-label recall. A gold tree
+left without words is skipped (listed in :attr:`GoldSet.skipped`); the predicted file has no line
+for it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from treernn.parsing.baselines import (
+    ALL_BASELINES,
+    DEFAULT_SEEDS,
+    DESCRIPTIONS,
+    baseline_spans,
+)
+from treernn.parsing.metrics import TABLE2_LABELS, ParseScores, score_spans, tree_spans
+from treernn.parsing.treefile import (
+    PUNCTUATION_TOKENS,
+    RawTree,
+    TreeFile,
+    TreeFileError,
+    normalise,
+    prepare,
+    read_trees,
+)
+from treernn.parsing.trees import Span, Tree
+from treernn.parsing.wsj import (
+    SPLITS,
+    GoldSentence,
+    is_word_tag,
+    load_split,
+)
+
+PUNCTUATION_CHOICES: tuple[str, ...] = ("drop", "keep")
+#: Gold splits treernn knows; anything else is read as a gold tree file.
+KNOWN_SPLITS: tuple[str, ...] = tuple(name for names in SPLITS.values() for name in names)
+
+
+class TreeAlignmentError(TreeFileError):
+    """Predicted trees that do not fit the gold sentences (count or words)."""
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The choices behind every number of a scoreboard (defaults: ON-LSTM's)."""
+
+    punctuation: str = "drop"
+    sentence_f1_whole_span: bool = False
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    labels: tuple[str, ...] = TABLE2_LABELS
+    baselines: tuple[str, ...] = ALL_BASELINES
+
+    def __post_init__(self) -> None:
+        if self.punctuation not in PUNCTUATION_CHOICES:
+            raise ValueError(
+                f"punctuation must be one of {PUNCTUATION_CHOICES}, not {self.punctuation!r}"
+            )
+        unknown = [name for name in self.baselines if name not in ALL_BASELINES]
+        if unknown:
+            raise ValueError(f"unknown baselines {unknown}; choose from {ALL_BASELINES}")
+        if "random" in self.baselines and not self.seeds:
+            raise ValueError("the random baseline needs at least one seed")
+
+    @property
+    def keep_punctuation(self) -> bool:
+        return self.punctuation == "keep"
+
+    def as_dict(self) -> dict[str, object]:
+        words = (
+            "every word but traces (-NONE-)"
+            if self.keep_punctuation
+            else "words with a word POS tag (punctuation, traces, $, #, brackets, quotes dropped)"
+        )
+        whole = "with" if self.sentence_f1_whole_span else "without"
+        return {
+            "words": words + "; lower-cased; digit runs -> N",
+            "punctuation": self.punctuation,
+            "corpus_f1": "EVALB unlabeled bracket F1 over corpus totals; whole-sentence bracket "
+            "counted, single words not",
+            "sentence_f1": f"mean over sentences of the per-sentence F1 on span sets {whole} the "
+            "whole-sentence span (ON-LSTM script); a gold tree with no span scores 1 only if "
+            "the prediction has none either",
+            "sentence_f1_whole_span": self.sentence_f1_whole_span,
+            "label_recall": "fraction of gold constituents (2+ words) of the label that are "
+            "predicted brackets",
+            "depth": "mean number of brackets above a word, averaged over sentences",
+            "random_seeds": list(self.seeds),
+            "labels": list(self.labels),
+            "baselines": {name: DESCRIPTIONS[name] for name in self.baselines},
+        }
+
+    def summary(self) -> str:
+        """One line naming the options, for the head of a table."""
+        whole = "with" if self.sentence_f1_whole_span else "without"
+        seeds = ",".join(str(seed) for seed in self.seeds)
+        punctuation = "kept" if self.keep_punctuation else "dropped"
+        return (
+            f"punctuation {punctuation}; corpus F1 = EVALB (whole-sentence bracket counted); "
+            f"sentence F1 {whole} the whole-sentence span (ON-LSTM script); random = mean over "
+            f"seeds {seeds} (max in brackets)"
+        )
+
+
+@dataclass(frozen=True)
+class GoldSet:
+    """Prepared gold sentences and where they come from."""
+
+    name: str
+    sentences: tuple[GoldSentence, ...]
+    skipped: tuple[str, ...] = ()  # sources of gold trees left without words
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+
+# ----------------------------------------------------------------------------------------------
+# Gold
+
+
+def load_gold(
+    gold: str | Path,
+    *,
+    wsj_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    punctuation: str = "drop",
+    format: str = "auto",
+) -> GoldSet:
+    """A split treernn knows or, for any other value, a gold tree file.
+
+    Splits (see :func:`treernn.parsing.wsj.load_split`): ``wsj10`` and ``wsj_test`` from the full
+    WSJ in ``wsj_dir``; ``sample`` and ``sample10`` from the nltk sample below ``data_dir``."""
+    _check_punctuation(punctuation)
+    name = str(gold)
+    if name in KNOWN_SPLITS:
+        kind = "sample" if name in SPLITS["sample"] else "wsj"
+        sentences = load_split(
+            kind,  # type: ignore[arg-type]
+            name,
+            wsj_dir=wsj_dir,
+            data_dir=data_dir,
+            keep_punctuation=punctuation == "keep",
+        )
+        return GoldSet(name, tuple(sentences))
+    return read_gold_file(gold, punctuation=punctuation, format=format)
+
+
+def read_gold_file(path: str | Path, *, punctuation: str = "drop", format: str = "auto") -> GoldSet:
+    """Gold trees from a tree file, filtered as the module docstring says."""
+    _check_punctuation(punctuation)
+    tree_file = read_trees(path, format)
+    keep_punctuation = punctuation == "keep"
+    sentences: list[GoldSentence] = []
+    skipped: list[str] = []
+    for raw in tree_file.trees:
+        source = f"{Path(tree_file.path).name}:{raw.line}"
+        if raw.tags is not None:
+            keep = [is_word_tag(tag, keep_punctuation) for tag in raw.tags]
+        else:
+            keep = [keep_punctuation or word not in PUNCTUATION_TOKENS for word in raw.words]
+        prepared = prepare(raw, keep)
+        if prepared is None:
+            skipped.append(source)
+            continue
+        sentences.append(
+            GoldSentence(prepared.words, prepared.tree, prepared.labelled_spans, source, -1)
+        )
+    if not sentences:
+        raise TreeFileError(tree_file.path, None, "no gold tree has a word left after filtering")
+    return GoldSet(tree_file.path, tuple(sentences), tuple(skipped))
+
+
+def _check_punctuation(punctuation: str) -> None:
+    if punctuation not in PUNCTUATION_CHOICES:
+        raise ValueError(f"punctuation must be one of {PUNCTUATION_CHOICES}, not {punctuation!r}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Alignment
+
+
+def word_key(word: str) -> str:
+    """What two words must share to be the same word: lower case, digit runs as one ``n``."""
+    return normalise(word).lower()
+
+
+def align(
+    tree_file: TreeFile,
+    gold: GoldSet | Sequence[GoldSentence],
+    *,
+    punctuation: str = "drop",
+) -> list[Tree]:
+    """The predicted trees of ``tree_file`` over the gold sentences' word positions, in order.
+
+    Raises :class:`TreeAlignmentError` naming both counts when the numbers of trees differ, and
+    naming the line and both word lists when a tree's words differ from its gold sentence.
+    """
+    _check_punctuation(punctuation)
+    sentences = gold.sentences if isinstance(gold, GoldSet) else tuple(gold)
+    gold_name = gold.name if isinstance(gold, GoldSet) else "gold"
+    if len(tree_file.trees) != len(sentences):
+        raise TreeAlignmentError(
+            tree_file.path,
+            None,
+            f"{len(tree_file.trees)} trees, but the gold {gold_name} has {len(sentences)} "
+            "sentences: one tree per gold sentence, in order",
+        )
+    keep_punctuation = punctuation == "keep"
+    trees: list[Tree] = []
+    for index, (raw, sentence) in enumerate(zip(tree_file.trees, sentences)):
+        gold_keys = [word_key(word) for word in sentence.words]
+        prepared = prepare(raw, _keep_mask(raw, gold_keys, keep_punctuation))
+        predicted_words = prepared.words if prepared is not None else ()
+        if [word_key(word) for word in predicted_words] != gold_keys:
+            hint = ""
+            if tree_file.detected and tree_file.format == "labelled":
+                hint = " (the file was read as labelled trees; if it has no labels, say so with "
+                hint += "format='bracketed')"
+            raise TreeAlignmentError(
+                tree_file.path,
+                raw.line,
+                f"the words differ from gold sentence {index + 1} ({sentence.source}) after "
+                f"filtering{hint}: predicted {list(predicted_words)}, gold {list(sentence.words)}",
+            )
+        trees.append(prepared.tree)  # type: ignore[union-attr]
+    return trees
+
+
+def _keep_mask(raw: RawTree, gold_keys: list[str], keep_punctuation: bool) -> list[bool]:
+    if raw.tags is not None:
+        return [is_word_tag(tag, keep_punctuation) for tag in raw.tags]
+    if keep_punctuation:
+        return [True] * len(raw.words)
+    keep: list[bool] = []
+    expected = 0  # index of the next gold word
+    for word in raw.words:
+        matches = expected < len(gold_keys) and word_key(word) == gold_keys[expected]
+        if word in PUNCTUATION_TOKENS and not matches:
+            keep.append(False)
+        else:
+            keep.append(True)
+            expected += 1
+    return keep
+
+
+# ----------------------------------------------------------------------------------------------
+# Scoring
+
+
+@dataclass
+class Row:
+    """One line of the scoreboard: a system (one run) or a baseline (one run per seed)."""
+
+    name: str
+    kind: str  # "system" or "baseline"
+    description: str
+    runs: list[ParseScores]
+
+    def values(self, metric: str) -> list[float]:
+        return [float(getattr(run, metric)) for run in self.runs]
+
+    def mean(self, metric: str) -> float:
+        return statistics.fmean(self.values(metric))
+
+    def std(self, metric: str) -> float:
+        return statistics.pstdev(self.values(metric)) if len(self.runs) > 1 else 0.0
+
+    def max(self, metric: str) -> float:
+        return max(self.values(metric))
+
+    def label_recall(self) -> dict[str, float | None]:
+        result: dict[str, float | None] = {}
+        for label in self.runs[0].label_recall:
+            known = [run.label_recall[label] for run in self.runs]
+            values = [value for value in known if value is not None]
+            result[label] = statistics.fmean(values) if values else None
+        return result
+
+    def as_dict(self) -> dict[str, object]:
+        def stats(metric: str) -> dict[str, float]:
+            return {"mean": self.mean(metric), "std": self.std(metric), "max": self.max(metric)}
+
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "description": self.description,
+            "corpus_f1": stats("corpus_f1"),
+            "sentence_f1": stats("sentence_f1"),
+            "label_recall": self.label_recall(),
+            "label_counts": {label: list(pair) for label, pair in self.runs[0].label_counts.items()}
+            if len(self.runs) == 1
+            else None,
+            "depth": self.mean("depth"),
+            "sentences": self.runs[0].sentences,
+            "runs": len(self.runs),
+            "brackets": {
+                "matched": self.runs[0].counts.matched,
+                "predicted": self.runs[0].counts.predicted,
+                "gold": self.runs[0].counts.gold,
+            }
+            if len(self.runs) == 1
+            else None,
+        }
+
+
+@dataclass
+class Scoreboard:
+    """Every row scored against one gold set under one protocol."""
+
+    protocol: Protocol
+    gold_name: str
+    sentences: int
+    rows: list[Row] = field(default_factory=list)
+    skipped_gold: tuple[str, ...] = ()
+
+    def row(self, name: str) -> Row:
+        for row in self.rows:
+            if row.name == name:
+                return row
+        raise KeyError(f"no row {name!r}; rows: {[row.name for row in self.rows]}")
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "gold": {
+                "name": self.gold_name,
+                "sentences": self.sentences,
+                "skipped": list(self.skipped_gold),
+            },
+            "protocol": self.protocol.as_dict(),
+            "rows": [row.as_dict() for row in self.rows],
+        }
+
+
+def evaluate(
+    predicted: Mapping[str, Sequence[Tree]] | Sequence[Tree] | None,
+    gold: GoldSet | Sequence[GoldSentence],
+    *,
+    protocol: Protocol | None = None,
+    name: str = "predicted",
+    descriptions: Mapping[str, str] | None = None,
+) -> Scoreboard:
+    """Score each system's trees (``{name: trees}``, one tree list, or None for baselines only)
+    and the protocol's baselines against ``gold``. Trees are over the gold words' positions (from
+    :func:`align`, or a treernn model's induced trees)."""
+    protocol = protocol or Protocol()
+    sentences = gold.sentences if isinstance(gold, GoldSet) else tuple(gold)
+    if not sentences:
+        raise ValueError("no gold sentence to score against")
+    systems: Mapping[str, Sequence[Tree]]
+    if predicted is None:
+        systems = {}
+    elif isinstance(predicted, Mapping):
+        systems = predicted
+    else:
+        systems = {name: predicted}
+    gold_spans = [tree_spans(sentence.tree) for sentence in sentences]
+    labelled = [sentence.labelled_spans for sentence in sentences]
+
+    def score(spans: Sequence[Sequence[Span]]) -> ParseScores:
+        return score_spans(
+            spans,
+            gold_spans,
+            labelled,
+            protocol.labels,
+            include_whole_sentence=protocol.sentence_f1_whole_span,
+        )
+
+    rows: list[Row] = []
+    for system, trees in systems.items():
+        if len(trees) != len(sentences):
+            raise ValueError(f"{system}: {len(trees)} trees for {len(sentences)} gold sentences")
+        description = (descriptions or {}).get(system, "predicted trees")
+        rows.append(Row(system, "system", description, [score([tree_spans(t) for t in trees])]))
+    lengths = [len(sentence.words) for sentence in sentences]
+    for baseline in protocol.baselines:
+        seeds = protocol.seeds if baseline == "random" else (0,)
+        runs = [score(baseline_spans(baseline, lengths, seed)) for seed in seeds]
+        rows.append(Row(baseline, "baseline", DESCRIPTIONS[baseline], runs))
+    return Scoreboard(
+        protocol,
+        gold.name if isinstance(gold, GoldSet) else "gold",
+        len(sentences),
+        rows,
+        gold.skipped if isinstance(gold, GoldSet) else (),
+    )
+
+
+def score_tree_file(
+    path: str | Path,
+    gold: GoldSet,
+    *,
+    format: str = "auto",
+    protocol: Protocol | None = None,
+    name: str | None = None,
+) -> Scoreboard:
+    """Read, align and score one tree file (with the baselines) against ``gold``."""
+    protocol = protocol or Protocol()
+    tree_file = read_trees(path, format)
+    trees = align(tree_file, gold, punctuation=protocol.punctuation)
+    return evaluate({name or Path(path).name: trees}, gold, protocol=protocol)
+
+
+# ----------------------------------------------------------------------------------------------
+# Output
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}"
+
+
+def _cells(row: Row, labels: Sequence[str]) -> list[str]:
+    def f1(metric: str) -> str:
+        if len(row.runs) == 1:
+            return _percent(row.mean(metric))
+        return f"{_percent(row.mean(metric))} (max {_percent(row.max(metric))})"
+
+    recall = row.label_recall()
+    return [
+        row.name,
+        f1("corpus_f1"),
+        f1("sentence_f1"),
+        *(_percent(recall.get(label)) for label in labels),
+        f"{row.mean('depth'):.2f}",
+    ]
+
+
+def _header(board: Scoreboard) -> list[str]:
+    return ["", "corpus F1", "sentence F1", *board.protocol.labels, "depth"]
+
+
+def _title(board: Scoreboard) -> list[str]:
+    skipped = f", {len(board.skipped_gold)} empty gold trees skipped" if board.skipped_gold else ""
+    return [
+        f"gold: {board.gold_name} ({board.sentences} sentences{skipped})",
+        f"protocol: {board.protocol.summary()}",
+    ]
+
+
+def to_text(board: Scoreboard) -> str:
+    """A plain-text table with the gold set and the protocol on top."""
+    table = [_header(board)] + [_cells(row, board.protocol.labels) for row in board.rows]
+    widths = [max(len(line[column]) for line in table) for column in range(len(table[0]))]
+    lines = _title(board)
+    for line in table:
+        first = line[0].ljust(widths[0])
+        rest = [cell.rjust(width) for cell, width in zip(line[1:], widths[1:])]
+        lines.append("  ".join([first, *rest]).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def to_markdown(board: Scoreboard) -> str:
+    """A markdown table (F1 and recall in %, depth in brackets) with the protocol above it."""
+    header = _header(board)
+    header[0] = "trees"
+    lines = [f"{text}  " for text in _title(board)] + [""]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    for row in board.rows:
+        lines.append("| " + " | ".join(_cells(row, board.protocol.labels)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(board: Scoreboard) -> dict[str, object]:
+    """Everything as plain data (fractions in [0, 1]), for ``json.dumps``."""
+    return board.as_dict()
+
+
+__all__ = [
+    "KNOWN_SPLITS",
+    "GoldSet",
+    "Protocol",
+    "Row",
+    "Scoreboard",
+    "TreeAlignmentError",
+    "align",
+    "evaluate",
+    "load_gold",
+    "read_gold_file",
+    "score_tree_file",
+    "to_json",
+    "to_markdown",
+    "to_text",
+    "word_key",
+]
