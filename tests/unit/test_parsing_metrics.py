@@ -10,9 +10,13 @@ from treernn.parsing.metrics import (
     bracket_counts,
     corpus_f1,
     label_recall_counts,
+    mean_depth_from_spans,
+    score_spans,
     score_trees,
     sentence_f1,
     sentence_f1_one,
+    spans_and_depths,
+    tree_spans,
 )
 
 GOLD = ((0, 1), (2, 3))  # ((a b) (c d))
@@ -102,3 +106,60 @@ def test_score_trees_collects_everything():
     assert scores.depth == pytest.approx((2.25 + 5 / 3) / 2)
     assert scores.sentences == 2
     assert scores.as_dict()["matched"] == 3
+
+
+def test_sentence_f1_edge_cases_of_the_authors_script():
+    # one word: no span anywhere -> 1.0; two words: only the whole sentence, dropped -> 1.0
+    assert sentence_f1_one(0, 0) == 1.0
+    assert sentence_f1_one((0, 1), (0, 1)) == 1.0
+    # flat gold of 3+ words: 0.0 against any binary tree, 1.0 against a flat prediction
+    assert sentence_f1([RIGHT, (0, 1, 2, 3)], [(0, 1, 2, 3)] * 2) == pytest.approx(0.5)
+    # with the whole-sentence span counted, the reference example gives P = R = 2/3
+    assert sentence_f1_one(RIGHT, GOLD, include_whole_sentence=True) == pytest.approx(2 / 3)
+    # ... and the flat gold tree scores P = 1/3, R = 1 -> 0.5 against right-branching
+    assert sentence_f1_one(RIGHT, (0, 1, 2, 3), include_whole_sentence=True) == pytest.approx(0.5)
+    scores = score_trees([RIGHT], [GOLD], include_whole_sentence=True)
+    assert scores.sentence_f1 == pytest.approx(2 / 3)
+    assert scores.corpus_f1 == pytest.approx(2 / 3)
+
+
+def test_iterative_spans_and_depths_match_the_recursive_ones():
+    import random
+
+    from treernn.parsing import trees
+
+    for length in range(1, 40):
+        for seed in range(3):
+            tree = trees.random_tree(length, random.Random(seed))
+            assert spans_and_depths(tree) == trees.spans_and_depths(tree)
+    nary = (0, (1, 2, 3), ((4, 5), 6))
+    assert spans_and_depths(nary) == ([(0, 7), (1, 4), (4, 7), (4, 6)], [1, 2, 2, 2, 3, 3, 2])
+    # 3000 levels: far past the recursion limit
+    deep = 0
+    for position in range(1, 3001):
+        deep = (deep, position)
+    spans, depths = spans_and_depths(deep)
+    assert spans[0] == (0, 3001) and spans[-1] == (0, 2)
+    assert depths[0] == 3000 and depths[-1] == 1
+    assert tree_spans(deep) == spans
+
+
+def test_mean_depth_from_spans():
+    # brackets above a, b, c, d in (a (b (c d))): 1, 2, 3, 3
+    assert mean_depth_from_spans(tree_spans(RIGHT)) == pytest.approx(9 / 4)
+    assert mean_depth_from_spans(tree_spans(GOLD)) == pytest.approx(2.0)
+    assert mean_depth_from_spans([]) == 0.0
+
+
+def test_score_spans_equals_score_trees_and_keeps_the_multiset_rule():
+    labelled = [[("NP", 0, 2), ("VP", 2, 4)], [("NP", 1, 3)]]
+    predicted, gold = [RIGHT, ((0, 1), 2)], [GOLD, (0, (1, 2))]
+    by_trees = score_trees(predicted, gold, labelled, ["NP", "VP"])
+    by_spans = score_spans(
+        [tree_spans(t) for t in predicted], [tree_spans(t) for t in gold], labelled, ["NP", "VP"]
+    )
+    assert by_spans == by_trees
+    # a duplicated gold bracket (unary chain) counts twice on the gold side, as in EVALB
+    assert score_spans([[(0, 2)]], [[(0, 2), (0, 2)]]).counts == BracketCounts(1, 1, 2)
+    with pytest.raises(ValueError, match="sentence 0: the predicted tree spans words"):
+        score_spans([[(0, 3)]], [[(0, 4)]])

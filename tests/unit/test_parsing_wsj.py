@@ -3,6 +3,7 @@ sample), and the trivial-tree baselines on the sample."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,27 @@ def small_treebank(tmp_path: Path) -> Path:
     write(tmp_path / "parsed/mrg/wsj/02/wsj_0201.mrg", SECTION_02)
     write(tmp_path / "parsed/mrg/wsj/02/README", "not a tree file")
     return tmp_path
+
+
+def test_keep_punctuation_keeps_all_but_traces(small_treebank: Path):
+    kept = read_treebank(small_treebank, keep_punctuation=True)
+    # the same sentences as without punctuation (the '.'-only tree is still empty)
+    assert [s.source for s in kept.sentences] == [
+        s.source for s in read_treebank(small_treebank).sentences
+    ]
+    said, dollar, yes = kept.sentences
+    assert said.words == ("he", "said", "to", "wait", ".")
+    assert dollar.words == ("the", "dollar", "fell", "N.N", "%", ".")
+    assert dollar.tree == ((0, 1), (2, (3, 4)), 5)
+    assert yes.words == ("``", "yes", ",", "''", ".")  # the trace is gone
+    assert yes.tree == (0, 1, 2, 3, 4)
+    # splits are chosen by the length without punctuation
+    assert [s.filtered_length for s in kept.sentences] == [4, 5, 1]
+    assert [len(s.words) for s in kept.sentences] == [5, 6, 5]
+    # 11 tokens with punctuation, 10 words without: still a WSJ10 sentence
+    long_with_commas = replace(dollar, words=("w",) * 11, length_without_punctuation=10)
+    too_long = replace(dollar, words=("w",) * 11, length_without_punctuation=11)
+    assert select_split([long_with_commas, too_long], "wsj10") == [long_with_commas]
 
 
 def test_normalise_and_labels():
