@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import os
 import shutil
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import torch
 from hydra.errors import InstantiationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from treernn import runs
@@ -143,13 +146,16 @@ def _route_lightning_logs() -> None:
     never reached train.log. Send them through the root logger that Hydra set up."""
     if not logging.getLogger().handlers:
         return  # not under Hydra's logging (e.g. tests composing configs): leave it alone
-    for name in ("lightning.pytorch", "lightning.fabric"):
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
         logger = logging.getLogger(name)
         for handler in list(logger.handlers):
             if type(handler) is logging.StreamHandler:
                 logger.removeHandler(handler)
         logger.propagate = True
     logging.captureWarnings(True)
+    # Lightning's own pytree helper trips torch's LeafSpec deprecation on every batch transfer;
+    # it is not ours to fix and says nothing about the run
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
 
 def _continue_in(cfg: DictConfig, plan: runs.ResumePlan) -> Path:
@@ -206,6 +212,25 @@ def _loggers(cfg: DictConfig, wandb_id: str | None) -> list[Any]:
     return loggers
 
 
+def _keep_csv_history(loggers: list[Any]) -> None:
+    """A resumed run appends to its ``metrics.csv``. Lightning's CSV writer deletes an existing
+    file when it starts; put the earlier rows back and tell the writer their columns, so that it
+    appends (and rewrites the header if new columns appear)."""
+    for logger in loggers:
+        if not isinstance(logger, CSVLogger) or rank_zero_only.rank != 0:
+            continue
+        path = Path(logger.log_dir) / "metrics.csv"
+        if not path.is_file():
+            continue
+        history = path.read_text()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
+            writer = logger.experiment
+        path.write_text(history)
+        with open(path, newline="") as handle:
+            writer.metrics_keys = sorted(next(csv.reader(handle), []))
+
+
 def _wandb_id(loggers: list[Any]) -> str | None:
     for logger in loggers:
         if type(logger).__name__ == "WandbLogger":
@@ -259,6 +284,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         runs.write_status(
             run_dir,
             status="running",
+            stage="setup",
             task=cfg.task.name,
             model=cfg.model.name,
             mode=cfg.mode,
@@ -285,6 +311,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True)
         wandb_id = checkpoint.get("treernn", {}).get("wandb_id")
     loggers = _loggers(cfg, wandb_id)
+    if plan is not None and cfg.mode != "test":
+        _keep_csv_history(loggers)
     try:
         callbacks = _instantiate_group(cfg.get("callbacks"))
         callbacks += _instantiate_group(cfg.task.get("callbacks"))
@@ -296,6 +324,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
             cfg.trainer, callbacks=callbacks, logger=loggers or False
         )
         metrics: dict[str, float] = {}
+        if trainer.is_global_zero:
+            runs.write_status(run_dir, stage=cfg.mode)
         if cfg.mode in ("fit+test", "fit"):
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
             if trainer.interrupted:
@@ -374,15 +404,16 @@ def _record_failure(cfg: DictConfig, status: str, message: str, details: str = "
 
 
 def _remove_if_empty(cfg: DictConfig) -> None:
-    """A single run that failed before it trained anything leaves no directory behind."""
+    """A single run that failed while setting up (a config, data or checkpoint error, before any
+    training) leaves no directory behind: the error was printed and there is nothing to keep."""
     output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
     if not output_dir:
         return
     run_dir = Path(output_dir)
     record = runs.read_status(run_dir)
-    if rank_zero_only.rank != 0 or record.get("resumed_into") or record.get("resumes"):
+    if rank_zero_only.rank != 0 or record.get("stage", "setup") != "setup":
         return
-    if not run_dir.is_dir() or any((run_dir / "checkpoints").glob("*.ckpt")):
+    if record.get("resumed_into") or record.get("resumes") or not run_dir.is_dir():
         return
     for handler in list(logging.getLogger().handlers):
         if (

@@ -89,7 +89,8 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+        text = str(error).strip() or type(error).__name__
+        first_line = text.splitlines()[0].split(". ")[0]
         raise CheckpointError(
             f"checkpoint {path} cannot be read ({first_line}): it is truncated or not a torch "
             "checkpoint; use another checkpoint of the run (its checkpoints/*.ckpt)"

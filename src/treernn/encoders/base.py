@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from torch import Tensor, nn
 
+from treernn.errors import ConfigValueError
+
 #: What an encoder reads besides the embedded tokens (see ``Encoder.input_view``).
 InputView = Literal["tokens", "constituency_tree", "dependency_tree"]
 INPUT_VIEWS: tuple[str, ...] = ("tokens", "constituency_tree", "dependency_tree")
@@ -103,7 +105,7 @@ def last_real_step(hidden: Tensor, mask: Tensor | None) -> Tensor:
 
 def check_dropout(name: str, p: float) -> None:
     if not 0.0 <= float(p) < 1.0:
-        raise ValueError(f"{name}={p} is not a probability in [0, 1); set it to e.g. 0.3.")
+        raise ConfigValueError(f"{name}={p} is not a probability in [0, 1); set it to e.g. 0.3.")
 
 
 class LockedDropout(nn.Module):

@@ -21,6 +21,7 @@ from treernn.encoders.base import (
     check_dropout,
     last_real_step,
 )
+from treernn.errors import ConfigValueError
 
 LSTMState = list[tuple[Tensor, Tensor]]  # per layer (h, c), each (B, H_l)
 
@@ -39,7 +40,7 @@ class LSTMEncoder(Encoder):
         check_dropout("dropout", dropout)
         check_dropout("weight_drop", weight_drop)
         if num_layers < 1:
-            raise ValueError(f"num_layers={num_layers}: an LSTM needs at least one layer")
+            raise ConfigValueError(f"num_layers={num_layers}: an LSTM needs at least one layer")
         self.input_size = input_size
         self.output_size = output_size or hidden_size
         self.weight_drop = weight_drop

@@ -44,6 +44,7 @@ from treernn.encoders.base import (
     last_real_step,
 )
 from treernn.encoders.onlstm_fast import fast_recurrence
+from treernn.errors import ConfigValueError
 
 LayerState = tuple[Tensor, Tensor]  # (h, c), each (B, H)
 
@@ -156,7 +157,7 @@ class ONLSTMLayer(nn.Module):
     ) -> None:
         super().__init__()
         if chunk_size <= 0 or hidden_size % chunk_size != 0:
-            raise ValueError(
+            raise ConfigValueError(
                 f"ON-LSTM hidden size {hidden_size} is not divisible by chunk_size={chunk_size}; "
                 "choose multiples of the chunk size (e.g. 1150 and 400 with chunk 10)."
             )
@@ -209,9 +210,9 @@ class ONLSTMEncoder(Encoder):
     ) -> None:
         super().__init__()
         if num_layers < 1:
-            raise ValueError(f"num_layers={num_layers} must be at least 1.")
+            raise ConfigValueError(f"num_layers={num_layers} must be at least 1.")
         if impl not in ("fast", "reference"):
-            raise ValueError(f"impl={impl!r} is not one of 'fast', 'reference'.")
+            raise ConfigValueError(f"impl={impl!r} is not one of 'fast', 'reference'.")
         check_dropout("dropout", dropout)
         check_dropout("weight_drop", weight_drop)
         self.input_size = input_size

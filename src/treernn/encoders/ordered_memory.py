@@ -69,6 +69,7 @@ from torch import Tensor, nn
 
 from treernn.encoders.base import Encoder, EncoderOutput, TreeSignal, check_dropout
 from treernn.encoders.ordered_memory_fused import fused_ordered_memory
+from treernn.errors import ConfigValueError
 
 # ----------------------------------------------------------------------------- the cell (3.2)
 DropoutMasks = tuple[Tensor, Tensor]  # (B, 2H) on [left; right], (B, 4H) on the ReLU output
@@ -95,7 +96,7 @@ class GatedRecursiveCell(nn.Module):
         self.second_layer = nn.Linear(4 * hidden_size, 4 * hidden_size)  # W2, b2 -> v, h, c, u
         self.layer_norm = layer_norm if layer_norm is not None else nn.LayerNorm(hidden_size)
         if self.layer_norm.normalized_shape != (hidden_size,):
-            raise ValueError(
+            raise ConfigValueError(
                 f"layer_norm normalises {tuple(self.layer_norm.normalized_shape)}, but the cell "
                 f"has hidden_size={hidden_size}; pass nn.LayerNorm({hidden_size})"
             )
@@ -345,7 +346,7 @@ class OrderedMemoryEncoder(Encoder):
     ) -> None:
         super().__init__()
         if num_layers != 1:
-            raise ValueError(
+            raise ConfigValueError(
                 f"num_layers={num_layers}: Ordered Memory has one layer (depth comes from its "
                 "memory slots); set num_layers=1 and use memory_slots for capacity"
             )
@@ -358,12 +359,12 @@ class OrderedMemoryEncoder(Encoder):
         for name, value in dropouts.items():
             check_dropout(name, value)
         if memory_slots < 1 or (test_memory_slots is not None and test_memory_slots < 1):
-            raise ValueError(
+            raise ConfigValueError(
                 f"memory_slots={memory_slots}, test_memory_slots={test_memory_slots}: "
                 "slot counts must be positive integers (the paper uses 12-24)"
             )
         if padding_side not in ("right", "left"):
-            raise ValueError(f"padding_side={padding_side!r} must be 'right' or 'left'")
+            raise ConfigValueError(f"padding_side={padding_side!r} must be 'right' or 'left'")
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.memory_slots = memory_slots

@@ -39,6 +39,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from treernn.encoders.base import Encoder, EncoderOutput, check_dropout
 from treernn.encoders.td_treelstm_batched import batched_forward
+from treernn.errors import ConfigValueError
 
 LEFT, RIGHT, NX_LEFT, NX_RIGHT = 0, 1, 2, 3
 EDGE_TYPES = ("LEFT", "RIGHT", "NX_LEFT", "NX_RIGHT")
@@ -100,10 +101,10 @@ class TopDownTreeLSTM(Encoder):
         super().__init__()
         check_dropout("dropout", dropout)
         if impl not in ("batched", "reference"):
-            raise ValueError(f"impl={impl!r} is not one of 'batched', 'reference'.")
+            raise ConfigValueError(f"impl={impl!r} is not one of 'batched', 'reference'.")
         self.impl = impl
         if num_layers < 1:
-            raise ValueError(f"num_layers={num_layers}: a tree LSTM needs at least one layer")
+            raise ConfigValueError(f"num_layers={num_layers}: a tree LSTM needs at least one layer")
         self.input_size = input_size
         self.output_size = output_size or hidden_size
         self.num_layers = num_layers

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from treernn.encoders.base import Encoder, EncoderOutput, check_dropout
+from treernn.errors import ConfigValueError
 
 
 def sinusoidal_positions(positions: Tensor, size: int) -> Tensor:
@@ -57,16 +58,18 @@ class TransformerEncoder(Encoder):
         super().__init__()
         check_dropout("dropout", dropout)
         if num_layers < 1:
-            raise ValueError(f"num_layers={num_layers}: a Transformer needs at least one layer")
+            raise ConfigValueError(
+                f"num_layers={num_layers}: a Transformer needs at least one layer"
+            )
         if hidden_size % num_heads != 0:
-            raise ValueError(
+            raise ConfigValueError(
                 f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}; "
                 "choose num_heads that divides hidden_size"
             )
         if positions not in ("learned", "sinusoidal"):
-            raise ValueError(f"positions={positions!r}: use 'learned' or 'sinusoidal'")
+            raise ConfigValueError(f"positions={positions!r}: use 'learned' or 'sinusoidal'")
         if pooling not in ("mean", "cls"):
-            raise ValueError(f"pooling={pooling!r}: use 'mean' or 'cls'")
+            raise ConfigValueError(f"pooling={pooling!r}: use 'mean' or 'cls'")
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.output_size = output_size or hidden_size

@@ -46,6 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from treernn.encoders.base import Encoder, EncoderOutput, check_dropout
+from treernn.errors import ConfigValueError
 
 Tree = Any  # int | str | tuple[Tree, ...]
 
@@ -349,12 +350,12 @@ class TreeEncoder(Encoder):
         super().__init__()
         name = type(self).__name__
         if num_layers != 1:
-            raise ValueError(
+            raise ConfigValueError(
                 f"{name}: num_layers={num_layers}, but a tree encoder composes with one cell; "
                 "set num_layers=1 (model depth follows the tree)"
             )
         if input_size < 1 or hidden_size < 1:
-            raise ValueError(
+            raise ConfigValueError(
                 f"{name}: input_size={input_size}, hidden_size={hidden_size} must be >= 1"
             )
         check_dropout("dropout", dropout)
