@@ -136,13 +136,13 @@ def test_collate_pads_and_offsets():
         conllu(list(zip(FIGURE_2_WORDS, FIGURE_2_HEADS))) + conllu([("sold", 0)])
     )
     batch = collate_trees([encode_tree(t, vocab) for t in trees])
-    assert batch["tokens"].shape == (2, 13)
-    assert batch["mask"].sum(1).tolist() == [13, 2]
-    tree = batch["tree"]
+    assert batch.tokens.shape == (2, 13)
+    assert batch.mask.sum(1).tolist() == [13, 2]
+    tree = batch.tree
     assert tree.left_dependents.shape == (2, 13, 2)
     assert tree.left_dependents[0, 4].tolist() == [3, 2]
     assert tree.left_dependents_length[0].tolist() == [0, 0, 0, 0, 2] + [0] * 8
-    assert batch["word_index"][1].tolist() == [-1, 0] + [-1] * 11
+    assert batch.word_index[1].tolist() == [-1, 0] + [-1] * 11
     assert torch.equal(tree.predecessor[1, :2], torch.tensor([0, 0]))
 
 

@@ -12,6 +12,10 @@ where the task feeds them) and ``leaf_ids`` (the tree's leaves, what a gold-tree
 ``tree`` given as nested tuples of leaf positions (see CONTRIBUTING.md). ``leaf_positions`` says
 where each leaf sits among ``token_ids`` (None: the two views are the same), so that a per-token
 signal of a sequence model (ON-LSTM's distances) can be read at the leaves.
+
+The batch hands out the inputs of the view an encoder reads (:mod:`treernn.data.batch`):
+``"tokens"`` (the token view) or ``"constituency_tree"`` (the leaves with ``tree=`` a
+:class:`~treernn.encoders.tree_batch.TreeBatch`, built on first use on the batch's device).
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, Sampler
 
+from treernn.data.batch import EncoderInputs, missing_view
 from treernn.data.vocab import Vocabulary
+from treernn.encoders.tree_batch import TreeBatch
 
 #: A binary (or n-ary) tree over leaf positions: an int leaf or a tuple of subtrees.
 Tree: TypeAlias = int | tuple["Tree", ...]
@@ -162,8 +168,35 @@ class ClassificationBatch:
     num_sentences: int = 1
     extras: dict[str, Any] = field(default_factory=dict)
 
+    #: the input views this batch offers (see :meth:`encoder_inputs`)
+    views = ("tokens", "constituency_tree")
+
     def __len__(self) -> int:
         return self.labels.size(0)
+
+    def encoder_inputs(self, view: str) -> EncoderInputs:
+        """The inputs of ``view`` for all S*B sentence rows."""
+        if view == "tokens":
+            return EncoderInputs(view, self.tokens, self.mask)
+        if view == "constituency_tree":
+            tree = TreeBatch.from_trees(
+                self.trees,
+                lengths=self.leaf_mask.sum(1).tolist(),
+                max_length=self.leaf_tokens.size(1),
+            )
+            tree = tree.to(self.leaf_tokens.device)
+            return EncoderInputs(view, self.leaf_tokens, self.leaf_mask, {"tree": tree})
+        raise missing_view(self, view, self.views)
+
+    def leaf_positions(self, view: str, rows: Sequence[int]) -> list[list[int]]:
+        """Where the leaves of the gold tree of each of ``rows`` sit among the tokens of ``view``
+        (the token view reads brackets on logic; the tree view reads the leaves only)."""
+        lengths = self.leaf_mask.sum(1).tolist()
+        if view == "tokens" and self.leaf_index is not None:
+            return [self.leaf_index[row, : lengths[row]].tolist() for row in rows]
+        if view not in self.views:
+            raise missing_view(self, view, self.views)
+        return [list(range(lengths[row])) for row in rows]
 
     def to(self, device: torch.device | str) -> ClassificationBatch:
         """Move the tensors only. Lightning calls this directly, so it never walks the trees."""

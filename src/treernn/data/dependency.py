@@ -17,8 +17,9 @@ step also carries the head's left dependents, farthest first (left to right in t
 
 The DataModule applies the paper's vocabulary options (lower-casing, words seen ``unk_threshold``
 times or fewer become ``<unk>``, sentences longer than ``max_length`` words dropped) and hands out
-batches with both the breadth-first order (for the tree models) and the sentence order (for the
-sequential LSTM baseline on the same sentences).
+batches (:class:`DependencyBatch`) with two input views (:mod:`treernn.data.batch`): the
+breadth-first order with its schedule (``"dependency_tree"``, for the tree models) and the sentence
+order (``"tokens"``, for the sequential LSTM baseline on the same sentences).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import logging
 import re
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
 from typing import Literal
@@ -35,8 +36,10 @@ from typing import Literal
 import conllu
 import lightning.pytorch as pl
 import torch
+from torch import Tensor
 from torch.utils.data import DataLoader
 
+from treernn.data.batch import EncoderInputs, missing_view
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.td_treelstm import EDGE_TYPES, LEFT, NX_LEFT, NX_RIGHT, RIGHT, TopDownTree
 
@@ -48,6 +51,7 @@ OnError = Literal["skip", "raise"]
 
 __all__ = [
     "EDGE_TYPES",
+    "DependencyBatch",
     "DependencyDataModule",
     "DependencyFormatError",
     "DependencyTree",
@@ -390,14 +394,80 @@ def encode_tree(
     return EncodedTree(tokens=bfs, sequence_tokens=[root] + ids, steps=steps)
 
 
-def collate_trees(examples: Sequence[EncodedTree], pad_index: int = 0) -> dict:
-    """Pad a list of encoded trees into one batch.
+@dataclass
+class DependencyBatch:
+    """A padded batch of encoded trees (right padding), step 0 of every row is ROOT.
 
-    Returns ``tokens`` (B, T+1) BFS order, ``mask`` (B, T+1) bool, ``sequence_tokens`` (B, T+1)
-    sentence order, ``word_index`` (B, T+1) sentence position of each step (-1 ROOT/pad) and
-    ``tree``: a :class:`TopDownTree` of (B, T+1) predecessor/edge/level tensors and
+    tokens: (B, T+1) ids in breadth-first order; mask: (B, T+1) True at real steps;
+    sequence_tokens: (B, T+1) the same words in sentence order (ROOT first, as begin-of-sentence);
+    word_index: (B, T+1) sentence position of the word of each step (-1 for ROOT and padding);
+    tree: the :class:`TopDownTree` schedule, (B, T+1) predecessor/edge/level tensors and
     (B, T+1, K) left-dependent steps.
     """
+
+    tokens: Tensor
+    mask: Tensor
+    sequence_tokens: Tensor
+    word_index: Tensor
+    tree: TopDownTree
+
+    #: the input views this batch offers (see :meth:`encoder_inputs`)
+    views = ("dependency_tree", "tokens")
+
+    def __len__(self) -> int:
+        return self.tokens.size(0)
+
+    def encoder_inputs(self, view: str) -> EncoderInputs:
+        """The inputs of ``view`` and the words it predicts (each word once, no end token).
+
+        ``"dependency_tree"``: all breadth-first steps with ``tree=``; the state of step t predicts
+        the word of step t (Eq. 2d), so the targets are steps 1..T. ``"tokens"``: the sentence
+        order read left to right from ROOT; input i predicts word i + 1.
+        """
+        targets_mask = self.mask[:, 1:]
+        if view == "dependency_tree":
+            return EncoderInputs(
+                view,
+                self.tokens,
+                self.mask,
+                {"tree": self.tree},
+                targets=self.tokens[:, 1:],
+                target_mask=targets_mask,
+                first_predicting_step=1,
+            )
+        if view == "tokens":
+            input_mask = targets_mask.clone()  # input i is real when it predicts a real word
+            input_mask[:, 0] = True
+            return EncoderInputs(
+                view,
+                self.sequence_tokens[:, :-1],
+                input_mask,
+                targets=self.sequence_tokens[:, 1:],
+                target_mask=targets_mask,
+            )
+        raise missing_view(self, view, self.views)
+
+    def to(self, device: torch.device | str) -> DependencyBatch:
+        """Move every tensor (Lightning calls this on batch transfer)."""
+        tree = TopDownTree(*(getattr(self.tree, f.name).to(device) for f in fields(self.tree)))
+        return DependencyBatch(
+            tokens=self.tokens.to(device),
+            mask=self.mask.to(device),
+            sequence_tokens=self.sequence_tokens.to(device),
+            word_index=self.word_index.to(device),
+            tree=tree,
+        )
+
+    def __getitem__(self, name: str) -> Tensor | TopDownTree:
+        # the batch used to be a dict: ``batch["tokens"]`` still works for callers not yet moved
+        # to attributes (tests/unit/test_td_treelstm.py); remove once none is left
+        if name not in {f.name for f in fields(self)}:
+            raise KeyError(name)
+        return getattr(self, name)
+
+
+def collate_trees(examples: Sequence[EncodedTree], pad_index: int = 0) -> DependencyBatch:
+    """Pad a list of encoded trees into one :class:`DependencyBatch`."""
     batch = len(examples)
     width = max(len(e.tokens) for e in examples)
     ld_width = max((len(s) for e in examples for s in e.steps.left_dependents), default=0)
@@ -424,13 +494,7 @@ def collate_trees(examples: Sequence[EncodedTree], pad_index: int = 0) -> dict:
                 left_dependents[row, step, : len(deps)] = torch.tensor(deps)
                 left_lengths[row, step] = len(deps)
     tree = TopDownTree(predecessor, edge_type, level, left_dependents, left_lengths)
-    return {
-        "tokens": tokens,
-        "mask": mask,
-        "sequence_tokens": sequence_tokens,
-        "word_index": word_index,
-        "tree": tree,
-    }
+    return DependencyBatch(tokens, mask, sequence_tokens, word_index, tree)
 
 
 # ----------------------------------------------------------------------------- DataModule

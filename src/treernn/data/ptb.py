@@ -4,18 +4,21 @@ Each line gets ``<eos>``; the vocabulary is built over train, valid and test in 
 types); each split becomes one stream of ids cut into ``batch_size`` rows (batch-first). Training
 batches use AWD-LSTM's variable BPTT length; validation and test use a fixed length. Under DDP each
 process takes a contiguous block of rows, so 2 processes with batch 10 each compute exactly what 1
-process with batch 20 does.
+process with batch 20 does. Batches are :class:`TokenStreamBatch` pairs ``(inputs, targets)``,
+which hand out the ``"tokens"`` input view (:mod:`treernn.data.batch`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from treernn.data.batch import EncoderInputs, missing_view
 from treernn.data.download import DatasetNotFoundError, RemoteFile, resolve_data_file
 from treernn.data.vocab import Vocabulary
 
@@ -72,8 +75,22 @@ def sample_bptt_lengths(total: int, bptt: int, rng: np.random.Generator) -> list
     return lengths
 
 
+class TokenStreamBatch(NamedTuple):
+    """One BPTT segment: ``inputs`` (B, T) and ``targets`` (B, T), the inputs shifted by one."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+
+    def encoder_inputs(self, view: str) -> EncoderInputs:
+        """The ``"tokens"`` view (no padding, every target real); a stream has no other."""
+        if view != "tokens":
+            raise missing_view(self, view, ("tokens",))
+        return EncoderInputs(view, self.inputs, None, targets=self.targets)
+
+
 class BPTTStream(IterableDataset):
-    """Yields ``(inputs, targets)`` of shape (B, T) walking left to right over batchified rows.
+    """Yields :class:`TokenStreamBatch` ``(inputs, targets)`` of shape (B, T) walking left to right
+    over batchified rows.
 
     ``variable=True`` draws AWD-LSTM lengths from a generator seeded by (seed, epoch), so an epoch's
     schedule is reproducible and a run resumed mid-epoch continues with the same lengths.
@@ -107,7 +124,7 @@ class BPTTStream(IterableDataset):
             done = index + 1
             self.epoch, self.batches_done = (epoch, done) if done < len(lengths) else (epoch + 1, 0)
             seq_len = lengths[index]
-            yield (
+            yield TokenStreamBatch(
                 self.data[:, position : position + seq_len],
                 self.data[:, position + 1 : position + 1 + seq_len],
             )
