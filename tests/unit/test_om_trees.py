@@ -90,7 +90,7 @@ def test_trees_from_a_real_encoder_cover_every_word():
     encoder = OrderedMemoryEncoder(3, 4, memory_slots=3).eval()
     mask = torch.arange(8)[None] < torch.tensor([[8], [5], [1]])
     with torch.no_grad():
-        attention = encoder(torch.randn(3, 8, 3), mask).extras["attention"]
+        attention = encoder(torch.randn(3, 8, 3), mask).tree_signal.values[0]  # (B, T, N)
     trees = induce_trees(attention, mask)
     assert [sorted(leaves(tree)) for tree in trees] == [list(range(8)), list(range(5)), [0]]
 

@@ -89,7 +89,9 @@ def induce_trees(
     mask: Tensor | None = None,
     keep: Sequence[Container[int]] | None = None,
 ) -> list[Tree]:
-    """Trees for a batch from ``extras["attention"]`` (B, T, N) and the padding mask (B, T).
+    """Trees for a batch from the attention (B, T, N) and the padding mask (B, T); the attention is
+    ``values[0]`` of Ordered Memory's ``TreeSignal("attention", ...)`` (see
+    :func:`treernn.parsing.induce.trees_from_signal`, the entry point for any tree signal).
 
     Positions count the real tokens of each row (left or right padding alike). ``keep`` (one
     container of positions per row) restricts each tree to those positions, see
