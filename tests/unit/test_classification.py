@@ -1,4 +1,5 @@
-"""The classification task: counts per group and bucket, pair features, padding, tree encoders."""
+"""The classification task: counts per group and bucket, pair features, padding, tree encoders,
+the batch's input views, learning on a small batch and the optimiser set-up."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import functools
 import pytest
 import torch
 
+from treernn.data.batch import MissingViewError
 from treernn.data.classification import Collator, Example, LengthBucketBatchSampler, Sentence
 from treernn.encoders.lstm import LSTMEncoder
+from treernn.encoders.tree_batch import TreeBatch
 from treernn.encoders.tree_rnn import TreeRNNEncoder
 from treernn.results import accuracy_table, length_curve
 from treernn.tasks.classification import ClassificationTask, GroupedAccuracy
@@ -67,10 +70,11 @@ def test_padding_and_batch_company_do_not_change_the_logits():
 def test_tree_encoder_reads_leaves_with_tree_batch():
     tree_rnn = functools.partial(TreeRNNEncoder, hidden_size=5)
     task = _task(tree_rnn, num_sentences=1)
-    assert task.needs_tree
     sentence = Sentence((1, 2, 3), (1, 2, 3), ((0, 1), 2))
     other = Sentence((1, 2, 3), (1, 2, 3), (0, (1, 2)))
     batch = Collator(0)([Example((sentence,), 0), Example((other,), 1)])
+    inputs = task.encoder_inputs(batch)  # the view the tree encoder declares
+    assert inputs.view == "constituency_tree" and isinstance(inputs.kwargs["tree"], TreeBatch)
     logits = task(batch)
     assert logits.shape == (2, 3)
     # same words, different trees: a tree model must tell them apart
@@ -152,3 +156,58 @@ def test_summarise_accepts_scalar_counts_of_one_group_and_bucket():
     )
     results = task.summarise(torch.tensor(3), torch.tensor(4))
     assert results["test"]["acc"] == 0.75 and results["test"]["buckets"]["all"]["count"] == 4
+
+
+def test_the_token_view_reads_brackets_and_the_tree_view_the_leaves():
+    # "( a b )": the leaves a, b sit at token positions 1 and 2
+    bracketed = Sentence((1, 3, 4, 2), (3, 4), (0, 1), leaf_positions=(1, 2))
+    batch = Collator(0)([Example((bracketed,), 0)])
+    tokens = batch.encoder_inputs("tokens")
+    assert tokens.tokens.tolist() == [[1, 3, 4, 2]] and tokens.kwargs == {}
+    leaves = batch.encoder_inputs("constituency_tree")
+    assert leaves.tokens.tolist() == [[3, 4]] and leaves.mask.tolist() == [[True, True]]
+    assert batch.leaf_positions("tokens", [0]) == [[1, 2]]
+    assert batch.leaf_positions("constituency_tree", [0]) == [[0, 1]]
+    with pytest.raises(MissingViewError, match="'dependency_tree'.*td_treelstm"):
+        batch.encoder_inputs("dependency_tree")
+
+
+@pytest.mark.parametrize(
+    "encoder",
+    [
+        functools.partial(LSTMEncoder, hidden_size=8),
+        functools.partial(TreeRNNEncoder, hidden_size=8),
+    ],
+)
+def test_a_few_steps_fit_a_small_batch(encoder):
+    torch.manual_seed(0)
+    adam = functools.partial(torch.optim.Adam, lr=0.03)
+    task = _task(encoder, optimizer=adam).train()
+    task.log = lambda *args, **kwargs: None  # no trainer attached
+    batch = Collator(0)(
+        [_example([1, 2], [3], 0), _example([4, 5], [1, 3], 1), _example([2], [5, 4], 2)]
+    )
+    optimizer = task.configure_optimizers()
+    losses = []
+    for _ in range(30):
+        optimizer.zero_grad()
+        loss = task.training_step(batch, 0)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_optimiser_and_plateau_scheduler_from_the_partials():
+    task = _task(
+        functools.partial(LSTMEncoder, hidden_size=5),
+        optimizer=functools.partial(torch.optim.Adam, lr=0.01),
+        scheduler=functools.partial(torch.optim.lr_scheduler.ReduceLROnPlateau, mode="max"),
+        monitor="val/acc",
+    )
+    config = task.configure_optimizers()
+    assert config["optimizer"].param_groups[0]["lr"] == 0.01
+    assert config["optimizer"].param_groups[0]["base_lr"] == 0.01
+    scheduler = config["lr_scheduler"]
+    assert isinstance(scheduler["scheduler"], torch.optim.lr_scheduler.ReduceLROnPlateau)
+    assert scheduler["monitor"] == "val/acc" and scheduler["interval"] == "epoch"

@@ -1,4 +1,5 @@
-"""The dependency LM task: tree and sequential models on the same words, and the lr schedule."""
+"""The dependency LM task: tree and sequential models on the same words (the batch's two views),
+learning on a small batch, and the lr schedule."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from treernn.callbacks.lr_halving import LearningRateHalving
+from treernn.data.batch import MissingViewError
 from treernn.data.dependency import DependencyTree, build_vocabulary, collate_trees, encode_tree
 from treernn.encoders.lstm import LSTMEncoder
 from treernn.encoders.td_treelstm import TopDownTreeLSTM
@@ -67,3 +69,44 @@ def test_lr_halving_starts_at_the_first_miss_and_stops_at_the_next():
         (1.0, False), (1.0, False), (0.5, False), (0.25, False), (0.25, True),
     ]  # fmt: skip
     assert callback.state_dict() == {"best": pytest.approx(math.log(80.0)), "halving": True}
+
+
+def test_each_view_predicts_every_word_once():
+    vocab, _ = build_vocabulary([t.words for t in TREES], unk_threshold=0)
+    batch = collate_trees([encode_tree(t, vocab) for t in TREES])
+    tree_view = batch.encoder_inputs("dependency_tree")
+    assert tree_view.first_predicting_step == 1 and tree_view.kwargs["tree"] is batch.tree
+    assert torch.equal(tree_view.targets, batch.tokens[:, 1:])
+    sequence = batch.encoder_inputs("tokens")
+    assert torch.equal(sequence.tokens, batch.sequence_tokens[:, :-1])
+    assert torch.equal(sequence.targets, batch.sequence_tokens[:, 1:])
+    # "the dog barked": ROOT the dog (+ padding) in, the dog barked out
+    assert vocab.decode(sequence.targets[0, :3].tolist()) == ["the", "dog", "barked"]
+    assert sequence.mask[0].tolist() == [True, True, True, False, False, False]
+    for view in (tree_view, sequence):  # the same words, each once
+        assert view.target_mask.sum(1).tolist() == [3, 6]
+        words = view.targets[view.target_mask].sort().values
+        assert torch.equal(words, batch.tokens[:, 1:][batch.mask[:, 1:]].sort().values)
+    with pytest.raises(MissingViewError, match="'constituency_tree'.*tree_lstm"):
+        batch.encoder_inputs("constituency_tree")
+
+
+@pytest.mark.parametrize("encoder", [partial(TopDownTreeLSTM, hidden_size=8),
+                                     partial(LSTMEncoder, hidden_size=8)])  # fmt: skip
+def test_a_few_sgd_steps_fit_two_sentences(encoder):
+    torch.manual_seed(0)
+    vocab, _ = build_vocabulary([t.words for t in TREES], unk_threshold=0)
+    task = DependencyLanguageModel(encoder, vocab_size=len(vocab), embedding_size=8)
+    task.log = lambda *args, **kwargs: None  # no trainer attached
+    batch = collate_trees([encode_tree(t, vocab) for t in TREES])
+    optimizer = task.configure_optimizers()  # SGD, lr 1.0: the paper's
+    assert isinstance(optimizer, torch.optim.SGD) and optimizer.param_groups[0]["lr"] == 1.0
+    optimizer.param_groups[0]["lr"] = 5.0  # a few steps only
+    losses = []
+    for _ in range(60):
+        optimizer.zero_grad()
+        loss = task.training_step(batch, 0)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.25 * losses[0]

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from treernn.callbacks.ntasgd import NTASGD, should_switch
-from treernn.data.ptb import sample_bptt_lengths
+from treernn.data.ptb import TokenStreamBatch, sample_bptt_lengths
 from treernn.encoders.base import LockedDropout
 from treernn.encoders.lstm import LSTMEncoder
 from treernn.metrics import Perplexity
@@ -122,7 +122,7 @@ def test_ar_and_tar_terms_match_hand_computation():
     raw = nn.functional.cross_entropy(logits.reshape(-1, 20), targets.reshape(-1))
     h = out.hidden  # (B, T, H): AR on the last layer's undropped output, TAR on its differences
     expected = raw + 2.0 * (h**2).mean() + 1.0 * ((h[:, 1:] - h[:, :-1]) ** 2).mean()
-    loss = task.training_step((inputs, targets), 0)
+    loss = task.training_step(TokenStreamBatch(inputs, targets), 0)
     assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
     h, c = task._state[0]  # the state is carried to the next batch, detached
     assert not h.requires_grad and h.shape == (3, 12)

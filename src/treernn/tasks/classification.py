@@ -7,9 +7,11 @@ classifier reads ``[u; v; u * v; |u - v|]`` (ON-LSTM Sec. 5.4, Ordered Memory Se
 ``Dropout -> Linear(F, H) -> ELU -> Dropout -> Linear(H, C)`` with ``mlp_layers`` hidden layers
 (Ordered Memory: one hidden layer for logic, none for ListOps).
 
-Gold-tree encoders (``encoder.needs_tree``) read the trees' leaves with a
-:class:`~treernn.encoders.tree_batch.TreeBatch` built from the batch's trees; sequence encoders read
-the token view (with brackets for logic). Metrics: ``{stage}/loss``, ``{stage}/acc``, and at test
+The encoder reads the view of the batch it declares (:mod:`treernn.data.batch`): gold-tree
+encoders the trees' leaves with a :class:`~treernn.encoders.tree_batch.TreeBatch`, sequence
+encoders the token view (with brackets for logic). Evaluation steps return the
+:class:`~treernn.data.batch.EncodedBatch` for callbacks that read the encoder's output (induced
+trees). Metrics: ``{stage}/loss``, ``{stage}/acc``, and at test
 time accuracy per evaluation group and length bucket (``test/acc``, ``test/acc/ops7``,
 ``test/sysgen_A/acc``, ...) from one :class:`GroupedAccuracy` that reduces across processes.
 """
@@ -20,17 +22,17 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
+from treernn.data.batch import EncodedBatch
 from treernn.data.classification import ClassificationBatch
 from treernn.data.vocab import Vocabulary
-from treernn.encoders.base import Encoder, EncoderOutput, check_dropout
-from treernn.encoders.tree_batch import TreeBatch
+from treernn.encoders.base import Encoder, check_dropout
+from treernn.tasks.base import Task
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
 
@@ -58,7 +60,7 @@ class GroupedAccuracy(Metric):
         return self.correct, self.total
 
 
-class ClassificationTask(pl.LightningModule):
+class ClassificationTask(Task):
     """Embedding -> encoder -> (pair features) -> MLP -> cross-entropy.
 
     Args (data-dependent ones come from ``DataModule.task_kwargs()``):
@@ -97,7 +99,12 @@ class ClassificationTask(pl.LightningModule):
         pretrained_embeddings: Tensor | None = None,
         freeze_embeddings: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(
+            optimizer,
+            scheduler,
+            monitor,
+            default_optimizer=lambda params: torch.optim.Adam(params, lr=1e-3),
+        )
         if num_sentences not in (1, 2):
             raise ValueError(f"num_sentences={num_sentences}: use 1 (sentence) or 2 (pair)")
         check_dropout("input_dropout", input_dropout)
@@ -124,9 +131,6 @@ class ClassificationTask(pl.LightningModule):
         self.label_names = list(label_names or range(num_classes))
         self.bucket_names = list(bucket_names or ["all"])
         self.group_names = list(group_names or ["test"])
-        self.monitor = monitor
-        self.optimizer_factory = optimizer or (lambda params: torch.optim.Adam(params, lr=1e-3))
-        self.scheduler_factory = scheduler
 
         self.embedding = nn.Embedding(vocab_size, embedding_size, padding_idx=pad_index)
         if embedding_init_range is not None:
@@ -144,11 +148,6 @@ class ClassificationTask(pl.LightningModule):
             self.embedding.weight.requires_grad_(not freeze_embeddings)
         self.input_dropout = nn.Dropout(input_dropout)
         self.encoder = encoder(input_size=embedding_size)
-        self.needs_tree = bool(getattr(self.encoder, "needs_tree", False))
-        #: set by callbacks that read the encoder's evaluation output (e.g. induced trees), so
-        #: that they reuse the forward pass of ``validation_step``/``test_step``
-        self.keep_eval_output = False
-        self.kept_output: EncoderOutput | None = None
         hidden = self.encoder.output_size
         features = 4 * hidden if num_sentences == 2 else hidden
         width = mlp_hidden_size or hidden
@@ -172,61 +171,45 @@ class ClassificationTask(pl.LightningModule):
         self.test_results: dict[str, Any] = {}
 
     # ----------------------------------------------------------------- model
-    def encoder_output(self, batch: ClassificationBatch) -> EncoderOutput:
-        """The encoder's full output on every sentence (S*B rows): pooled vectors and, for
-        sequence models, per-token signals such as ON-LSTM's distances (L, S*B, T)."""
-        if self.needs_tree:
-            tokens, mask = batch.leaf_tokens, batch.leaf_mask
-            tree = TreeBatch.from_trees(
-                batch.trees, lengths=mask.sum(1).tolist(), max_length=tokens.size(1)
-            )
-            tree = tree.to(tokens.device)
-            x = self.input_dropout(self.embedding(tokens))  # (S*B, L, E)
-            return self.encoder(x, mask, tree=tree)
-        x = self.input_dropout(self.embedding(batch.tokens))  # (S*B, T, E)
-        return self.encoder(x, batch.mask)
-
     def encode(self, batch: ClassificationBatch) -> Tensor:
         """(S*B, H) one vector per sentence."""
-        output = self.encoder_output(batch)
-        if self.keep_eval_output and not self.training:
-            self.kept_output = output
-        return output.pooled
+        return self.encode_batch(batch).output.pooled
 
-    def pop_kept_output(self) -> EncoderOutput | None:
-        """The evaluation output kept by the last ``encode`` (see ``keep_eval_output``), once."""
-        output, self.kept_output = self.kept_output, None
-        return output
-
-    def forward(self, batch: ClassificationBatch) -> Tensor:
-        """(B, C) class logits."""
-        pooled = self.encode(batch)  # (S*B, H)
+    def classify(self, pooled: Tensor) -> Tensor:
+        """(S*B, H) sentence vectors -> (B, C) class logits."""
         if self.num_sentences == 2:
             u, v = pooled.chunk(2, dim=0)  # (B, H) each: first sentences, then second ones
             pooled = torch.cat([u, v, u * v, (u - v).abs()], dim=-1)  # (B, 4H)
         return self.classifier(pooled)
 
+    def forward(self, batch: ClassificationBatch) -> Tensor:
+        """(B, C) class logits."""
+        return self.classify(self.encode(batch))
+
     # ----------------------------------------------------------------- steps
-    def _step(self, batch: ClassificationBatch, stage: str) -> tuple[Tensor, Tensor]:
-        logits = self(batch)
+    def _step(self, batch: ClassificationBatch, stage: str) -> tuple[Tensor, Tensor, EncodedBatch]:
+        encoded = self.encode_batch(batch)
+        logits = self.classify(encoded.output.pooled)
         loss = F.cross_entropy(logits, batch.labels)
         self.log(f"{stage}/loss", loss, batch_size=len(batch), prog_bar=stage != "test")
-        return loss, logits.argmax(-1)
+        return loss, logits.argmax(-1), encoded
 
     def training_step(self, batch: ClassificationBatch, batch_idx: int) -> Tensor:
-        loss, preds = self._step(batch, "train")
+        loss, preds, _ = self._step(batch, "train")
         self.train_acc(preds, batch.labels)
         self.log("train/acc", self.train_acc, on_step=True, on_epoch=True, batch_size=len(batch))
         return loss
 
-    def validation_step(self, batch: ClassificationBatch, batch_idx: int) -> None:
-        _, preds = self._step(batch, "val")
+    def validation_step(self, batch: ClassificationBatch, batch_idx: int) -> EncodedBatch:
+        _, preds, encoded = self._step(batch, "val")
         self.val_acc(preds, batch.labels)
         self.log("val/acc", self.val_acc, prog_bar=True, batch_size=len(batch))
+        return encoded
 
-    def test_step(self, batch: ClassificationBatch, batch_idx: int) -> None:
-        _, preds = self._step(batch, "test")
+    def test_step(self, batch: ClassificationBatch, batch_idx: int) -> EncodedBatch:
+        _, preds, encoded = self._step(batch, "test")
         self.test_accuracy.update(preds, batch.labels, batch.groups, batch.buckets)
+        return encoded
 
     def on_test_epoch_end(self) -> None:
         correct, total = self.test_accuracy.compute()
@@ -264,12 +247,6 @@ class ClassificationTask(pl.LightningModule):
         return metrics
 
     # ----------------------------------------------------------------- optimisation
-    def configure_optimizers(self) -> Any:
-        optimizer = self.optimizer_factory([p for p in self.parameters() if p.requires_grad])
-        if self.scheduler_factory is None:
-            return optimizer
-        scheduler = self.scheduler_factory(optimizer)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "monitor": self.monitor, "interval": "epoch"},
-        }
+    def optimizer_parameters(self) -> list[nn.Parameter]:
+        # frozen pretrained embeddings stay out of the optimiser
+        return [p for p in self.parameters() if p.requires_grad]

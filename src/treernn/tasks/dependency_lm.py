@@ -1,8 +1,10 @@
 """Dependency-tree language modelling (Zhang, Lu and Lapata, NAACL 2016, Sections 2.2 and 2.5).
 
-The same module trains a tree language model (TreeLSTM / LdTreeLSTM, encoders with
-``needs_dependency_tree``) or a sequential LSTM language model on the same sentences (any other
-encoder): the tree model predicts the words in breadth-first order, P(S|T) = prod_t P(w_t | D(w_t))
+The same module trains a tree language model (TreeLSTM / LdTreeLSTM, encoders reading the
+``"dependency_tree"`` view) or a sequential LSTM language model on the same sentences (the
+``"tokens"`` view): the batch hands out the view's inputs and the words it predicts
+(:class:`~treernn.data.dependency.DependencyBatch`). The tree model predicts the words in
+breadth-first order, P(S|T) = prod_t P(w_t | D(w_t))
 (Eq. 1); the sequential model predicts them left to right from a begin-of-sentence token (the ROOT
 token). Neither predicts an end-of-sentence token, so both perplexities are over the same words.
 
@@ -20,14 +22,15 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from treernn.data.dependency import DependencyBatch
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.base import Encoder
 from treernn.metrics import Perplexity
+from treernn.tasks.base import Task
 
 
 def unigram_noise_log_probs(counts: Sequence[int], power: float = 0.75) -> Tensor:
@@ -64,7 +67,7 @@ def nce_loss(
     return loss.mean()
 
 
-class DependencyLanguageModel(pl.LightningModule):
+class DependencyLanguageModel(Task):
     """Embedding -> encoder -> Who (Eq. 2-3), trained with NLL or NCE.
 
     ``encoder`` is a partial completed with ``input_size=embedding_size``. ``vocab``,
@@ -92,7 +95,11 @@ class DependencyLanguageModel(pl.LightningModule):
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[..., Any] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(
+            optimizer,
+            scheduler,
+            default_optimizer=lambda params: torch.optim.SGD(params, lr=1.0),  # the paper's
+        )
         if loss not in ("nll", "nce"):
             raise ValueError(f"loss={loss!r}: use 'nll' (exact softmax) or 'nce'")
         # Partials and data-dependent lists (vocab, counts) are not hyper-parameters: treernn.run
@@ -104,11 +111,8 @@ class DependencyLanguageModel(pl.LightningModule):
         if isinstance(vocab, Vocabulary):
             vocab = vocab.itos
         self.vocab: list[str] | None = list(vocab) if vocab is not None else None
-        self.optimizer_factory = optimizer
-        self.scheduler_factory = scheduler
         self.embedding = nn.Embedding(vocab_size, embedding_size)
         self.encoder = encoder(input_size=embedding_size)
-        self.is_tree_model = bool(getattr(self.encoder, "needs_dependency_tree", False))
         self.output_dropout = nn.Dropout(dropout)
         self.input_dropout = nn.Dropout(dropout)
         self.decoder = nn.Linear(self.encoder.output_size, vocab_size)  # Who (Eq. 2d)
@@ -127,24 +131,14 @@ class DependencyLanguageModel(pl.LightningModule):
 
     # ------------------------------------------------------------------ model
 
-    def hidden_and_targets(self, batch: dict) -> tuple[Tensor, Tensor, Tensor]:
+    def hidden_and_targets(self, batch: DependencyBatch) -> tuple[Tensor, Tensor, Tensor]:
         """(B, T, H) states, (B, T) target ids, (B, T) bool mask of the words to predict."""
-        mask = batch["mask"]
-        if self.is_tree_model:
-            tokens = batch["tokens"]
-            embedded = self.input_dropout(self.embedding(tokens))  # (B, T+1, E)
-            output = self.encoder(embedded, mask, tree=batch["tree"])
-            hidden = output.hidden[:, 1:]  # h_t predicts the word of step t (Eq. 2d)
-        else:
-            tokens = batch["sequence_tokens"]
-            embedded = self.input_dropout(self.embedding(tokens[:, :-1]))  # (B, T, E)
-            input_mask = mask[:, 1:].clone()  # input i is real when it predicts a real word
-            input_mask[:, 0] = True
-            output = self.encoder(embedded, input_mask)
-            hidden = output.hidden
-        return self.output_dropout(hidden), tokens[:, 1:], mask[:, 1:]
+        encoded = self.encode_batch(batch)
+        inputs = encoded.inputs
+        hidden = encoded.output.hidden[:, inputs.first_predicting_step :]  # states that predict
+        return self.output_dropout(hidden), inputs.targets, inputs.target_mask
 
-    def token_nll(self, batch: dict) -> tuple[Tensor, Tensor]:
+    def token_nll(self, batch: DependencyBatch) -> tuple[Tensor, Tensor]:
         """Exact-softmax negative log-likelihood of each word (B, T) and the word mask (B, T)."""
         hidden, targets, mask = self.hidden_and_targets(batch)
         logits = self.decoder(hidden)  # (B, T, V)
@@ -152,22 +146,28 @@ class DependencyLanguageModel(pl.LightningModule):
         return nll * mask, mask
 
     @torch.no_grad()
-    def sentence_log_probs(self, batch: dict) -> Tensor:
+    def sentence_log_probs(self, batch: DependencyBatch) -> Tensor:
         """log P(S|T) (tree models) or log P(S) (sequential) of each sentence, (B,)."""
         nll, _ = self.token_nll(batch)
         return -nll.sum(1)
 
-    def forward(self, batch: dict) -> Tensor:
+    def forward(self, batch: DependencyBatch) -> Tensor:
         return self.sentence_log_probs(batch)
 
     # ------------------------------------------------------------------ Lightning
 
-    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+    def training_step(self, batch: DependencyBatch, batch_idx: int) -> Tensor:
         if self.hparams.loss == "nll":
             nll, mask = self.token_nll(batch)
             loss = nll.sum() / mask.sum().clamp(min=1)
             self.metrics["train_ppl"](loss.detach(), int(mask.sum()))
-            self.log("train/ppl", self.metrics["train_ppl"], on_step=False, on_epoch=True)
+            self.log(
+                "train/ppl",
+                self.metrics["train_ppl"],
+                on_step=False,
+                on_epoch=True,
+                batch_size=len(batch),
+            )
         else:
             hidden, targets, mask = self.hidden_and_targets(batch)
             hidden, targets = hidden[mask], targets[mask]  # (N, H), (N,)
@@ -186,31 +186,22 @@ class DependencyLanguageModel(pl.LightningModule):
                 noise,
             )
             self.log("train/log_z", self.log_z.detach(), on_step=True, on_epoch=False)
-        self.log("train/loss", loss, prog_bar=True, batch_size=int(batch["mask"].size(0)))
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
         return loss
 
-    def _evaluate(self, batch: dict, stage: str) -> None:
+    def _evaluate(self, batch: DependencyBatch, stage: str) -> None:
         nll, mask = self.token_nll(batch)
         metric = self.metrics[f"{stage}_ppl"]
-        size = int(batch["mask"].size(0))
+        size = len(batch)
         loss = nll.sum() / mask.sum().clamp(min=1)
         metric(loss, int(mask.sum()))
         self.log(f"{stage}/nll", loss, batch_size=size, prog_bar=stage == "val")
-        self.log(f"{stage}/ppl", metric, on_step=False, on_epoch=True, prog_bar=True)
+        self.log(
+            f"{stage}/ppl", metric, on_step=False, on_epoch=True, prog_bar=True, batch_size=size
+        )
 
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
+    def validation_step(self, batch: DependencyBatch, batch_idx: int) -> None:
         self._evaluate(batch, "val")
 
-    def test_step(self, batch: dict, batch_idx: int) -> None:
+    def test_step(self, batch: DependencyBatch, batch_idx: int) -> None:
         self._evaluate(batch, "test")
-
-    def configure_optimizers(self):
-        factory = self.optimizer_factory
-        optimizer = (
-            factory(params=self.parameters())
-            if factory is not None
-            else torch.optim.SGD(self.parameters(), lr=1.0)  # the paper's setting
-        )
-        if self.scheduler_factory is None:
-            return optimizer
-        return {"optimizer": optimizer, "lr_scheduler": self.scheduler_factory(optimizer=optimizer)}

@@ -4,22 +4,28 @@ Embedding -> embedding dropout (whole words) -> locked dropout -> encoder -> loc
 decoder. Loss = cross-entropy + activation regularisation (AR) + temporal activation regularisation
 (TAR). The hidden state is carried across BPTT segments and detached; the learning rate of each step
 is scaled by seq_len / bptt. NT-ASGD lives in :mod:`treernn.callbacks.ntasgd`.
+
+:meth:`LanguageModelTask.sentence_tree_signals` reads whole sentences the way unsupervised parsing
+does (ON-LSTM Sec. 5.2), for the tree-F1 callback and the evaluation commands.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from treernn.data.batch import EncoderInputs
+from treernn.data.ptb import TokenStreamBatch
 from treernn.data.vocab import Vocabulary
-from treernn.encoders.base import Encoder, LockedDropout, check_dropout
+from treernn.encoders.base import Encoder, EncoderOutput, LockedDropout, TreeSignal, check_dropout
 from treernn.metrics import Perplexity
+from treernn.parsing.induce import sentence_signals
+from treernn.tasks.base import Task
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -54,7 +60,7 @@ def state_batch_size(state: Any) -> int | None:
     return None
 
 
-class LanguageModelTask(pl.LightningModule):
+class LanguageModelTask(Task):
     def __init__(
         self,
         encoder: Callable[..., Encoder],
@@ -72,12 +78,13 @@ class LanguageModelTask(pl.LightningModule):
         bptt: int = 70,
         rescale_lr: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(
+            optimizer, default_optimizer=lambda params: torch.optim.SGD(params, lr=30.0)
+        )
         for name in ("embedding_dropout", "input_dropout", "output_dropout"):
             check_dropout(name, locals()[name])
         self.save_hyperparameters(ignore=["encoder", "vocab", "optimizer"])
         self.vocab = vocab
-        self.optimizer_factory = optimizer or (lambda params: torch.optim.SGD(params, lr=30.0))
         self.embedding = nn.Embedding(vocab_size, embedding_size)
         self.encoder = encoder(
             input_size=embedding_size, output_size=embedding_size if tie_weights else None
@@ -93,14 +100,22 @@ class LanguageModelTask(pl.LightningModule):
         self._epoch_tokens, self._train_seconds, self._batch_start = 0, 0.0, 0.0
 
     # ----------------------------------------------------------------- model
-    def forward(self, inputs: Tensor, state: Any = None, mask: Tensor | None = None):
-        """inputs (B, T) -> logits (B, T, V), encoder output."""
+    def embed(self, tokens: Tensor) -> Tensor:
+        """(B, T) ids -> (B, T, E): embedding dropout (whole words), then locked dropout."""
         hp = self.hparams
-        emb = embedded_dropout(self.embedding, inputs, hp.embedding_dropout, self.training)
-        emb = self.lockdrop(emb, hp.input_dropout)  # (B, T, E)
-        out = self.encoder(emb, mask=mask, state=state)
-        dropped = self.lockdrop(out.hidden, hp.output_dropout)
-        return self.decoder(dropped), out, dropped
+        emb = embedded_dropout(self.embedding, tokens, hp.embedding_dropout, self.training)
+        return self.lockdrop(emb, hp.input_dropout)  # (B, T, E)
+
+    def decode(self, output: EncoderOutput) -> tuple[Tensor, Tensor]:
+        """Logits (B, T, V) from the encoder's output, and the output after locked dropout."""
+        dropped = self.lockdrop(output.hidden, self.hparams.output_dropout)
+        return self.decoder(dropped), dropped
+
+    def forward(self, inputs: Tensor, state: Any = None, mask: Tensor | None = None):
+        """inputs (B, T) -> logits (B, T, V), encoder output, dropped output."""
+        out = self.run_encoder(EncoderInputs("tokens", inputs, mask), state)
+        logits, dropped = self.decode(out)
+        return logits, out, dropped
 
     @torch.no_grad()
     def token_log_probs(
@@ -114,12 +129,30 @@ class LanguageModelTask(pl.LightningModule):
         self.train(was_training)
         return log_probs if mask is None else log_probs * mask
 
-    def _step(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Any]:
-        inputs, targets = batch  # (B, T)
+    def sentence_tree_signals(
+        self,
+        sentences: Sequence[Sequence[int]],
+        batch_size: int = 64,
+        names: Sequence[str] | None = None,
+    ) -> list[TreeSignal]:
+        """The tree signal of each sentence of token ids (no ``<eos>``), read in eval mode with a
+        fresh state as ``<eos> w_1 ... w_n <eos>`` (ON-LSTM Sec. 5.2): one one-row signal per
+        sentence, see :func:`treernn.parsing.induce.sentence_signals`. Raises
+        :class:`~treernn.parsing.induce.NoDistancesError` for an encoder without a tree signal."""
+        if self.vocab is None or "<eos>" not in self.vocab:
+            raise ValueError("reading sentences needs a vocabulary with <eos> (task=ptb)")
+        eos = self.vocab.eos_index
+        return sentence_signals(self.embedding, self.encoder, sentences, eos, batch_size, names)
+
+    def _step(self, batch: TokenStreamBatch) -> tuple[Tensor, EncoderOutput, Tensor]:
+        inputs = batch.inputs  # (B, T)
         if state_batch_size(self._state) not in (None, inputs.size(0)):
             self._state = None
-        logits, out, dropped = self(inputs, state=detach_state(self._state))
+        encoded = self.encode_batch(batch, state=detach_state(self._state))
+        out = encoded.output
+        logits, dropped = self.decode(out)
         self._state = detach_state(out.state)
+        targets = encoded.inputs.targets
         raw_loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
         return raw_loss, out, dropped
 
@@ -135,7 +168,7 @@ class LanguageModelTask(pl.LightningModule):
         # training time only (validation and callbacks excluded), for tokens per second
         self._train_seconds += time.perf_counter() - self._batch_start
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    def training_step(self, batch: TokenStreamBatch, batch_idx: int) -> Tensor:
         hp = self.hparams
         raw_loss, out, dropped = self._step(batch)
         loss = raw_loss
@@ -149,11 +182,10 @@ class LanguageModelTask(pl.LightningModule):
                 f"step {self.global_step}; lower the learning rate or the gradient clip. "
                 "The last good checkpoint is untouched."
             )
-        seq_len = batch[0].size(1)
+        seq_len = batch.inputs.size(1)
         if hp.rescale_lr:
-            for group in self.optimizers().param_groups:
-                group["lr"] = group["base_lr"] * seq_len / hp.bptt
-        tokens = batch[0].numel()
+            self.scale_learning_rate(seq_len / hp.bptt)
+        tokens = batch.inputs.numel()
         self._epoch_tokens += tokens
         self.train_ppl.update(raw_loss, tokens)
         self.log("train/loss", raw_loss, prog_bar=True)
@@ -165,19 +197,13 @@ class LanguageModelTask(pl.LightningModule):
             tokens_per_sec = self._epoch_tokens / self._train_seconds * self.trainer.world_size
             self.log("train/tokens_per_sec", tokens_per_sec)
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        optimizer = self.optimizer_factory(self.parameters())
-        for group in optimizer.param_groups:
-            group.setdefault("base_lr", group["lr"])
-        return optimizer
-
     # ----------------------------------------------------------------- evaluation
     def on_validation_epoch_start(self) -> None:
         self._train_state_backup, self._state = self._state, None
 
-    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+    def validation_step(self, batch: TokenStreamBatch, batch_idx: int) -> None:
         raw_loss, _, _ = self._step(batch)
-        self.val_ppl.update(raw_loss, batch[0].numel())
+        self.val_ppl.update(raw_loss, batch.inputs.numel())
         self.log("val/ppl", self.val_ppl, on_step=False, on_epoch=True, prog_bar=True)
 
     def on_validation_epoch_end(self) -> None:
@@ -186,9 +212,9 @@ class LanguageModelTask(pl.LightningModule):
     def on_test_epoch_start(self) -> None:
         self._state = None
 
-    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+    def test_step(self, batch: TokenStreamBatch, batch_idx: int) -> None:
         raw_loss, _, _ = self._step(batch)
-        self.test_ppl.update(raw_loss, batch[0].numel())
+        self.test_ppl.update(raw_loss, batch.inputs.numel())
         self.log("test/ppl", self.test_ppl, on_step=False, on_epoch=True)
 
     # ----------------------------------------------------------------- checkpoints

@@ -1,0 +1,101 @@
+"""What every task shares: the embed -> encode step and the optimiser set-up.
+
+Each encoder declares which view of the data it reads (see :class:`~treernn.encoders.base.Encoder`);
+the batch hands out that view's inputs (:class:`~treernn.data.batch.EncoderInputs`: tokens, mask,
+extra keywords such as ``tree=``, and for language models the words to predict);
+:meth:`Task.encode_batch` runs the encoder on them and returns an
+:class:`~treernn.data.batch.EncodedBatch`. :meth:`Task.encoder_inputs` is the only place a task
+looks at the encoder's view, so a task holds its loss, metrics and optimiser and nothing that
+depends on which encoder it runs.
+
+Optimiser: ``optimizer`` and ``scheduler`` are partials from the task config (a task passes its
+own default optimiser). Every parameter group remembers the learning rate it was built with as
+``base_lr``, so a task can rescale the rate per step (:meth:`Task.scale_learning_rate`, the
+language model's seq_len / bptt). A ``ReduceLROnPlateau`` scheduler steps once per epoch on
+``monitor``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor, nn
+
+from treernn.data.batch import EncodedBatch, EncoderInputs
+from treernn.encoders.base import Encoder, EncoderOutput
+
+OptimizerFactory = Callable[..., torch.optim.Optimizer]
+
+
+class Task(pl.LightningModule):
+    """Base class of the tasks: embed -> encode, and ``configure_optimizers``.
+
+    Subclasses build ``embedding``, ``encoder`` (and ``input_dropout`` unless they override
+    :meth:`embed`) and call ``super().__init__`` with their optimiser settings.
+    """
+
+    embedding: nn.Embedding
+    encoder: Encoder
+    input_dropout: nn.Module
+
+    def __init__(
+        self,
+        optimizer: OptimizerFactory | None = None,
+        scheduler: Callable[..., Any] | None = None,
+        monitor: str | None = None,
+        default_optimizer: OptimizerFactory | None = None,
+    ) -> None:
+        super().__init__()
+        factory = optimizer or default_optimizer
+        if factory is None:
+            raise ValueError("a task needs an optimizer partial (task.module.optimizer)")
+        self.optimizer_factory = factory
+        self.scheduler_factory = scheduler
+        self.monitor = monitor
+
+    # ----------------------------------------------------------------- embed -> encode
+    def encoder_inputs(self, batch: Any) -> EncoderInputs:
+        """The batch's inputs for the view this task's encoder reads."""
+        return batch.encoder_inputs(self.encoder.input_view)
+
+    def embed(self, tokens: Tensor) -> Tensor:
+        """(B, T) ids -> (B, T, E) encoder inputs (embedding, then the task's input dropout)."""
+        return self.input_dropout(self.embedding(tokens))
+
+    def run_encoder(self, inputs: EncoderInputs, state: Any = None) -> EncoderOutput:
+        """Run the encoder on one view's inputs; ``state`` is passed on when given."""
+        kwargs = dict(inputs.kwargs)
+        if state is not None:
+            kwargs["state"] = state
+        return self.encoder(self.embed(inputs.tokens), inputs.mask, **kwargs)
+
+    def encode_batch(self, batch: Any, state: Any = None) -> EncodedBatch:
+        inputs = self.encoder_inputs(batch)
+        return EncodedBatch(inputs, self.run_encoder(inputs, state))
+
+    # ----------------------------------------------------------------- optimisation
+    def optimizer_parameters(self) -> Iterable[nn.Parameter]:
+        """The parameters handed to the optimiser (all of them unless a task says otherwise)."""
+        return self.parameters()
+
+    def configure_optimizers(self) -> Any:
+        optimizer = self.optimizer_factory(self.optimizer_parameters())
+        for group in optimizer.param_groups:
+            group.setdefault("base_lr", group["lr"])
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler: dict[str, Any] = {
+            "scheduler": self.scheduler_factory(optimizer),
+            "interval": "epoch",
+        }
+        if self.monitor is not None:
+            scheduler["monitor"] = self.monitor
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+    def scale_learning_rate(self, factor: float) -> None:
+        """Set every group's learning rate to ``base_lr * factor`` for the coming step."""
+        for group in self.optimizers().param_groups:
+            group["lr"] = group["base_lr"] * factor
