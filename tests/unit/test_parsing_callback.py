@@ -1,9 +1,11 @@
-"""The parse-F1 callback: per-layer logging, sharding and summing over 2 gloo processes."""
+"""The tree-F1 callback with WSJ gold trees (the ON-LSTM parse F1): per-layer logging, sharding
+and summing over 2 gloo processes."""
 
 from __future__ import annotations
 
 import socket
 import warnings
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -12,13 +14,16 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from treernn.callbacks.parse_f1 import BracketF1, ParseF1Callback
+from treernn.callbacks.tree_f1 import TreeF1Callback
 from treernn.data.vocab import Vocabulary
+from treernn.encoders.lstm import LSTMEncoder
 from treernn.encoders.onlstm import ONLSTMEncoder
-from treernn.parsing.induce import induce_distances, trees_from_distances
+from treernn.metrics import BracketF1
+from treernn.parsing.induce import induce_distances, sentence_signals, trees_from_distances
 from treernn.parsing.metrics import score_trees
 from treernn.parsing.trees import balanced, right_branching
 from treernn.parsing.wsj import GoldSentence
+from treernn.tasks.language_model import LanguageModelTask
 
 WORDS = [f"w{i}" for i in range(20)]
 
@@ -38,16 +43,24 @@ def gold_sentences() -> list[GoldSentence]:
 
 
 class FakeModule:
-    """What the callback reads from a LanguageModelTask, and a recording ``log``."""
+    """What the callback reads from a LanguageModelTask (its vocabulary and
+    ``sentence_tree_signals``), and a recording ``log``."""
 
     def __init__(self, distances: bool = True) -> None:
         torch.manual_seed(0)
         self.vocab = Vocabulary(["<eos>", *WORDS])
         self.embedding = nn.Embedding(len(self.vocab), 6)
-        self.encoder = ONLSTMEncoder(input_size=6, hidden_size=8, num_layers=2, chunk_size=2)
-        self.encoder.has_distances = distances
+        self.encoder = (
+            ONLSTMEncoder(input_size=6, hidden_size=8, num_layers=2, chunk_size=2)
+            if distances
+            else LSTMEncoder(input_size=6, hidden_size=8, num_layers=2)
+        )
         self.device = torch.device("cpu")
         self.logged: dict[str, float] = {}
+
+    def sentence_tree_signals(self, sentences, batch_size: int = 64):
+        eos = self.vocab.eos_index
+        return sentence_signals(self.embedding, self.encoder, sentences, eos, batch_size)
 
     def log(self, name: str, value, sync_dist: bool = False) -> None:
         self.logged[name] = float(value)
@@ -64,8 +77,8 @@ def fake_trainer(epoch: int = 0, rank: int = 0, world: int = 1) -> SimpleNamespa
     )
 
 
-def callback_with(sentences: list[GoldSentence], **kwargs) -> ParseF1Callback:
-    callback = ParseF1Callback(treebank="sample", **kwargs)
+def callback_with(sentences: list[GoldSentence], **kwargs) -> TreeF1Callback:
+    callback = TreeF1Callback(gold="wsj", treebank="sample", **kwargs)
     callback._sentences, callback._split_name = sentences, "hand"
     return callback
 
@@ -103,7 +116,7 @@ def test_every_n_epochs_and_skipping_without_distances():
 
     module = FakeModule(distances=False)
     callback = callback_with(gold_sentences())
-    with pytest.warns(UserWarning, match="ParseF1Callback is skipped: ONLSTMEncoder has no"):
+    with pytest.warns(UserWarning, match="TreeF1Callback is skipped .* LSTMEncoder returned no"):
         callback.on_validation_epoch_end(fake_trainer(), module)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # only one warning
@@ -176,3 +189,16 @@ def test_wandb_table_of_induced_and_gold_trees():
         "w4",
         "w5",
     ]
+
+
+def test_a_language_model_reads_sentences_for_the_callback():
+    vocab = Vocabulary(["<eos>", *WORDS])
+    encoder = partial(ONLSTMEncoder, hidden_size=8, num_layers=2, chunk_size=2)
+    task = LanguageModelTask(encoder, vocab_size=len(vocab), vocab=vocab, embedding_size=6)
+    ids = [vocab.encode(s.words) for s in gold_sentences()]
+    task.train()
+    signals = task.sentence_tree_signals(ids, batch_size=3)
+    assert task.training and task.encoder.training  # eval mode for the call only
+    expected = induce_distances(task.embedding, task.encoder, ids, vocab.eos_index)
+    for signal, distances in zip(signals, expected, strict=True):
+        torch.testing.assert_close(signal.values[:, 0, 1:-1], distances)

@@ -11,16 +11,12 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from treernn.callbacks.tree_f1 import (
-    TreeF1Callback,
-    induce_batch_trees,
-    leaf_distances,
-    scored_rows,
-)
+from treernn.callbacks.tree_f1 import TreeF1Callback, induce_batch_trees, scored_rows
+from treernn.data.batch import EncodedBatch
 from treernn.data.classification import Collator, Example, Sentence
-from treernn.encoders.base import Encoder, EncoderOutput
+from treernn.encoders.base import Encoder, EncoderOutput, TreeSignal
 from treernn.encoders.lstm import LSTMEncoder
-from treernn.parsing.induce import NoDistancesError
+from treernn.parsing.induce import NoDistancesError, leaf_distances
 from treernn.parsing.trees import greedy_tree
 from treernn.tasks.classification import ClassificationTask
 
@@ -31,7 +27,7 @@ DISTANCE_OF_TOKEN = torch.tensor([0.0, 0.9, 0.7, 0.1, 0.5, 0.3])
 class DistanceStub(Encoder):
     """A one-layer 'model' whose distance at a token is the token's 1-d embedding."""
 
-    has_distances = True
+    tree_signal_kind = "distances"
 
     def __init__(self, input_size: int, hidden_size: int = 1, **kwargs) -> None:
         super().__init__()
@@ -40,8 +36,9 @@ class DistanceStub(Encoder):
         self.scale = torch.nn.Parameter(torch.ones(1))  # something for the optimiser
 
     def forward(self, x: Tensor, mask: Tensor | None = None, state=None, **kwargs) -> EncoderOutput:
+        distances = TreeSignal("distances", x[..., 0].unsqueeze(0))  # (L=1, B, T)
         return EncoderOutput(
-            hidden=x * self.scale, pooled=x[:, 0] * self.scale, distances=x[..., 0].unsqueeze(0)
+            hidden=x * self.scale, pooled=x[:, 0] * self.scale, tree_signal=distances
         )
 
 
@@ -110,7 +107,7 @@ SLOT_OF_TOKEN = torch.tensor([0.0, 3.0, 3.0, 3.0, 1.0, 2.0])
 class AttentionStub(Encoder):
     """An Ordered-Memory-like 'model' (5 slots) whose pointer at a token is a fixed slot."""
 
-    has_attention_trees = True
+    tree_signal_kind = "attention"
 
     def __init__(self, input_size: int, hidden_size: int = 1, **kwargs) -> None:
         super().__init__()
@@ -121,9 +118,8 @@ class AttentionStub(Encoder):
     def forward(self, x: Tensor, mask: Tensor | None = None, state=None, **kwargs) -> EncoderOutput:
         self.calls += 1
         attention = torch.nn.functional.one_hot(x[..., 0].round().long(), 5).float()
-        return EncoderOutput(
-            hidden=x * self.scale, pooled=x[:, 0] * self.scale, extras={"attention": attention}
-        )
+        signal = TreeSignal("attention", attention.unsqueeze(0))  # (1, B, T, N)
+        return EncoderOutput(hidden=x * self.scale, pooled=x[:, 0] * self.scale, tree_signal=signal)
 
 
 def _attention_task() -> ClassificationTask:
@@ -151,7 +147,6 @@ def test_callback_scores_ordered_memory_trees_reusing_the_evaluation_pass():
     assert validated["val/parse_f1/layer1"] == pytest.approx(1.0)
     assert "val/parse_f1/layer2" not in validated
     assert task.encoder.calls == 2  # one forward per batch: the trees reuse validation_step's
-    assert task.kept_output is None and not task.keep_eval_output
 
 
 def _trainer(callback: TreeF1Callback) -> pl.Trainer:
@@ -188,3 +183,14 @@ def test_callback_skips_models_without_distances():
     with pytest.warns(UserWarning, match="TreeF1Callback is skipped"):
         validated = _trainer(TreeF1Callback()).validate(task, dataloaders=loader, verbose=False)
     assert not any("parse_f1" in key for key in validated[0])
+
+
+def test_evaluation_steps_hand_the_encoder_pass_to_callbacks():
+    batch = Collator(0)([Example((NESTED, FLAT), 0)])
+    task = _attention_task()
+    task.log = lambda *args, **kwargs: None  # no trainer attached
+    encoded = task.validation_step(batch, 0)
+    assert isinstance(encoded, EncodedBatch) and encoded.inputs.view == "tokens"
+    assert encoded.output.tree_signal.values.shape == (1, 2, 7, 5)  # a pair, 7 tokens, 5 slots
+    trees, _ = induce_batch_trees(task, batch, encoded=encoded)
+    assert task.encoder.calls == 1 and trees == [[(0, (1, 2)), (0, 1)]]

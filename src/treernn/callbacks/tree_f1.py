@@ -1,46 +1,42 @@
-"""Induced trees against gold trees on the classification tasks (logical inference, ListOps).
+"""Induced-tree F1 against gold trees: the ON-LSTM parse F1 (Sec. 5.2, Table 2) and the same
+score on the classification tasks (logical inference, ListOps).
 
-ON-LSTM (Shen et al. 2019, Sec. 5.2, Eq. 15) reads a tree off its master-forget distances: split
-before the word with the largest distance, recursively (:func:`treernn.parsing.trees.greedy_tree`).
-On logic and ListOps the gold trees are known, so the induced trees of every layer can be scored
-against them with the language-model issue's metrics (:mod:`treernn.parsing.metrics`): EVALB's
-corpus-level unlabeled bracket F1 and the authors' sentence-averaged F1.
+A model with a tree signal (``EncoderOutput.tree_signal``: ON-LSTM's master-forget distances, one
+tree per layer; Ordered Memory's attention, one tree per sentence, reported as ``layer1``) gets its
+trees from :func:`treernn.parsing.induce.trees_from_signal` and is scored with EVALB's corpus-level
+unlabeled bracket F1 and the authors' sentence-averaged F1 (:mod:`treernn.parsing.metrics`), summed
+across processes by :class:`~treernn.metrics.BracketF1`. Keys: ``{stage}/parse_f1/layer{k}``
+(corpus) and ``{stage}/parse_f1_sentence/layer{k}`` (k from 1). An encoder without a tree signal
+(LSTM, Transformer, a model given the gold trees) is skipped with one warning.
 
-Ordered Memory (Shen et al., NeurIPS 2019, Algorithm 2) has no distances: its trees come from the
-argmax slot of each step's attention (:mod:`treernn.parsing.om_trees`), one tree per sentence,
-reported as ``layer1``. On logic, where it may read the brackets too, its tree over everything read
-is restricted to the leaves (the bracket positions are dropped and unary nodes collapsed);
-``bracket_distances`` does not apply to it.
+Where the gold trees come from (``gold``):
 
-Unlike the language-model evaluation (:mod:`treernn.parsing.induce`, which wraps each sentence in
-``<eos>``), the model here reads each sentence exactly as the classifier does (eval mode, fresh
-state, no extra tokens), so the trees are those of the model that made the predictions.
-
-Which distance belongs to which leaf. The distance of a token is the one computed while reading it;
-a large value there means the gate erased memory, i.e. a constituent ended just before that token.
-On ListOps the model reads exactly the leaves (the parentheses are not fed to it). On logical
-inference the sequence models read the brackets too, but the gold tree is over the other tokens:
-``( d ( and e ) )`` has leaves ``d and e`` at token positions 1, 3 and 4. With
-``bracket_distances="drop"`` (default) a leaf keeps the distance read at the leaf itself and the
-brackets' distances are dropped, the same rule as for ``<eos>`` in the language-model setting.
-``"max"`` instead gives each leaf the largest distance over the tokens since the previous leaf
-(the brackets in between and the leaf), for a model that signals the boundary at a bracket.
-
-:class:`TreeF1Callback` logs ``{val,test}/parse_f1/layer{k}`` (corpus) and
-``{val,test}/parse_f1_sentence/layer{k}`` (k from 1, the same keys as the language-model
-callback). Counts are summed across processes by the parsing package's
-:class:`~treernn.callbacks.parse_f1.BracketF1`. At test time only the first evaluation group is
-scored (the systematic-generalisation groups repeat its sentences), and the per-layer table is
-printed and written to ``<output_dir>/tree_f1.json``. Encoders without distances are skipped with
-one warning. From a checkpoint: ``python -m treernn.results trees --ckpt PATH``.
+- ``"batch"`` (``conf/callbacks/tree_f1.yaml``; logic, ListOps): the gold trees of the evaluation
+  batches. The callback reuses the evaluation pass: ``validation_step``/``test_step`` return the
+  :class:`~treernn.data.batch.EncodedBatch` (what the encoder read and its output), which Lightning
+  hands to ``on_{validation,test}_batch_end``, so the trees are those of the model that made the
+  predictions (eval mode, fresh state, no extra tokens). On logic the sequence models read the
+  brackets too; the batch says where the leaves sit among the tokens read, and
+  ``bracket_distances`` picks which distance a leaf gets (``"drop"``: its own; ``"max"``: the
+  largest since the previous leaf, see :func:`treernn.parsing.induce.leaf_distances`). At test
+  time only the first evaluation group is scored (the systematic-generalisation groups repeat its
+  sentences), and the per-layer table is printed and written to ``<output_dir>/tree_f1.json``.
+  From a checkpoint: ``python -m treernn.results trees --ckpt PATH``.
+- ``"wsj"`` (``conf/callbacks/parse_f1.yaml``; language-model training): every ``every_n_epochs``
+  validation epochs, the sentences of a WSJ split run through the task
+  (``task.sentence_tree_signals``: ``<eos> w_1 ... w_n <eos>``, eval mode, fresh state) and their
+  trees are scored against the treebank's, logged as ``val/...``. Under DDP the sentences are
+  sharded over the processes and the counts summed, so the number is the one a single process
+  would compute. ``treebank="auto"`` uses the full WSJ when ``wsj_dir`` holds its trees, else the
+  nltk sample below ``data_dir``; ``split="test"`` / ``"short"`` pick the WSJ-test / WSJ10 columns
+  (or the sample's ``sample`` / ``sample10``). With a wandb logger a table of a few induced trees
+  beside the gold ones is logged too.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,50 +44,30 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor
 
-from treernn.callbacks.parse_f1 import BracketF1
+from treernn.data.batch import EncodedBatch
 from treernn.data.classification import ClassificationBatch
-from treernn.encoders.base import EncoderOutput
-from treernn.parsing.induce import NoDistancesError, trees_from_distances
+from treernn.metrics import BracketF1
+from treernn.parsing.induce import (
+    BRACKET_DISTANCES,
+    BracketDistances,
+    NoDistancesError,
+    deep_trees,
+    trees_from_sentence_signals,
+    trees_from_signal,
+)
 from treernn.parsing.metrics import counts_from_spans, sentence_f1_from_spans
-from treernn.parsing.om_trees import induce_trees as attention_trees
-from treernn.parsing.trees import Tree, tree_spans
+from treernn.parsing.trees import Tree, to_bracketed, tree_spans
+from treernn.parsing.wsj import (
+    GoldSentence,
+    TreebankError,
+    default_splits,
+    load_split,
+    resolve_treebank,
+)
 
-BracketDistances = Literal["drop", "max"]
-BRACKET_DISTANCES = ("drop", "max")
-
-
-def leaf_distances(
-    distances: Tensor, leaf_positions: Sequence[int], bracket_distances: BracketDistances = "drop"
-) -> Tensor:
-    """(L, T) per-token distances of one sentence -> (L, n) distances of its n leaves.
-
-    ``drop``: the distance read at each leaf. ``max``: the largest distance over the tokens after
-    the previous leaf up to and including this leaf (for the first leaf: from the first token).
-    """
-    if bracket_distances not in BRACKET_DISTANCES:
-        raise ValueError(f"bracket_distances={bracket_distances!r}: use one of {BRACKET_DISTANCES}")
-    positions = list(leaf_positions)
-    if not positions:
-        raise ValueError("a sentence without leaves has no tree")
-    if bracket_distances == "drop":
-        return distances[:, positions]
-    starts = [0, *(position + 1 for position in positions[:-1])]
-    gaps = [distances[:, start : end + 1].amax(1) for start, end in zip(starts, positions)]
-    return torch.stack(gaps, dim=1)
-
-
-@contextmanager
-def deep_trees(limit: int = 20_000) -> Iterator[None]:
-    """Room for :mod:`treernn.parsing.trees`' recursive walks: ListOps test trees reach ~940
-    leaves and as many levels, near Python's default limit of 1000 frames."""
-    previous = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(previous, limit))
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(previous)
+GoldSource = Literal["batch", "wsj"]
+GOLD_SOURCES = ("batch", "wsj")
 
 
 def scored_rows(batch: ClassificationBatch, first_group_only: bool) -> list[int]:
@@ -104,90 +80,82 @@ def scored_rows(batch: ClassificationBatch, first_group_only: bool) -> list[int]
     return [row for row in rows if groups[row % num_examples] == 0]
 
 
-TreeSource = Literal["distances", "attention"]
-
-
-def tree_source(task: pl.LightningModule) -> TreeSource | None:
-    """Where the task's encoder induces trees from: ON-LSTM-style ``distances``, Ordered Memory's
-    ``attention``, or None (no induced trees, e.g. a model given the gold trees)."""
-    encoder = getattr(task, "encoder", None)
-    if getattr(task, "needs_tree", False):
-        return None
-    if getattr(encoder, "has_distances", False):
-        return "distances"
-    if getattr(encoder, "has_attention_trees", False):
-        return "attention"
-    return None
-
-
 @torch.no_grad()
 def induce_batch_trees(
     task: pl.LightningModule,
     batch: ClassificationBatch,
     rows: Sequence[int] | None = None,
     bracket_distances: BracketDistances = "drop",
-    output: EncoderOutput | None = None,
+    encoded: EncodedBatch | None = None,
 ) -> tuple[list[list[Tree]], list[Tree]]:
     """Induced trees per layer (``trees[layer][i]``) and the gold trees of the sentence rows
-    ``rows`` (default: all) of a classification batch. ``output`` is the task's evaluation
-    output on this batch when already computed (otherwise the encoder runs here)."""
-    encoder = task.encoder
-    source = tree_source(task)
-    if source is None:
+    ``rows`` (default: all) of a classification batch. ``encoded`` is the task's evaluation pass
+    on this batch when already computed (otherwise the task encodes the batch here)."""
+    if encoded is None:
+        encoded = task.encode_batch(batch)
+    signal = encoded.output.tree_signal
+    if signal is None:
         raise NoDistancesError(
-            f"{type(encoder).__name__} induces no trees (neither syntactic distances nor "
-            "Ordered Memory attention); induced trees need a model such as ON-LSTM or "
-            "Ordered Memory"
+            f"{type(task.encoder).__name__} induces no trees (no tree signal: neither syntactic "
+            "distances nor Ordered Memory attention); induced trees need a model such as ON-LSTM "
+            "or Ordered Memory"
         )
-    rows = list(range(batch.tokens.size(0))) if rows is None else list(rows)
-    if output is None:
-        output = task.encoder_output(batch)
-    leaf_index = batch.leaf_index
-    lengths = batch.leaf_mask.sum(1).tolist()
-    # where each sentence's leaves are among the tokens the model read
-    positions = [
-        leaf_index[row, : lengths[row]].tolist() if leaf_index is not None
-        else list(range(lengths[row]))
-        for row in rows
-    ]  # fmt: skip
-    gold = [batch.trees[row] for row in rows]
-    if source == "attention":
-        attention = output.extras.get("attention")
-        if attention is None:
-            raise NoDistancesError(f"{type(encoder).__name__} returned no attention")
-        index = torch.tensor(rows, device=attention.device)
-        with deep_trees():
-            trees = attention_trees(
-                attention[index], batch.mask[index], keep=[set(p) for p in positions]
-            )
-        return [trees], gold
-    if output.distances is None:
-        raise NoDistancesError(f"{type(encoder).__name__} returned no distances")
-    distances = output.distances.float().cpu()  # (L, S*B, T)
-    per_sentence = [
-        leaf_distances(distances[:, row], row_positions, bracket_distances)
-        for row, row_positions in zip(rows, positions)
-    ]
+    rows = list(range(len(encoded.inputs))) if rows is None else list(rows)
+    positions = batch.leaf_positions(encoded.inputs.view, rows)
+    trees = trees_from_signal(signal, positions, encoded.inputs.mask, rows, bracket_distances)
+    return trees, [batch.trees[row] for row in rows]
+
+
+def update_bracket_f1(
+    metrics: Sequence[BracketF1], trees: Sequence[Sequence[Tree]], gold: Sequence[Tree]
+) -> None:
+    """Add each layer's induced trees against the gold trees to that layer's metric."""
     with deep_trees():
-        trees = trees_from_distances(per_sentence)
-    return trees, gold
+        gold_spans = [tree_spans(gold_tree) for gold_tree in gold]
+        for metric, layer_trees in zip(metrics, trees, strict=True):
+            for predicted, spans in zip(layer_trees, gold_spans, strict=True):
+                predicted_spans = tree_spans(predicted)
+                counts = counts_from_spans(predicted_spans, spans)
+                metric.update(
+                    counts.matched,
+                    counts.predicted,
+                    counts.gold,
+                    sentence_f1_from_spans(predicted_spans, spans),
+                )
 
 
 class TreeF1Callback(Callback):
-    """Parse F1 per layer of the induced trees against the gold trees, on validation and test.
+    """Parse F1 per layer of the induced trees against gold trees (see the module docstring).
 
     Args:
-        stages: where to score: ``val`` (every validation epoch) and/or ``test``.
-        bracket_distances: ``drop`` or ``max`` (see the module docstring).
-        output_dir: where ``tree_f1.json`` goes after testing (None: not written).
+        gold: ``"batch"`` (the evaluation batches' trees) or ``"wsj"`` (a WSJ split).
+        stages (batch): where to score, ``val`` (every validation epoch) and/or ``test``.
+        bracket_distances (batch): ``drop`` or ``max``.
+        output_dir (batch): where ``tree_f1.json`` goes after testing (None: not written).
+        treebank, wsj_dir, data_dir, split (wsj): which gold sentences
+            (:func:`treernn.parsing.wsj.resolve_treebank`, :func:`~treernn.parsing.wsj.load_split`).
+        every_n_epochs (wsj): score every n-th validation epoch.
+        batch_size (wsj): sentences per forward pass; max_sentences: the first n only.
+        num_examples (wsj): induced trees beside gold ones in a wandb table.
     """
 
     def __init__(
         self,
+        gold: GoldSource = "batch",
         stages: Sequence[str] = ("val", "test"),
         bracket_distances: BracketDistances = "drop",
         output_dir: str | Path | None = None,
+        treebank: str = "auto",
+        wsj_dir: str | Path | None = None,
+        data_dir: str | Path | None = None,
+        split: str = "test",
+        every_n_epochs: int = 1,
+        batch_size: int = 64,
+        max_sentences: int | None = None,
+        num_examples: int = 5,
     ) -> None:
+        if gold not in GOLD_SOURCES:
+            raise ValueError(f"gold={gold!r}: use one of {GOLD_SOURCES}")
         unknown = set(stages) - {"val", "test"}
         if unknown:
             raise ValueError(f"stages={list(stages)}: use 'val' and/or 'test'")
@@ -195,67 +163,39 @@ class TreeF1Callback(Callback):
             raise ValueError(
                 f"bracket_distances={bracket_distances!r}: use one of {BRACKET_DISTANCES}"
             )
-        self.stages = tuple(stages)
+        if every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs={every_n_epochs} must be at least 1")
+        self.gold = gold
+        self.stages = tuple(stages) if gold == "batch" else ("val",)
         self.bracket_distances = bracket_distances
         self.output_dir = Path(output_dir) if output_dir else None
-        self._metrics: list[BracketF1] = []
+        self.treebank = treebank
+        self.wsj_dir = wsj_dir
+        self.data_dir = data_dir
+        self.split = split
+        self.every_n_epochs = every_n_epochs
+        self.batch_size = batch_size
+        self.max_sentences = max_sentences
+        self.num_examples = num_examples
+        self._sentences: list[GoldSentence] | None = None
+        self._split_name: str | None = None
         self._disabled = False
+        self._active = False  # scoring the current evaluation epoch (gold="batch")
+        self._metrics: list[BracketF1] = []
         #: the last scores per stage: {stage: {"layer1": {"corpus_f1": .., ...}, ...}}
         self.results: dict[str, dict[str, dict[str, float]]] = {}
 
-    # ------------------------------------------------------------------ helpers
-    def _usable(self, pl_module: pl.LightningModule) -> bool:
-        if self._disabled:
-            return False
-        if tree_source(pl_module) is None:
-            encoder = getattr(pl_module, "encoder", None)
-            rank_zero_warn(
-                f"TreeF1Callback is skipped: {type(encoder).__name__} induces no trees (no "
-                "syntactic distances or Ordered Memory attention)."
-            )
-            self._disabled = True
-            return False
-        return True
+    @property
+    def state_key(self) -> str:
+        # the WSJ and the batch callbacks may run side by side
+        return self._generate_state_key(gold=self.gold)
 
-    def _start(self, stage: str, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._metrics = []
-        if stage in self.stages and not trainer.sanity_checking and self._usable(pl_module):
-            num_layers = (
-                int(getattr(pl_module.encoder, "num_layers", 1))
-                if tree_source(pl_module) == "distances"
-                else 1  # one attention-induced tree per sentence
-            )
-            self._metrics = [BracketF1().to(pl_module.device) for _ in range(num_layers)]
-            pl_module.keep_eval_output = True  # reuse the step's forward pass
+    # ------------------------------------------------------------------ shared
+    def _skip(self, reason: str) -> None:
+        rank_zero_warn(f"TreeF1Callback is skipped ({self.gold} gold trees): {reason}.")
+        self._disabled = True
 
-    def _update(self, pl_module: pl.LightningModule, batch: Any, first_group_only: bool) -> None:
-        if not self._metrics:
-            return
-        output = pl_module.pop_kept_output() if hasattr(pl_module, "pop_kept_output") else None
-        rows = scored_rows(batch, first_group_only)
-        if not rows:
-            return
-        trees, gold = induce_batch_trees(pl_module, batch, rows, self.bracket_distances, output)
-        with deep_trees():
-            gold_spans = [tree_spans(gold_tree) for gold_tree in gold]
-            for layer, layer_trees in enumerate(trees):
-                metric = self._metrics[layer]
-                for predicted, spans in zip(layer_trees, gold_spans):
-                    predicted_spans = tree_spans(predicted)
-                    counts = counts_from_spans(predicted_spans, spans)
-                    metric.update(
-                        counts.matched,
-                        counts.predicted,
-                        counts.gold,
-                        sentence_f1_from_spans(predicted_spans, spans),
-                    )
-
-    def _finish(self, stage: str, pl_module: pl.LightningModule) -> None:
-        if hasattr(pl_module, "keep_eval_output"):
-            pl_module.keep_eval_output = False
-            pl_module.kept_output = None
-        if not self._metrics:
-            return
+    def _log_scores(self, stage: str, pl_module: pl.LightningModule) -> None:
         scores: dict[str, dict[str, float]] = {}
         for layer, metric in enumerate(self._metrics, start=1):
             values = metric.compute()  # summed over processes
@@ -272,30 +212,69 @@ class TreeF1Callback(Callback):
         self.results[stage] = scores
         self._metrics = []
 
-    # ------------------------------------------------------------------ hooks
+    # ------------------------------------------------------------------ gold trees of the batch
+    def _start(self, stage: str, trainer: pl.Trainer) -> None:
+        self._metrics = []
+        self._active = (
+            self.gold == "batch"
+            and stage in self.stages
+            and not trainer.sanity_checking
+            and not self._disabled
+        )
+
+    def _update(
+        self, pl_module: pl.LightningModule, outputs: Any, batch: Any, first_group_only: bool
+    ) -> None:
+        if not self._active or self._disabled:
+            return
+        if not isinstance(outputs, EncodedBatch):
+            raise TypeError(
+                f"TreeF1Callback(gold='batch') reads the evaluation pass: "
+                f"{type(pl_module).__name__}'s validation_step/test_step must return the "
+                f"EncodedBatch, not {type(outputs).__name__}"
+            )
+        signal = outputs.output.tree_signal
+        if signal is None:
+            self._skip(
+                f"{type(pl_module.encoder).__name__} induces no trees (no tree signal: neither "
+                "syntactic distances nor Ordered Memory attention)"
+            )
+            return
+        if not self._metrics:  # one tree per layer of the signal
+            self._metrics = [BracketF1().to(pl_module.device) for _ in range(signal.num_layers)]
+        rows = scored_rows(batch, first_group_only)
+        if not rows:
+            return
+        trees, gold = induce_batch_trees(
+            pl_module, batch, rows, self.bracket_distances, encoded=outputs
+        )
+        update_bracket_f1(self._metrics, trees, gold)
+
+    def _finish(self, stage: str, pl_module: pl.LightningModule) -> None:
+        active, self._active = self._active, False
+        if active and self._metrics:
+            self._log_scores(stage, pl_module)
+
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._start("val", trainer, pl_module)
+        self._start("val", trainer)
 
     def on_validation_batch_end(
         self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
     ) -> None:
-        self._update(pl_module, batch, first_group_only=False)
-
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._finish("val", pl_module)
+        self._update(pl_module, outputs, batch, first_group_only=False)
 
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._start("test", trainer, pl_module)
+        self._start("test", trainer)
 
     def on_test_batch_end(
         self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
     ) -> None:
-        self._update(pl_module, batch, first_group_only=True)
+        self._update(pl_module, outputs, batch, first_group_only=True)
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._finish("test", pl_module)
         scores = self.results.get("test")
-        if not scores or not trainer.is_global_zero:
+        if self.gold != "batch" or not scores or not trainer.is_global_zero:
             return
         print("\n" + format_tree_f1(scores, "induced trees vs gold trees (test)"), flush=True)
         if self.output_dir is not None:
@@ -303,6 +282,85 @@ class TreeF1Callback(Callback):
             path = self.output_dir / "tree_f1.json"
             data = {"bracket_distances": self.bracket_distances, "test": scores}
             path.write_text(json.dumps(data, indent=2))
+
+    # ------------------------------------------------------------------ WSJ gold trees
+    def _load(self) -> list[GoldSentence]:
+        if self._sentences is None:
+            kind = resolve_treebank(self.treebank, self.wsj_dir, self.data_dir)
+            short, test = default_splits(kind)
+            split = {"short": short, "test": test}.get(self.split, self.split)
+            sentences = load_split(kind, split, wsj_dir=self.wsj_dir, data_dir=self.data_dir)
+            if self.max_sentences is not None:
+                sentences = sentences[: self.max_sentences]
+            self._sentences, self._split_name = sentences, split
+        return self._sentences
+
+    def _wsj_usable(self, pl_module: pl.LightningModule) -> bool:
+        if self._disabled:
+            return False
+        vocab = getattr(pl_module, "vocab", None)
+        reason = None
+        if not hasattr(pl_module, "sentence_tree_signals"):
+            reason = f"{type(pl_module).__name__} cannot read sentences (a language model can)"
+        elif vocab is None or "<eos>" not in vocab:
+            reason = "the task has no vocabulary with <eos>"
+        else:
+            try:
+                self._load()
+            except TreebankError as error:
+                reason = str(error)
+        if reason is not None:
+            self._skip(reason)
+            return False
+        return True
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.gold == "batch":
+            self._finish("val", pl_module)
+            return
+        if trainer.sanity_checking or (trainer.current_epoch + 1) % self.every_n_epochs:
+            return
+        if not self._wsj_usable(pl_module):
+            return
+        shard = self._load()[trainer.global_rank :: trainer.world_size]
+        vocab = pl_module.vocab
+        try:
+            signals = pl_module.sentence_tree_signals(
+                [vocab.encode(sentence.words) for sentence in shard], self.batch_size
+            )
+        except NoDistancesError as error:
+            self._skip(str(error))
+            return
+        trees = trees_from_sentence_signals(signals)  # [layer][sentence]
+        # a process with no sentence must still join every layer's reduction
+        num_layers = len(trees) if trees else int(getattr(pl_module.encoder, "num_layers", 1))
+        self._metrics = [BracketF1().to(pl_module.device) for _ in range(num_layers)]
+        if trees:
+            update_bracket_f1(self._metrics, trees, [sentence.tree for sentence in shard])
+        self._log_scores("val", pl_module)
+        if trainer.is_global_zero and trees:
+            self._log_examples(trainer, shard, trees)
+
+    def _log_examples(
+        self, trainer: pl.Trainer, shard: list[GoldSentence], trees: list[list[Any]]
+    ) -> None:
+        wandb_loggers = [
+            logger for logger in trainer.loggers if type(logger).__name__ == "WandbLogger"
+        ]
+        if not wandb_loggers or self.num_examples <= 0:
+            return
+        rows = []
+        for index, sentence in enumerate(shard[: self.num_examples]):
+            gold = to_bracketed(sentence.tree, sentence.words)
+            for layer, layer_trees in enumerate(trees):
+                induced = to_bracketed(layer_trees[index], sentence.words)
+                rows.append([trainer.current_epoch, sentence.source, layer + 1, induced, gold])
+        for logger in wandb_loggers:
+            logger.log_table(
+                key="val/parse_trees",
+                columns=["epoch", "sentence", "layer", "induced", "gold"],
+                data=rows,
+            )
 
 
 def format_tree_f1(scores: dict[str, dict[str, Any]], title: str = "") -> str:
