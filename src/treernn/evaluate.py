@@ -75,7 +75,7 @@ def load_language_model(ckpt: str | Path, device: str, need_distances: bool) -> 
             )
     if "<eos>" not in task.vocab:
         raise EvaluationError(f"checkpoint {path}: the vocabulary has no <eos> token")
-    if need_distances and not getattr(task.encoder, "has_distances", False):
+    if need_distances and task.encoder.tree_signal_kind != "distances":
         raise EvaluationError(
             f"checkpoint {path}: its encoder {type(task.encoder).__name__} has no syntactic "
             "distances, so no tree can be induced; parse F1 needs a model such as ON-LSTM "

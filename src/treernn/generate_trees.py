@@ -101,9 +101,9 @@ def edge_features(task, trees: list[DependencyTree], batch_size: int = 64):
     for start in range(0, len(trees), batch_size):
         chunk = trees[start : start + batch_size]
         batch = collate_trees([encode_tree(t, vocab, lowercase) for t in chunk], vocab.pad_index)
-        embedded = task.embedding(batch["tokens"])
-        hidden = task.encoder(embedded, batch["mask"], tree=batch["tree"]).hidden  # (B, T+1, H)
-        node_features = torch.cat([hidden, task.decoder.weight[batch["tokens"]]], -1)
+        embedded = task.embedding(batch.tokens)
+        hidden = task.encoder(embedded, batch.mask, tree=batch.tree).hidden  # (B, T+1, H)
+        node_features = torch.cat([hidden, task.decoder.weight[batch.tokens]], -1)
         for row, tree in enumerate(chunk):
             applies, values = edge_labels(tree)
             for classifier in range(4):
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     try:
         task = load_task(args.ckpt)
-        if not task.is_tree_model:
+        if task.encoder.input_view != "dependency_tree":
             raise UserError("tree generation needs a tree model (td_treelstm or ld_treelstm)")
         train_file = args.train_file
         if train_file is None:

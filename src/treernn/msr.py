@@ -139,7 +139,7 @@ def score_trees(
         )
         log_probs = task.sentence_log_probs(batch).double()
         if unk_penalty:
-            unknown = (batch["tokens"][:, 1:] == vocab.unk_index) & batch["mask"][:, 1:]
+            unknown = (batch.tokens[:, 1:] == vocab.unk_index) & batch.mask[:, 1:]
             log_probs = log_probs - unk_penalty * unknown.sum(1).double()
         scores.append(log_probs)
     return torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float64)
@@ -182,7 +182,8 @@ def evaluate(
     unk_penalty: float = 0.0,
 ) -> tuple[dict[str, float], torch.Tensor]:
     """Accuracy report and the (Q, 5) candidate scores."""
-    trees = candidate_trees(questions, task.is_tree_model, parsed, spacy_model)
+    is_tree_model = task.encoder.input_view == "dependency_tree"
+    trees = candidate_trees(questions, is_tree_model, parsed, spacy_model)
     scores = score_trees(task, trees, batch_size, unk_penalty).view(-1, CHOICES)
     return accuracy_report(choose(scores).tolist(), questions.answers), scores
 

@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         from treernn.run import load_task
 
         task = load_task(args.ckpt)
-        if not task.is_tree_model:
+        if task.encoder.input_view != "dependency_tree":
             raise UserError("reranking needs a tree model (td_treelstm or ld_treelstm)")
         candidates, _ = read_dependency_file(
             args.candidates, on_error="raise", projective_only=False
