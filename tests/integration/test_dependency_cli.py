@@ -11,13 +11,18 @@ from tests.integration.helpers import compose_config, run_cli, train_in_process
 from treernn import generate_trees, msr, rerank
 from treernn.data.dependency import write_conllu
 
-SMALL_PRESETS = ["tdlstm_ewt_small", "ldtreelstm_ewt_small", "tdlstm_ewt_lstm_small"]
-PAPER_PRESETS = [
-    "tdlstm_msr_paper",
-    "ldtreelstm_msr_paper",
-    "tdlstm_msr_lstm_paper",
-    "tdlstm_ptb_rerank_paper",
-    "ldtreelstm_ptb_rerank_paper",
+SMALL_PRESETS = [
+    "tdlstm/td_treelstm_ewt_small",
+    "tdlstm/ld_treelstm_ewt_small",
+    "tdlstm/lstm_ewt_small",
+]
+#: presets that build on another one: (preset, the one it builds on)
+DERIVED_PRESETS = [
+    ("tdlstm/ld_treelstm_ewt_small", "tdlstm/td_treelstm_ewt_small"),
+    ("tdlstm/lstm_ewt_small", "tdlstm/td_treelstm_ewt_small"),
+    ("tdlstm/ld_treelstm_msr", "tdlstm/td_treelstm_msr"),
+    ("tdlstm/lstm_msr", "tdlstm/td_treelstm_msr"),
+    ("tdlstm/ld_treelstm_ptb_rerank", "tdlstm/td_treelstm_ptb_rerank"),
 ]
 EWT = {
     "task.datamodule.train_file": "ud_english_ewt/en_ewt-ud-train.conllu",
@@ -38,21 +43,20 @@ def train(experiment: str, data_dir: Path, output_dir: Path, *overrides: str) ->
     return output_dir / "checkpoints" / "last.ckpt"
 
 
-@pytest.mark.parametrize("preset", PAPER_PRESETS)
-def test_paper_presets_compose(preset, tmp_path: Path):
+@pytest.mark.parametrize(("preset", "base"), DERIVED_PRESETS)
+def test_models_of_one_table_share_data_and_training(preset, base, tmp_path: Path):
+    """A paper's models are compared on the same sentences, vocabulary and training schedule."""
     cfg = compose_config([f"experiment={preset}"], tmp_path)
-    assert cfg.task.name == "dependency_lm"
-    assert cfg.trainer.gradient_clip_val == 5.0
-    assert cfg.task.module.optimizer.lr == 1.0
-    if "msr" in preset:
-        assert cfg.task.module.loss == "nce" and cfg.task.module.noise_samples == 20
-        assert cfg.model.hidden_size == 400 and cfg.task.module.embedding_size == 200
-        assert cfg.task.datamodule.unk_threshold == 5
+    reference = compose_config([f"experiment={base}"], tmp_path)
+    assert cfg.model.name != reference.model.name
+    assert cfg.task.datamodule == reference.task.datamodule
+    assert cfg.trainer == reference.trainer
+    assert cfg.task.module.loss == reference.task.module.loss
 
 
 def test_train_py_runs_a_preset(data_dir: Path, tmp_path: Path):
     result = run_cli(
-        ["experiment=ldtreelstm_ewt_small", f"paths.data_dir={data_dir}", *SMOKE,
+        ["experiment=tdlstm/ld_treelstm_ewt_small", f"paths.data_dir={data_dir}", *SMOKE,
          f"paths.log_dir={tmp_path}", f"hydra.run.dir={tmp_path}/run"]
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -60,16 +64,16 @@ def test_train_py_runs_a_preset(data_dir: Path, tmp_path: Path):
 
 
 def test_presets_train_and_tools_run(data_dir: Path, tmp_path: Path, capsys):
-    checkpoints = {p: train(p, data_dir, tmp_path / p) for p in SMALL_PRESETS}
+    checkpoints = {p: train(p, data_dir, tmp_path / p.replace("/", "_")) for p in SMALL_PRESETS}
     ewt = (f"{k}={v}" for k, v in EWT.items())
     # the NCE paper setting, on EWT, with small sizes
-    train("ldtreelstm_msr_paper", data_dir, tmp_path / "nce", *ewt, "model.hidden_size=16",
+    train("tdlstm/ld_treelstm_msr", data_dir, tmp_path / "nce", *ewt, "model.hidden_size=16",
           "task.module.embedding_size=8")  # fmt: skip
-    tree_ckpt = str(checkpoints["ldtreelstm_ewt_small"])
+    tree_ckpt = str(checkpoints["tdlstm/ld_treelstm_ewt_small"])
     data = ["--data-dir", str(data_dir)]
 
     # MSR end to end on the 1,040 questions: the sequential model needs no parse ...
-    assert msr.main(["--ckpt", str(checkpoints["tdlstm_ewt_lstm_small"]), *data]) == 0
+    assert msr.main(["--ckpt", str(checkpoints["tdlstm/lstm_ewt_small"]), *data]) == 0
     assert "on 1040 questions" in capsys.readouterr().out
     # ... a tree model takes a parsed file (here chain trees, to exercise the path) ...
     questions = msr.read_msr(data_dir / msr.QUESTIONS_FILE, data_dir / msr.ANSWERS_FILE)
