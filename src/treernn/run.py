@@ -272,10 +272,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if plan is not None and cfg.mode != "test":
         _continue_in(cfg, plan)
         log.info(
-            "resuming %s from %s (epoch %d, step %d)",
+            "resuming %s from %s (%d epochs done, step %d)",
             plan.run_dir or "a checkpoint outside a run directory",
             plan.checkpoint.path,
-            plan.checkpoint.epoch,
+            plan.checkpoint.epochs_done,
             plan.checkpoint.global_step,
         )
     run_dir = Path(cfg.paths.output_dir)

@@ -69,6 +69,8 @@ class CheckpointInfo:
     path: Path
     epoch: int
     global_step: int
+    #: epochs whose training and validation were done when the checkpoint was written
+    epochs_done: int
     config: dict[str, Any]
     state_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
@@ -101,9 +103,14 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
             "written by python train.py"
         )
     state = checkpoint.get("state_dict", {})
+    progress = (
+        checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
+    )
+    epoch = int(checkpoint.get("epoch", 0))
     return CheckpointInfo(
         path=path,
-        epoch=int(checkpoint.get("epoch", 0)),
+        epoch=epoch,
+        epochs_done=int(progress.get("processed", epoch + 1)),
         global_step=int(checkpoint.get("global_step", 0)),
         config=checkpoint["treernn"].get("config", {}),
         state_shapes={key: tuple(value.shape) for key, value in state.items()},
@@ -183,7 +190,7 @@ def plan_last(
             "read; give ckpt_path=<file> of another run, or start a new run"
         )
     if record.get("status") == "finished" and max_epochs is not None and max_epochs >= 0:
-        done = info.epoch + 1
+        done = info.epochs_done
         if done >= max_epochs:
             raise UserError(
                 f"ckpt_path=last: the newest run {run_dir} finished ({done} epochs, "
