@@ -92,8 +92,8 @@ def expected_f1(module: FakeModule, sentences: list[GoldSentence]) -> dict[str, 
     expected = {}
     for layer, layer_trees in enumerate(trees, start=1):
         scores = score_trees(layer_trees, gold)
-        expected[f"val/parse_f1/layer{layer}"] = scores.corpus_f1
-        expected[f"val/parse_f1_sentence/layer{layer}"] = scores.sentence_f1
+        expected[f"val/parse_f1/layer{layer}"] = 100 * scores.corpus_f1  # logged in percent
+        expected[f"val/parse_f1_sentence/layer{layer}"] = 100 * scores.sentence_f1
     return expected
 
 

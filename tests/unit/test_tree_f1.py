@@ -144,7 +144,7 @@ def test_callback_scores_ordered_memory_trees_reusing_the_evaluation_pass():
     loader = DataLoader(examples, batch_size=1, collate_fn=Collator(0))
     task = _attention_task()
     validated = _trainer(TreeF1Callback()).validate(task, dataloaders=loader, verbose=False)[0]
-    assert validated["val/parse_f1/layer1"] == pytest.approx(1.0)
+    assert validated["val/parse_f1/layer1"] == pytest.approx(100.0)  # percent
     assert "val/parse_f1/layer2" not in validated
     assert task.encoder.calls == 2  # one forward per batch: the trees reuse validation_step's
 
@@ -167,12 +167,12 @@ def test_callback_logs_corpus_and_sentence_f1_per_layer(tmp_path):
     validated = _trainer(callback).validate(_task(), dataloaders=loader, verbose=False)[0]
     # validation scores all 4 sentences: NESTED twice (1 of 2 brackets, sentence F1 0), FLAT
     # twice (1 of 1, no gold span below the sentence: sentence F1 1) -> 2 * 4 / (6 + 6), 1/2
-    assert validated["val/parse_f1/layer1"] == pytest.approx(2 / 3)
-    assert validated["val/parse_f1_sentence/layer1"] == pytest.approx(0.5)
+    assert validated["val/parse_f1/layer1"] == pytest.approx(200 / 3)
+    assert validated["val/parse_f1_sentence/layer1"] == pytest.approx(50.0)
     assert callback.results["val"]["layer1"]["sentences"] == 4
     tested = _trainer(callback).test(_task(), dataloaders=loader, verbose=False)[0]
     # test keeps the first group only: one NESTED and one FLAT -> the same F1 over 2 sentences
-    assert tested["test/parse_f1/layer1"] == pytest.approx(2 / 3)
+    assert tested["test/parse_f1/layer1"] == pytest.approx(200 / 3)
     assert callback.results["test"]["layer1"]["sentences"] == 2
     assert (tmp_path / "tree_f1.json").is_file()
 

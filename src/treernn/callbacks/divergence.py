@@ -19,7 +19,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
-from treernn.errors import DivergedError
+from treernn.errors import ConfigValueError, DivergedError
 
 
 class DivergenceMonitor(Callback):
@@ -33,7 +33,7 @@ class DivergenceMonitor(Callback):
         metric_factor: float = 100.0,
     ) -> None:
         if mode not in ("min", "max"):
-            raise ValueError(f"mode={mode!r}: use 'min' or 'max'")
+            raise ConfigValueError(f"mode={mode!r}: use 'min' or 'max'")
         self.monitor = monitor
         self.mode = mode
         self.loss_factor = loss_factor

@@ -17,6 +17,8 @@ import math
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
+from treernn.errors import ConfigValueError
+
 log = logging.getLogger(__name__)
 
 
@@ -30,7 +32,7 @@ class LearningRateHalving(Callback):
         stop: bool = True,
     ) -> None:
         if not 0.0 < factor < 1.0:
-            raise ValueError(f"factor={factor}: the learning rate must shrink, e.g. 0.5")
+            raise ConfigValueError(f"factor={factor}: the learning rate must shrink, e.g. 0.5")
         self.monitor = monitor
         self.min_relative_improvement = min_relative_improvement
         self.factor = factor

@@ -47,12 +47,12 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from treernn.data.batch import EncodedBatch
 from treernn.data.classification import ClassificationBatch
+from treernn.errors import ConfigValueError
 from treernn.metrics import BracketF1
 from treernn.parsing.induce import (
     BRACKET_DISTANCES,
     BracketDistances,
     NoDistancesError,
-    deep_trees,
     trees_from_sentence_signals,
     trees_from_signal,
 )
@@ -110,18 +110,17 @@ def update_bracket_f1(
     metrics: Sequence[BracketF1], trees: Sequence[Sequence[Tree]], gold: Sequence[Tree]
 ) -> None:
     """Add each layer's induced trees against the gold trees to that layer's metric."""
-    with deep_trees():
-        gold_spans = [tree_spans(gold_tree) for gold_tree in gold]
-        for metric, layer_trees in zip(metrics, trees, strict=True):
-            for predicted, spans in zip(layer_trees, gold_spans, strict=True):
-                predicted_spans = tree_spans(predicted)
-                counts = counts_from_spans(predicted_spans, spans)
-                metric.update(
-                    counts.matched,
-                    counts.predicted,
-                    counts.gold,
-                    sentence_f1_from_spans(predicted_spans, spans),
-                )
+    gold_spans = [tree_spans(gold_tree) for gold_tree in gold]
+    for metric, layer_trees in zip(metrics, trees, strict=True):
+        for predicted, spans in zip(layer_trees, gold_spans, strict=True):
+            predicted_spans = tree_spans(predicted)
+            counts = counts_from_spans(predicted_spans, spans)
+            metric.update(
+                counts.matched,
+                counts.predicted,
+                counts.gold,
+                sentence_f1_from_spans(predicted_spans, spans),
+            )
 
 
 class TreeF1Callback(Callback):
@@ -155,16 +154,16 @@ class TreeF1Callback(Callback):
         num_examples: int = 5,
     ) -> None:
         if gold not in GOLD_SOURCES:
-            raise ValueError(f"gold={gold!r}: use one of {GOLD_SOURCES}")
+            raise ConfigValueError(f"gold={gold!r}: use one of {GOLD_SOURCES}")
         unknown = set(stages) - {"val", "test"}
         if unknown:
-            raise ValueError(f"stages={list(stages)}: use 'val' and/or 'test'")
+            raise ConfigValueError(f"stages={list(stages)}: use 'val' and/or 'test'")
         if bracket_distances not in BRACKET_DISTANCES:
-            raise ValueError(
+            raise ConfigValueError(
                 f"bracket_distances={bracket_distances!r}: use one of {BRACKET_DISTANCES}"
             )
         if every_n_epochs < 1:
-            raise ValueError(f"every_n_epochs={every_n_epochs} must be at least 1")
+            raise ConfigValueError(f"every_n_epochs={every_n_epochs} must be at least 1")
         self.gold = gold
         self.stages = tuple(stages) if gold == "batch" else ("val",)
         self.bracket_distances = bracket_distances
@@ -206,9 +205,12 @@ class TreeF1Callback(Callback):
                 "sentence_f1": float(values["sentence_f1"]),
                 "sentences": sentences,
             }
-            # already reduced and equal on every process; sync_dist keeps Lightning quiet
+            # already reduced and equal on every process; sync_dist keeps Lightning quiet.
+            # Logged in percent, the unit of the papers' tables and of `python -m treernn parse`
+            # (tree_f1.json keeps fractions).
             for key, name in (("parse_f1", "corpus_f1"), ("parse_f1_sentence", "sentence_f1")):
-                pl_module.log(f"{stage}/{key}/layer{layer}", values[name].float(), sync_dist=True)
+                percent = 100.0 * values[name].float()
+                pl_module.log(f"{stage}/{key}/layer{layer}", percent, sync_dist=True)
         self.results[stage] = scores
         self._metrics = []
 

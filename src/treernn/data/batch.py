@@ -19,6 +19,7 @@ from typing import Any
 from torch import Tensor
 
 from treernn.encoders.base import EncoderOutput
+from treernn.errors import ConfigValueError
 
 #: who reads each view, for error messages (model config names)
 VIEW_READERS: dict[str, str] = {
@@ -28,7 +29,7 @@ VIEW_READERS: dict[str, str] = {
 }
 
 
-class MissingViewError(ValueError):
+class MissingViewError(ConfigValueError):
     """The batch has no inputs for the view the encoder reads (a task/model mismatch)."""
 
 

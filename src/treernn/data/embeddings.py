@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from treernn.data.vocab import Vocabulary
+from treernn.errors import DataError
 
 GLOVE_URLS = {
     "840B.300d": "https://nlp.stanford.edu/data/glove.840B.300d.zip",
@@ -35,7 +36,7 @@ GLOVE_URLS = {
 }
 
 
-class EmbeddingFormatError(ValueError):
+class EmbeddingFormatError(DataError, ValueError):
     """A word-vector file that is missing, of the wrong dimension or malformed."""
 
 

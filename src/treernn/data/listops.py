@@ -44,6 +44,7 @@ from treernn.data.listops_generator import (
     write_examples,
 )
 from treernn.data.vocab import Vocabulary
+from treernn.errors import ConfigValueError
 
 log = logging.getLogger(__name__)
 
@@ -145,12 +146,14 @@ class ListOpsDataModule(ClassificationDataModule):
     ) -> None:
         super().__init__(data_dir, batch_size, eval_batch_size, num_workers, length_bucketing)
         if train_source not in ("download", "generate"):
-            raise ValueError(f"train_source={train_source!r}: use 'download' or 'generate'")
+            raise ConfigValueError(f"train_source={train_source!r}: use 'download' or 'generate'")
         if val_every == 1 or val_every < 0:
-            raise ValueError(f"val_every={val_every}: use 0 (validate on test) or an integer >= 2")
+            raise ConfigValueError(
+                f"val_every={val_every}: use 0 (validate on test) or an integer >= 2"
+            )
         edges = tuple(int(edge) for edge in length_edges)
         if not edges or list(edges) != sorted(set(edges)):
-            raise ValueError(f"length_edges={list(length_edges)} must be strictly increasing")
+            raise ConfigValueError(f"length_edges={list(length_edges)} must be strictly increasing")
         self.train_source = train_source
         self.max_train_tokens = max_train_tokens
         self.val_every = val_every

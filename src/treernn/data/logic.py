@@ -39,6 +39,7 @@ from treernn.data.classification import (
 )
 from treernn.data.download import RemoteFile, resolve_data_file
 from treernn.data.vocab import Vocabulary
+from treernn.errors import ConfigValueError
 
 log = logging.getLogger(__name__)
 
@@ -190,13 +191,19 @@ class LogicInferenceDataModule(ClassificationDataModule):
     ) -> None:
         super().__init__(data_dir, batch_size, eval_batch_size, num_workers, length_bucketing)
         if split not in PAPER_TRAIN_SIZES:
-            raise ValueError(f"split={split!r}: use one of {list(PAPER_TRAIN_SIZES)}")
+            raise ConfigValueError(f"split={split!r}: use one of {list(PAPER_TRAIN_SIZES)}")
         if not 0 <= max_train_ops <= MAX_OPS:
-            raise ValueError(f"max_train_ops={max_train_ops}: use 0..{MAX_OPS} (the papers use 6)")
+            raise ConfigValueError(
+                f"max_train_ops={max_train_ops}: use 0..{MAX_OPS} (the papers use 6)"
+            )
         if val_every < 2:
-            raise ValueError(f"val_every={val_every}: use an integer >= 2 (the papers use 10)")
+            raise ConfigValueError(
+                f"val_every={val_every}: use an integer >= 2 (the papers use 10)"
+            )
         if sysgen_test_source not in ("test", "excluded"):
-            raise ValueError(f"sysgen_test_source={sysgen_test_source!r}: use 'test' or 'excluded'")
+            raise ConfigValueError(
+                f"sysgen_test_source={sysgen_test_source!r}: use 'test' or 'excluded'"
+            )
         self.split = split
         self.max_train_ops = max_train_ops
         self.val_every = val_every

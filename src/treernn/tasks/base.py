@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from treernn.data.batch import EncodedBatch, EncoderInputs
 from treernn.encoders.base import Encoder, EncoderOutput
+from treernn.errors import ConfigValueError
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
 
@@ -51,7 +52,7 @@ class Task(pl.LightningModule):
         super().__init__()
         factory = optimizer or default_optimizer
         if factory is None:
-            raise ValueError("a task needs an optimizer partial (task.module.optimizer)")
+            raise ConfigValueError("a task needs an optimizer partial (task.module.optimizer)")
         self.optimizer_factory = factory
         self.scheduler_factory = scheduler
         self.monitor = monitor

@@ -32,6 +32,7 @@ from treernn.data.batch import EncodedBatch
 from treernn.data.classification import ClassificationBatch
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.base import Encoder, check_dropout
+from treernn.errors import ConfigValueError
 from treernn.tasks.base import Task
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
@@ -106,13 +107,13 @@ class ClassificationTask(Task):
             default_optimizer=lambda params: torch.optim.Adam(params, lr=1e-3),
         )
         if num_sentences not in (1, 2):
-            raise ValueError(f"num_sentences={num_sentences}: use 1 (sentence) or 2 (pair)")
+            raise ConfigValueError(f"num_sentences={num_sentences}: use 1 (sentence) or 2 (pair)")
         check_dropout("input_dropout", input_dropout)
         check_dropout("output_dropout", output_dropout)
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation={activation!r}: use one of {sorted(ACTIVATIONS)}")
+            raise ConfigValueError(f"activation={activation!r}: use one of {sorted(ACTIVATIONS)}")
         if mlp_layers < 0:
-            raise ValueError(f"mlp_layers={mlp_layers}: use 0 or more hidden layers")
+            raise ConfigValueError(f"mlp_layers={mlp_layers}: use 0 or more hidden layers")
         # names arrive as omegaconf lists through hydra; checkpoints keep plain values only
         self.save_hyperparameters(
             ignore=[
@@ -138,7 +139,7 @@ class ClassificationTask(Task):
         if pretrained_embeddings is not None:
             # e.g. GloVe rows in vocabulary order (Ordered Memory's SST setting: frozen)
             if tuple(pretrained_embeddings.shape) != tuple(self.embedding.weight.shape):
-                raise ValueError(
+                raise ConfigValueError(
                     f"pretrained embeddings have shape {tuple(pretrained_embeddings.shape)}, the "
                     f"embedding table {tuple(self.embedding.weight.shape)}: set "
                     "task.module.embedding_size to the vectors' dimension"

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from treernn.data.dependency import DependencyBatch
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.base import Encoder
+from treernn.errors import ConfigValueError
 from treernn.metrics import Perplexity
 from treernn.tasks.base import Task
 
@@ -101,7 +102,7 @@ class DependencyLanguageModel(Task):
             default_optimizer=lambda params: torch.optim.SGD(params, lr=1.0),  # the paper's
         )
         if loss not in ("nll", "nce"):
-            raise ValueError(f"loss={loss!r}: use 'nll' (exact softmax) or 'nce'")
+            raise ConfigValueError(f"loss={loss!r}: use 'nll' (exact softmax) or 'nce'")
         # Partials and data-dependent lists (vocab, counts) are not hyper-parameters: treernn.run
         # stores the config and task_kwargs in the checkpoint and rebuilds the task from them
         # (treernn.run.load_task).
@@ -121,7 +122,7 @@ class DependencyLanguageModel(Task):
         self.log_z = nn.Parameter(torch.tensor(float(log_z_init)), requires_grad=loss == "nce")
         if loss == "nce":
             if not unigram_counts:
-                raise ValueError("loss='nce' needs unigram_counts (from the DataModule)")
+                raise ConfigValueError("loss='nce' needs unigram_counts (from the DataModule)")
             self.register_buffer(
                 "noise_log_probs", unigram_noise_log_probs(unigram_counts, noise_power)
             )

@@ -23,12 +23,13 @@ from treernn.data.batch import EncoderInputs
 from treernn.data.ptb import TokenStreamBatch
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.base import Encoder, EncoderOutput, LockedDropout, TreeSignal, check_dropout
+from treernn.errors import DivergedError
 from treernn.metrics import Perplexity
 from treernn.parsing.induce import sentence_signals
 from treernn.tasks.base import Task
 
 
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(DivergedError):
     """Training produced a NaN or infinite loss."""
 
 
