@@ -51,7 +51,6 @@ from treernn.parsing.induce import (
     BRACKET_DISTANCES,
     BracketDistances,
     NoDistancesError,
-    deep_trees,
 )
 from treernn.parsing.metrics import score_trees
 from treernn.parsing.trees import Tree, leaves, to_bracketed
@@ -148,8 +147,7 @@ def tree_f1_from_checkpoint(
         raise TreeEvaluationError(f"{ckpt}: the {split} split has no sentence to score")
 
     def summary(trees: Sequence[Tree]) -> dict[str, Any]:
-        with deep_trees():
-            scores = score_trees(trees, gold, labels=())
+        scores = score_trees(trees, gold, labels=())
         return {
             "corpus_f1": scores.corpus_f1,
             "sentence_f1": scores.sentence_f1,
@@ -157,10 +155,9 @@ def tree_f1_from_checkpoint(
             "sentences": scores.sentences,
         }
 
-    with deep_trees():
-        lengths = [len(leaves(tree)) for tree in gold]
-        layers = {f"layer{k}": summary(trees) for k, trees in enumerate(predicted, start=1)}
-        baselines = {name: summary(baseline_trees(name, lengths)) for name in BASELINES}
+    lengths = [len(leaves(tree)) for tree in gold]
+    layers = {f"layer{k}": summary(trees) for k, trees in enumerate(predicted, start=1)}
+    baselines = {name: summary(baseline_trees(name, lengths)) for name in BASELINES}
     examples = [
         {
             "gold": to_bracketed(gold[index], sentence),

@@ -103,7 +103,7 @@ def test_logs_corpus_and_sentence_f1_per_layer():
     expected = expected_f1(module, sentences)
     assert set(module.logged) == set(expected) and len(expected) == 4
     for key, value in expected.items():
-        assert module.logged[key] == pytest.approx(value, abs=1e-6)
+        assert module.logged[key] == pytest.approx(value, rel=1e-6)
 
 
 def test_every_n_epochs_and_skipping_without_distances():
@@ -155,7 +155,7 @@ def test_two_processes_sum_counts_before_f1():
         assert sentence == pytest.approx(0.25)
         expected = expected_f1(FakeModule(), gold_sentences())
         for key, value in expected.items():
-            assert logged[key] == pytest.approx(value, abs=1e-6)
+            assert logged[key] == pytest.approx(value, rel=1e-6)
 
 
 class WandbLogger:

@@ -15,9 +15,8 @@ from treernn.parsing.metrics import (
     score_trees,
     sentence_f1,
     sentence_f1_one,
-    spans_and_depths,
-    tree_spans,
 )
+from treernn.parsing.trees import spans_and_depths, tree_spans
 
 GOLD = ((0, 1), (2, 3))  # ((a b) (c d))
 RIGHT = (0, (1, (2, 3)))  # (a (b (c d)))
@@ -123,15 +122,31 @@ def test_sentence_f1_edge_cases_of_the_authors_script():
     assert scores.corpus_f1 == pytest.approx(2 / 3)
 
 
+def _recursive_spans_and_depths(tree, depth=0, start=0, spans=None, depths=None):
+    """The plain recursive walk, as a reference for the iterative one."""
+    spans = [] if spans is None else spans
+    depths = [] if depths is None else depths
+    if isinstance(tree, int):
+        depths.append(depth)
+        return start + 1, spans, depths
+    slot = len(spans)
+    spans.append(None)
+    end = start
+    for child in tree:
+        end, _, _ = _recursive_spans_and_depths(child, depth + 1, end, spans, depths)
+    spans[slot] = (start, end)
+    return end, spans, depths
+
+
 def test_iterative_spans_and_depths_match_the_recursive_ones():
     import random
 
-    from treernn.parsing import trees
+    from treernn.parsing.trees import random_tree
 
     for length in range(1, 40):
         for seed in range(3):
-            tree = trees.random_tree(length, random.Random(seed))
-            assert spans_and_depths(tree) == trees.spans_and_depths(tree)
+            tree = random_tree(length, random.Random(seed))
+            assert spans_and_depths(tree) == _recursive_spans_and_depths(tree)[1:]
     nary = (0, (1, 2, 3), ((4, 5), 6))
     assert spans_and_depths(nary) == ([(0, 7), (1, 4), (4, 7), (4, 6)], [1, 2, 2, 2, 3, 3, 2])
     # 3000 levels: far past the recursion limit

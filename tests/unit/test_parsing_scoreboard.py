@@ -9,13 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from treernn.parsing.baselines import (
-    balanced_bottom_up,
-    balanced_top_down,
-    baseline_spans,
-    baseline_trees,
-)
-from treernn.parsing.metrics import score_trees, tree_spans
+from treernn.parsing.baselines import baseline_spans, baseline_trees
+from treernn.parsing.metrics import score_trees
 from treernn.parsing.scoreboard import (
     GoldSet,
     Protocol,
@@ -30,6 +25,7 @@ from treernn.parsing.scoreboard import (
     to_text,
 )
 from treernn.parsing.treefile import TreeFileError, parse_tree_lines, write_trees
+from treernn.parsing.trees import balanced, balanced_bottom_up, tree_spans
 from treernn.parsing.wsj import GoldSentence
 
 
@@ -114,7 +110,7 @@ BALANCED_BY_HAND = {
 @pytest.mark.parametrize(("name", "length"), list(BALANCED_BY_HAND))
 def test_balanced_conventions(name: str, length: int):
     expected = BALANCED_BY_HAND[(name, length)]
-    builder = balanced_top_down if name == "balanced" else balanced_bottom_up
+    builder = balanced if name == "balanced" else balanced_bottom_up
     assert builder(length) == expected
     assert baseline_trees(name, [length]) == [expected]
     # the same brackets, the whole sentence first

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from treernn.parsing.metrics import tree_spans
 from treernn.parsing.treefile import (
     TreeFileError,
     format_tree,
@@ -17,6 +16,7 @@ from treernn.parsing.treefile import (
     tree_from_spans,
     write_trees,
 )
+from treernn.parsing.trees import tree_spans
 
 
 def one(line: str, format: str = "auto"):

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -33,12 +33,11 @@ from torch.utils.data import BatchSampler, DataLoader, Sampler
 from treernn.data.batch import EncoderInputs, missing_view
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.tree_batch import TreeBatch
+from treernn.errors import DataError
+from treernn.parsing.trees import Tree  # an int leaf or a tuple of subtrees
 
-#: A binary (or n-ary) tree over leaf positions: an int leaf or a tuple of subtrees.
-Tree: TypeAlias = int | tuple["Tree", ...]
 
-
-class DataFormatError(ValueError):
+class DataFormatError(DataError, ValueError):
     """A malformed line in a dataset file; the message names the file and line."""
 
 
@@ -100,19 +99,6 @@ def parse_bracketed(
     if not current:
         raise ValueError("no tokens")
     return leaf_positions, current[0] if len(current) == 1 else tuple(current)
-
-
-def tree_leaves(tree: Tree) -> list[int]:
-    """Leaf positions of ``tree`` in left-to-right order (iterative)."""
-    leaves: list[int] = []
-    stack: list[Tree] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, int):
-            leaves.append(node)
-        else:
-            stack.extend(reversed(node))
-    return leaves
 
 
 @dataclass(frozen=True)

@@ -7,20 +7,21 @@ maximum over seeds ``0..4``. The deterministic shapes have one run each (std 0).
 
 "Balanced" has two conventions in the literature, both here under their own names:
 
-- ``balanced`` (top-down halving, :func:`balanced_top_down`): a span of ``m`` words splits into a
-  left part of ``floor(m / 2)`` words and a right part of ``ceil(m / 2)``, recursively.
-  Five words: ``((0 1) (2 (3 4)))``; six: ``((0 (1 2)) (3 (4 5)))``. This is what
-  :func:`treernn.parsing.trees.balanced` builds and what treernn has always reported.
-- ``balanced_bottom_up`` (:func:`balanced_bottom_up`): the complete binary tree built bottom-up.
-  Start from the words as a row of nodes; repeatedly replace the row by its adjacent pairs
-  ``(row[0] row[1]) (row[2] row[3]) ...``, an odd node out at the right end being carried up
+- ``balanced`` (top-down halving, :func:`treernn.parsing.trees.balanced`): a span of ``m`` words
+  splits into a left part of ``floor(m / 2)`` words and a right part of ``ceil(m / 2)``,
+  recursively. Five words: ``((0 1) (2 (3 4)))``; six: ``((0 (1 2)) (3 (4 5)))``. This is what
+  treernn has always reported.
+- ``balanced_bottom_up`` (:func:`treernn.parsing.trees.balanced_bottom_up`): the complete binary
+  tree built bottom-up. Start from the words as a row of nodes; repeatedly replace the row by its
+  adjacent pairs ``(row[0] row[1]) (row[2] row[3]) ...``, an odd node out at the right end being
+  carried up
   unchanged, until one node is left. Every left subtree is a perfect binary tree of ``2^k`` words;
   the leftover words hang on the right, high in the tree. Five words: ``(((0 1) (2 3)) 4)``; six:
   ``(((0 1) (2 3)) (4 5))``. The ON-LSTM repository itself ships no balanced-tree code (its
   ``test_phrase_grammar.py`` has only the greedy parser); this bottom-up pairing is the other
   variant found in later unsupervised-parsing code, named here after what it does.
 
-Every builder here is iterative (no recursion per tree level).
+The tree builders live in :mod:`treernn.parsing.trees`; the span builders here skip the trees.
 """
 
 from __future__ import annotations
@@ -31,7 +32,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from treernn.parsing.metrics import TABLE2_LABELS, ParseScores, score_trees
-from treernn.parsing.trees import Span, Tree, left_branching, right_branching
+from treernn.parsing.trees import (
+    Span,
+    Tree,
+    balanced,
+    balanced_bottom_up,
+    left_branching,
+    random_tree,
+    right_branching,
+)
 from treernn.parsing.wsj import GoldSentence
 
 #: The four baselines of Table 2, as treernn's training-time callbacks report them.
@@ -59,80 +68,8 @@ DESCRIPTIONS: dict[str, str] = {
 }
 
 
-def balanced_top_down(length: int) -> Tree:
-    """Top-down halving: a span of ``m`` words splits after its first ``floor(m / 2)`` words;
-    ``((0, 1), (2, (3, 4)))`` for five words. Equal to :func:`treernn.parsing.trees.balanced`."""
-    _check_length(length)
-    results: list[Tree] = []
-    tasks: list[tuple[int, int, bool]] = [(0, length, False)]  # (start, end, children done)
-    while tasks:
-        start, end, children_done = tasks.pop()
-        if end - start == 1:
-            results.append(start)
-        elif children_done:
-            right = results.pop()
-            results.append((results.pop(), right))
-        else:
-            middle = start + (end - start) // 2
-            tasks.extend([(start, end, True), (middle, end, False), (start, middle, False)])
-    return results[0]
-
-
-def balanced_bottom_up(length: int) -> Tree:
-    """Bottom-up pairing of adjacent nodes, the odd node out carried up on the right;
-    ``(((0, 1), (2, 3)), 4)`` for five words (see the module docstring)."""
-    _check_length(length)
-    row: list[Tree] = list(range(length))
-    while len(row) > 1:
-        paired: list[Tree] = [(row[index], row[index + 1]) for index in range(0, len(row) - 1, 2)]
-        if len(row) % 2:
-            paired.append(row[-1])
-        row = paired
-    return row[0]
-
-
-def greedy_tree_iterative(distances: Sequence[float]) -> Tree:
-    """:func:`treernn.parsing.trees.greedy_tree` without recursion (same tree, same tie rule:
-    split before the first maximum, which heads the right part as ``(w_i, rest)``)."""
-    values = [float(value) for value in distances]
-    if not values:
-        raise ValueError("greedy_tree needs at least one distance: the sentence has no words")
-    results: list[Tree] = []
-    tasks: list[tuple[int, int, int]] = [(0, len(values), -1)]  # split -1: not yet expanded
-    while tasks:
-        start, end, split_point = tasks.pop()
-        if split_point < 0:
-            if end - start == 1:
-                results.append(start)
-                continue
-            split_point = start
-            for position in range(start + 1, end):
-                if values[position] > values[split_point]:
-                    split_point = position
-            tasks.append((start, end, split_point))
-            if split_point + 1 < end:
-                tasks.append((split_point + 1, end, -1))
-            if split_point > start:
-                tasks.append((start, split_point, -1))
-            continue
-        right: Tree = split_point if split_point + 1 == end else (split_point, results.pop())
-        results.append((results.pop(), right) if split_point > start else right)
-    return results[0]
-
-
-def random_tree_iterative(length: int, rng: random.Random) -> Tree:
-    """The random baseline: the same draws and tree as :func:`treernn.parsing.trees.random_tree`."""
-    _check_length(length)
-    return greedy_tree_iterative([rng.random() for _ in range(length)])
-
-
-def _check_length(length: int) -> None:
-    if length < 1:
-        raise ValueError(f"a tree needs at least one word, got length {length}")
-
-
 DETERMINISTIC: dict[str, Callable[[int], Tree]] = {
-    "balanced": balanced_top_down,
+    "balanced": balanced,
     "balanced_bottom_up": balanced_bottom_up,
     "left_branching": left_branching,
     "right_branching": right_branching,
@@ -188,7 +125,7 @@ def baseline_trees(name: str, lengths: Sequence[int], seed: int = 0) -> list[Tre
     """The trees of one baseline for sentences of the given lengths."""
     if name == "random":
         rng = random.Random(seed)
-        return [random_tree_iterative(length, rng) for length in lengths]
+        return [random_tree(length, rng) for length in lengths]
     if name not in DETERMINISTIC:
         raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(ALL_BASELINES)}")
     return [DETERMINISTIC[name](length) for length in lengths]
@@ -210,7 +147,8 @@ def baseline_spans(name: str, lengths: Sequence[int], seed: int = 0) -> list[lis
     if name not in builders:
         raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(ALL_BASELINES)}")
     for length in lengths:
-        _check_length(length)
+        if length < 1:
+            raise ValueError(f"a tree needs at least one word, got length {length}")
     return [builders[name](length) for length in lengths]
 
 
@@ -241,9 +179,9 @@ def _bottom_up_spans(length: int) -> list[Span]:
 
 
 def _greedy_spans(values: list[float]) -> list[Span]:
-    """The brackets of :func:`greedy_tree_iterative`: a span split before its first maximum ``k``
-    is ``(left, (w_k, right))``, so it has the bracket ``[k, end)`` too unless ``k`` is its first
-    or last word."""
+    """The brackets of :func:`treernn.parsing.trees.greedy_tree`: a span split before its first
+    maximum ``k`` is ``(left, (w_k, right))``, so it has the bracket ``[k, end)`` too unless ``k``
+    is its first or last word."""
     spans: list[Span] = []
     pending = [(0, len(values))]
     while pending:

@@ -25,9 +25,7 @@ sorted by length to pad little; the result is the same as one sentence at a time
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
@@ -47,18 +45,6 @@ class NoDistancesError(ValueError):
 
 class InductionError(RuntimeError):
     """The model failed on a batch; the message names its first sentences."""
-
-
-@contextmanager
-def deep_trees(limit: int = 20_000) -> Iterator[None]:
-    """Room for :mod:`treernn.parsing.trees`' recursive walks: ListOps test trees reach ~940
-    leaves and as many levels, near Python's default limit of 1000 frames."""
-    previous = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(previous, limit))
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(previous)
 
 
 def leaf_distances(
@@ -124,16 +110,14 @@ def trees_from_signal(
             leaf_distances(distances[:, row], positions, bracket_distances)
             for row, positions in zip(rows, leaf_positions)
         ]
-        with deep_trees():
-            return trees_from_distances(per_sentence)
+        return trees_from_distances(per_sentence)
     if signal.kind == "attention":
         attention = signal.values[0]  # (B, T, N): Ordered Memory has one layer of pointers
         index = torch.tensor(rows, dtype=torch.long, device=attention.device)
         row_mask = None if mask is None else mask[index.to(mask.device)]
-        with deep_trees():
-            trees = attention_trees(
-                attention[index], row_mask, keep=[set(positions) for positions in leaf_positions]
-            )
+        trees = attention_trees(
+            attention[index], row_mask, keep=[set(positions) for positions in leaf_positions]
+        )
         return [trees]
     raise ValueError(f"no tree induction for a TreeSignal of kind {signal.kind!r}")
 

@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from treernn.parsing.trees import Span, Tree
+from treernn.parsing.trees import Span, Tree, tree_spans
 
 #: The labels of Table 2's per-label columns.
 TABLE2_LABELS: tuple[str, ...] = ("ADJP", "NP", "PP", "INTJ")
@@ -63,50 +63,6 @@ class BracketCounts:
 def f1_from_counts(matched: float, predicted: float, gold: float) -> float:
     """2PR / (P + R) = 2 matched / (predicted + gold); 0 when nothing matches."""
     return 2.0 * matched / (predicted + gold) if matched > 0 else 0.0
-
-
-def spans_and_depths(tree: Tree) -> tuple[list[Span], list[int]]:
-    """Internal-node spans (parents before children, the whole sentence first) and the number of
-    brackets above each word, left to right.
-
-    Iterative, so trees thousands of levels deep (ListOps) need no recursion limit; the same answer
-    as :func:`treernn.parsing.trees.spans_and_depths`. Leaves must be numbered left to right
-    without gaps; the first span starts at the first leaf.
-    """
-    spans: list[Span] = []
-    depths: list[int] = []
-    if isinstance(tree, int):
-        return spans, [0]
-    position = _first_leaf(tree)
-    # (node, depth, span slot): a slot is filled in once the node's last leaf has been seen.
-    stack: list[tuple[Tree, int, int]] = [(tree, 0, -1)]
-    while stack:
-        node, depth, slot = stack.pop()
-        if slot >= 0:  # closing marker: every leaf below the node has been counted
-            spans[slot] = (spans[slot][0], position)
-            continue
-        if isinstance(node, int):
-            depths.append(depth)
-            position += 1
-            continue
-        slot = len(spans)
-        spans.append((position, position))
-        stack.append((node, depth, slot))
-        for child in reversed(node):
-            stack.append((child, depth + 1, -1))
-    return spans, depths
-
-
-def tree_spans(tree: Tree) -> list[Span]:
-    """Every bracket EVALB counts (all internal nodes, the whole sentence first, no single words);
-    iterative version of :func:`treernn.parsing.trees.tree_spans`."""
-    return spans_and_depths(tree)[0]
-
-
-def _first_leaf(tree: Tree) -> int:
-    while not isinstance(tree, int):
-        tree = tree[0]
-    return tree
 
 
 def bracket_counts(predicted: Tree, gold: Tree) -> BracketCounts:

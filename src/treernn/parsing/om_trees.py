@@ -68,20 +68,29 @@ def keep_positions(tree: Tree, keep: Container[int]) -> Tree | None:
     Used to score a tree over everything the model read (e.g. logic formulas with brackets) against
     a gold tree over the words. Returns None when no leaf is kept.
     """
-    counter = [0]
-
-    def prune(node: Tree) -> Tree | None:
+    kept = 0  # leaves kept so far: the next kept leaf's new position
+    results: list[Tree | None] = []
+    # (node, number of results before its children, expanded?)
+    stack: list[tuple[Tree, int, bool]] = [(tree, 0, False)]
+    while stack:
+        node, first_child, expanded = stack.pop()
         if isinstance(node, int):
-            if node not in keep:
-                return None
-            counter[0] += 1
-            return counter[0] - 1
-        children = [child for child in (prune(child) for child in node) if child is not None]
-        if not children:
-            return None
-        return children[0] if len(children) == 1 else tuple(children)
-
-    return prune(tree)
+            if node in keep:
+                results.append(kept)
+                kept += 1
+            else:
+                results.append(None)
+        elif expanded:
+            children = [child for child in results[first_child:] if child is not None]
+            del results[first_child:]
+            if not children:
+                results.append(None)
+            else:
+                results.append(children[0] if len(children) == 1 else tuple(children))
+        else:
+            stack.append((node, len(results), True))
+            stack.extend((child, 0, False) for child in reversed(node))
+    return results[0]
 
 
 def induce_trees(

@@ -7,6 +7,9 @@ The greedy builder is the top-down parser of Shen et al. (2018, PRPN) as the ON-
 (Shen et al. 2019, Sec. 5.2) applies it to the master-forget distances of Eq. (15): split before the
 word with the largest distance (the first one on ties), that word heads the right part as
 ``(w_i, rest)``, and recurse on both sides: ``((x_<i), (x_i, (x_>i)))``.
+
+Every walk here uses an explicit stack: ListOps trees reach ~940 levels and trees read from files
+thousands, so nothing depends on Python's recursion limit.
 """
 
 from __future__ import annotations
@@ -29,20 +32,27 @@ def greedy_tree(distances: Sequence[float]) -> Tree:
     values = [float(value) for value in distances]
     if not values:
         raise ValueError("greedy_tree needs at least one distance: the sentence has no words")
-
-    def build(start: int, end: int) -> Tree:
-        if end - start == 1:
-            return start
-        split_point = start
-        for position in range(start + 1, end):
-            if values[position] > values[split_point]:  # strict: the first maximum wins ties
-                split_point = position
-        right: Tree = (
-            split_point if split_point + 1 == end else (split_point, build(split_point + 1, end))
-        )
-        return right if split_point == start else (build(start, split_point), right)
-
-    return build(0, len(values))
+    results: list[Tree] = []  # finished subtrees, left before right
+    tasks: list[tuple[int, int, int]] = [(0, len(values), -1)]  # (start, end, split or -1)
+    while tasks:
+        start, end, split_point = tasks.pop()
+        if split_point < 0:  # first visit: choose the split, build the parts, then come back
+            if end - start == 1:
+                results.append(start)
+                continue
+            split_point = start
+            for position in range(start + 1, end):
+                if values[position] > values[split_point]:  # strict: the first maximum wins ties
+                    split_point = position
+            tasks.append((start, end, split_point))
+            if split_point + 1 < end:
+                tasks.append((split_point + 1, end, -1))
+            if split_point > start:
+                tasks.append((start, split_point, -1))
+            continue
+        right: Tree = split_point if split_point + 1 == end else (split_point, results.pop())
+        results.append((results.pop(), right) if split_point > start else right)
+    return results[0]
 
 
 def left_branching(length: int) -> Tree:
@@ -64,17 +74,36 @@ def right_branching(length: int) -> Tree:
 
 
 def balanced(length: int) -> Tree:
-    """Split each span in the middle (the left half gets the smaller part on odd lengths):
-    ``((0, 1), (2, 3))`` for four words, ``(0, (1, 2))`` for three."""
+    """Top-down halving: a span of ``m`` words splits after its first ``floor(m / 2)`` words;
+    ``((0, 1), (2, 3))`` for four words, ``(0, (1, 2))`` for three, ``((0, 1), (2, (3, 4)))`` for
+    five."""
     _check_length(length)
-
-    def build(start: int, end: int) -> Tree:
+    results: list[Tree] = []
+    tasks: list[tuple[int, int, bool]] = [(0, length, False)]  # (start, end, children done)
+    while tasks:
+        start, end, children_done = tasks.pop()
         if end - start == 1:
-            return start
-        middle = start + (end - start) // 2
-        return (build(start, middle), build(middle, end))
+            results.append(start)
+        elif children_done:
+            right = results.pop()
+            results.append((results.pop(), right))
+        else:
+            middle = start + (end - start) // 2
+            tasks.extend([(start, end, True), (middle, end, False), (start, middle, False)])
+    return results[0]
 
-    return build(0, length)
+
+def balanced_bottom_up(length: int) -> Tree:
+    """Bottom-up pairing: adjacent nodes paired level by level, an odd node out carried up on the
+    right; ``(((0, 1), (2, 3)), 4)`` for five words."""
+    _check_length(length)
+    row: list[Tree] = list(range(length))
+    while len(row) > 1:
+        paired: list[Tree] = [(row[index], row[index + 1]) for index in range(0, len(row) - 1, 2)]
+        if len(row) % 2:
+            paired.append(row[-1])
+        row = paired
+    return row[0]
 
 
 def random_tree(length: int, rng: random.Random) -> Tree:
@@ -90,29 +119,42 @@ def _check_length(length: int) -> None:
 
 def leaves(tree: Tree) -> list[int]:
     """Leaf positions from left to right."""
-    if isinstance(tree, int):
-        return [tree]
-    return [leaf for child in tree for leaf in leaves(child)]
+    found: list[int] = []
+    stack: list[Tree] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, int):
+            found.append(node)
+        else:
+            stack.extend(reversed(node))
+    return found
 
 
 def spans_and_depths(tree: Tree) -> tuple[list[Span], list[int]]:
-    """Internal-node spans (parents before children) and the depth of each leaf, left to right."""
+    """Internal-node spans (parents before children, the whole sentence first) and the number of
+    brackets above each word, left to right. Leaves must be numbered left to right without gaps;
+    the first span starts at the first leaf."""
     spans: list[Span] = []
     depths: list[int] = []
-
-    def visit(node: Tree, depth: int, start: int) -> int:
+    if isinstance(tree, int):
+        return spans, [0]
+    position = _first_leaf(tree)
+    # (node, depth, span slot): a slot is filled in once the node's last leaf has been seen.
+    stack: list[tuple[Tree, int, int]] = [(tree, 0, -1)]
+    while stack:
+        node, depth, slot = stack.pop()
+        if slot >= 0:  # closing marker: every leaf below the node has been counted
+            spans[slot] = (spans[slot][0], position)
+            continue
         if isinstance(node, int):
             depths.append(depth)
-            return start + 1
+            position += 1
+            continue
         slot = len(spans)
-        spans.append((start, start))  # placeholder until the end is known
-        end = start
-        for child in node:
-            end = visit(child, depth + 1, end)
-        spans[slot] = (start, end)
-        return end
-
-    visit(tree, 0, _first_leaf(tree))
+        spans.append((position, position))
+        stack.append((node, depth, slot))
+        for child in reversed(node):
+            stack.append((child, depth + 1, -1))
     return spans, depths
 
 
@@ -144,23 +186,50 @@ def mean_leaf_depth(tree: Tree) -> float:
 
 
 def to_bracketed(tree: Tree, words: Sequence[str]) -> str:
-    """Bracketed text with words at the leaves, e.g. ``((the cat) (sat down))``."""
-    if isinstance(tree, int):
-        return words[tree]
-    return "(" + " ".join(to_bracketed(child, words) for child in tree) + ")"
+    """Bracketed text with words at the leaves, e.g. ``((the cat) (sat down))``; a one-word
+    sentence is the bare word."""
+    parts: list[str] = []
+    stack: list[Tree | None] = [tree]  # None closes a bracket
+    for_separator = False  # whether the next item follows another item of the same bracket
+    while stack:
+        node = stack.pop()
+        if node is None:
+            parts.append(")")
+            for_separator = True
+            continue
+        if for_separator:
+            parts.append(" ")
+        if isinstance(node, int):
+            parts.append(words[node])
+            for_separator = True
+        else:
+            parts.append("(")
+            for_separator = False
+            stack.append(None)
+            stack.extend(reversed(node))
+    return "".join(parts)
 
 
 def tree_from_nested(nested: object) -> Tree:
     """A tree of positions from nested lists/tuples of anything (leaves numbered left to right),
-    e.g. ``[["a", "b"], ["c", "d"]] -> ((0, 1), (2, 3))``; for writing trees in tests."""
-    counter = iter(range(10**9))
-
-    def build(node: object) -> Tree:
-        if isinstance(node, list | tuple):
+    e.g. ``[["a", "b"], ["c", "d"]] -> ((0, 1), (2, 3))``; a bracket with one child is that
+    child. For writing trees in tests."""
+    position = 0
+    results: list[Tree] = []
+    # (node, number of results before its children, expanded?)
+    stack: list[tuple[object, int, bool]] = [(nested, 0, False)]
+    while stack:
+        node, first_child, expanded = stack.pop()
+        if not isinstance(node, list | tuple):
+            results.append(position)
+            position += 1
+        elif expanded:
+            children = tuple(results[first_child:])
+            del results[first_child:]
+            results.append(children[0] if len(children) == 1 else children)
+        else:
             if not node:
                 raise ValueError("an empty bracket has no leaves")
-            children = tuple(build(child) for child in node)
-            return children[0] if len(children) == 1 else children
-        return next(counter)
-
-    return build(nested)
+            stack.append((node, len(results), True))
+            stack.extend((child, 0, False) for child in reversed(node))
+    return results[0]
