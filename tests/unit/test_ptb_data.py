@@ -79,8 +79,9 @@ def test_ddp_processes_take_disjoint_row_blocks(ptb):
 
 def test_validation_batches_cover_the_split_with_fixed_length(ptb):
     loader = ptb.val_dataloader()
+    expected = loader.epoch_length()  # what the progress bar shows as the total
     lengths = [x.size(1) for x, _ in loader]
-    assert set(lengths[:-1]) == {70} and len(lengths) == len(loader)
+    assert set(lengths[:-1]) == {70} and len(lengths) == expected
 
 
 def test_missing_data_names_files_url_and_directory(tmp_path, monkeypatch):
@@ -102,3 +103,13 @@ def test_missing_data_names_files_url_and_directory(tmp_path, monkeypatch):
 def test_bad_sizes_fail_before_training():
     with pytest.raises(ValueError, match="batch_size=0"):
         PTBDataModule(batch_size=0)
+
+
+def test_epoch_length_follows_the_variable_schedule_and_a_resume(ptb):
+    loader = ptb.train_dataloader()
+    for _ in range(2):  # two epochs with different variable-BPTT schedules
+        expected = loader.epoch_length()
+        assert sum(1 for _ in loader) == expected
+    stream = loader.stream
+    stream.load_state_dict({"epoch": 2, "batches_done": 3})
+    assert loader.epoch_length() == len(stream.lengths(2)) - 3
