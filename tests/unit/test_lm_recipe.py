@@ -86,6 +86,31 @@ def test_ntasgd_average_is_the_mean_of_iterates_since_the_switch():
     assert torch.allclose(module.weight, torch.full_like(module.weight, 3.0))
 
 
+def test_ntasgd_finetune_epoch_restarts_the_average():
+    module = nn.Linear(2, 1)
+    module.print = print  # what the callback calls on a LightningModule
+    callback = NTASGD(finetune_epoch=2)
+    callback.start_averaging(module)
+    for value in (1.0, 2.0):
+        with torch.no_grad():
+            module.weight.fill_(value)
+        callback.on_train_batch_end(None, module, None, None, 0)
+    assert torch.allclose(callback.averaged["weight"], torch.full((1, 2), 1.5))
+
+    class Trainer:
+        current_epoch = 1
+
+    callback.on_train_epoch_start(Trainer, module)  # not the fine-tuning epoch: average kept
+    assert callback.n_averaged == 2
+    Trainer.current_epoch = 2
+    callback.on_train_epoch_start(Trainer, module)  # fresh average from the current weights
+    assert callback.averaging and callback.n_averaged == 0
+    with torch.no_grad():
+        module.weight.fill_(5.0)
+    callback.on_train_batch_end(None, module, None, None, 0)
+    assert torch.allclose(callback.averaged["weight"], torch.full((1, 2), 5.0))
+
+
 def test_perplexity_is_exp_of_token_weighted_nll():
     metric = Perplexity()
     metric.update(torch.tensor(2.0), 10)

@@ -8,6 +8,10 @@ validation, test and the exported weights use that mean.
 AWD-LSTM switches to ``torch.optim.ASGD(lr, t0=0, lambd=0)``. With ``lambd=0`` its step is the plain
 SGD step (the learning rate never decays) and with ``t0=0`` its average is the uniform mean of the
 iterates since the switch, so keeping the SGD optimizer and averaging here is the same algorithm.
+
+``finetune_epoch`` (the ON-LSTM script's ``--finetuning``, 500 there; off by default) builds a fresh
+averaged optimiser at the start of that epoch: averaging starts over from the current weights,
+whether or not the non-monotone trigger has fired.
 """
 
 from __future__ import annotations
@@ -26,8 +30,15 @@ def should_switch(history: list[float], val_loss: float, nonmono: int) -> bool:
 
 
 class NTASGD(Callback):
-    def __init__(self, nonmono: int = 5, monitor: str = "val/ppl", enabled: bool = True) -> None:
+    def __init__(
+        self,
+        nonmono: int = 5,
+        monitor: str = "val/ppl",
+        enabled: bool = True,
+        finetune_epoch: int | None = None,
+    ) -> None:
         self.nonmono, self.monitor, self.enabled = nonmono, monitor, enabled
+        self.finetune_epoch = finetune_epoch
         self.history: list[float] = []  # validation losses of the SGD epochs
         self.averaging = False
         self.n_averaged = 0
@@ -64,6 +75,13 @@ class NTASGD(Callback):
             self._backup = None
 
     # --------------------------------------------------------------- hooks
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.enabled and trainer.current_epoch == self.finetune_epoch:
+            pl_module.print(
+                f"NT-ASGD: fine-tuning from epoch {trainer.current_epoch}: averaging restarts"
+            )
+            self.start_averaging(pl_module)
+
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         self._swap_in(pl_module)
 
