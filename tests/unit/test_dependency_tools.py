@@ -9,9 +9,7 @@ import pytest
 import torch
 
 from tests.fixtures.dependency import FIGURE_2_HEADS, FIGURE_2_WORDS
-from treernn.data.dependency import DependencyFormatError, DependencyTree, linearise
-from treernn.encoders.td_treelstm import LdTreeLSTM
-from treernn.generate_trees import (
+from treernn.commands.generate import (
     ADD_LEFT,
     ADD_NX_LEFT,
     ADD_NX_RIGHT,
@@ -21,7 +19,10 @@ from treernn.generate_trees import (
     sample_tree,
     train_classifiers,
 )
-from treernn.rerank import group_candidates, perturbed_candidates, rerank
+from treernn.commands.rerank import group_candidates, perturbed_candidates, rerank
+from treernn.data.dependency import DependencyTree, linearise
+from treernn.encoders.td_treelstm import LdTreeLSTM
+from treernn.errors import DataError
 from treernn.tasks.dependency_lm import DependencyLanguageModel
 
 GOLD = DependencyTree(("a", "b", "c", "d"), (2, 0, 2, 3), ("det", "root", "obj", "punct"))
@@ -46,9 +47,9 @@ def test_rerank_scores_the_chosen_first_and_oracle_candidates():
 
 def test_rerank_rejects_misaligned_files():
     other = DependencyTree(("x", "b", "c", "d"), (2, 0, 2, 3), metadata={"sent_id": "s1"})
-    with pytest.raises(DependencyFormatError, match="words differ"):
+    with pytest.raises(DataError, match="words differ"):
         rerank([[0.0]], [[other]], [GOLD])
-    with pytest.raises(DependencyFormatError, match="without '# sent_id"):
+    with pytest.raises(DataError, match="without '# sent_id"):
         group_candidates([DependencyTree(("a",), (0,))])
 
 

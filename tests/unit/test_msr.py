@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from treernn.data.dependency import DependencyTree, write_conllu
-from treernn.encoders.td_treelstm import LdTreeLSTM
-from treernn.msr import (
+from treernn.commands.msr import (
     MSRQuestions,
     accuracy_report,
     candidate_trees,
@@ -19,6 +17,9 @@ from treernn.msr import (
     evaluate,
     read_msr,
 )
+from treernn.data.dependency import DependencyTree, write_conllu
+from treernn.encoders.td_treelstm import LdTreeLSTM
+from treernn.errors import DataError
 from treernn.tasks.dependency_lm import DependencyLanguageModel
 
 VOCAB = ["<pad>", "<unk>", "<root>", "holmes", "smiled", "frowned", "ate", "he"]
@@ -57,7 +58,7 @@ def test_read_msr_and_accuracy_halves(tmp_path: Path):
     report = accuracy_report([0, 1, 0, 0], msr.answers)
     assert report == {"all": 50.0, "first_half": 100.0, "second_half": 0.0, "questions": 4.0}
     answers.write_text("\n".join(["<s> nothing </s>"] + keys[1:]) + "\n")
-    with pytest.raises(ValueError, match=r"a.txt:1: the answer matches 0"):
+    with pytest.raises(DataError, match=r"a.txt:1: the answer matches 0"):
         read_msr(questions, answers)
 
 
@@ -105,12 +106,10 @@ def test_tree_model_without_parser_or_parsed_file_names_what_to_install(monkeypa
 
 
 def test_parsed_file_must_match_candidates(tmp_path: Path):
-    from treernn.data.dependency import DependencyFormatError
-
     questions = MSRQuestions([[["he", "ate"]] * 5], [0])
     parsed = tmp_path / "parsed.conllu"
     write_conllu([DependencyTree(("he", "ate"), (2, 0))] * 4, parsed)
-    with pytest.raises(DependencyFormatError, match="4 trees for 5 candidate sentences"):
+    with pytest.raises(DataError, match="4 trees for 5 candidate sentences"):
         candidate_trees(questions, needs_trees=True, parsed=parsed)
 
 

@@ -11,8 +11,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from treernn.data.vocab import Vocabulary
-from treernn.syneval import (
+from treernn.commands.syneval import (
     TABLE3,
     SynEvalError,
     evaluate_syneval,
@@ -20,6 +19,7 @@ from treernn.syneval import (
     load_test_sets,
     sentence_log_probs,
 )
+from treernn.data.vocab import Vocabulary
 
 WORDS = ["<eos>", "the", "author", "authors", "laughs", "laugh", "no", "most", "ever"]
 

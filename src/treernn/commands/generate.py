@@ -15,13 +15,12 @@ frozen. ROOT always gets exactly one right dependent. Sampling draws each word f
 Eq. 3 (``<unk>``, ``<pad>`` and ``<root>`` excluded) and follows the breadth-first order of
 generation.
 
-    python -m treernn.generate_trees --ckpt X.ckpt --num-trees 5 [--classifier-epochs 2]
+    python -m treernn generate --ckpt X.ckpt --num-trees 5 [--classifier-epochs 2]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,34 +247,34 @@ def format_tree(words: list[str], heads: list[int]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Sample dependency trees from a tree LM.")
-    parser.add_argument("--ckpt", required=True)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ckpt", required=True, help="a tree-LM checkpoint (td/ld_treelstm)")
     parser.add_argument("--train-file", default=None, help="CoNLL-U for the classifiers")
-    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--data-dir", default=None, help="default: $TREERNN_DATA_DIR or ./data")
     parser.add_argument("--max-train-sentences", type=int, default=3000)
     parser.add_argument("--classifier-epochs", type=int, default=2)
     parser.add_argument("--num-trees", type=int, default=5)
     parser.add_argument("--max-nodes", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    from treernn.data.dependency import read_dependency_file
+
+
+def run(args: argparse.Namespace) -> int:
+    from treernn.commands.msr import read_conll
     from treernn.data.download import default_data_dir
-    from treernn.run import UserError, load_task
+    from treernn.errors import CheckpointError
+    from treernn.run import load_task
 
     torch.manual_seed(args.seed)
-    try:
-        task = load_task(args.ckpt)
-        if task.encoder.input_view != "dependency_tree":
-            raise UserError("tree generation needs a tree model (td_treelstm or ld_treelstm)")
-        train_file = args.train_file
-        if train_file is None:
-            data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
-            train_file = data_dir / task.treernn_config.task.datamodule.train_file
-        trees, _ = read_dependency_file(train_file, max_length=100)
-    except (FileNotFoundError, ValueError, UserError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    task = load_task(args.ckpt)
+    if task.encoder.input_view != "dependency_tree":
+        raise CheckpointError(
+            f"{args.ckpt}: tree generation needs a tree model (td_treelstm or ld_treelstm)"
+        )
+    train_file = args.train_file
+    if train_file is None:
+        data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+        train_file = data_dir / task.treernn_config.task.datamodule.train_file
+    trees, _ = read_conll(train_file, "skip", projective_only=True, max_length=100)
     trees = trees[: args.max_train_sentences]
     held_out = max(1, len(trees) // 10)
     train_features, train_labels = edge_features(task, trees[held_out:])
@@ -288,7 +287,3 @@ def main(argv: list[str] | None = None) -> int:
         words, heads = sample_tree(task, classifiers, args.max_nodes)
         print(f"\n# tree {index + 1}\n" + format_tree(words, heads))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

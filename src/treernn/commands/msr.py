@@ -14,7 +14,7 @@ a CoNLL-U file with the 5,200 candidate trees in question order (written by any 
 (``--spacy-model``, default ``en_core_web_sm``). Without either, the tool stops with a message
 naming what to install. Sequential models need no parse.
 
-    python -m treernn.msr --ckpt outputs/.../checkpoints/epoch003.ckpt [--parsed questions.conllu]
+    python -m treernn msr --ckpt outputs/.../checkpoints/epoch003.ckpt [--parsed questions.conllu]
 
 Training corpus (not shipped): Microsoft Research's ``Holmes_Training_Data``, 522 Project Gutenberg
 novels, from the MSR Sentence Completion Challenge page
@@ -22,15 +22,14 @@ novels, from the MSR Sentence Completion Challenge page
 td-treelstm README also links their CoreNLP-parsed copy. The paper removed Gutenberg headers and
 footers, parsed with Stanford CoreNLP, lower-cased, mapped words seen 5 times or fewer to UNK
 (65,346 words) and held out 4,000 random sentences for validation: parse it into CoNLL-U and train
-with ``experiment=ldtreelstm_msr_paper`` (data under ``msr_train/``). Parse the training corpus and
-the questions with the same parser, so that the trees share one annotation style.
+with ``experiment=tdlstm/ld_treelstm_msr`` (data under ``msr_train/``). Parse the training corpus
+and the questions with the same parser, so that the trees share one annotation style.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,11 +39,13 @@ import torch
 from treernn.data.dependency import (
     DependencyFormatError,
     DependencyTree,
+    ReadReport,
     collate_trees,
     encode_tree,
     read_dependency_file,
 )
 from treernn.data.vocab import Vocabulary
+from treernn.errors import CheckpointError, DataError
 
 QUESTIONS_FILE = "msr_sentence_completion/Holmes.lm_format.questions.txt"
 ANSWERS_FILE = "msr_sentence_completion/Holmes.lm_format.answers.txt"
@@ -67,10 +68,17 @@ def _words(line: str) -> list[str]:
 
 def read_msr(questions_path: str | Path, answers_path: str | Path) -> MSRQuestions:
     """Read the lm_format files; every answer must equal exactly one of its 5 candidates."""
+    for path in (questions_path, answers_path):
+        if not Path(path).is_file():
+            raise DataError(
+                f"{path} is missing: put Holmes.lm_format.questions.txt and "
+                "Holmes.lm_format.answers.txt in <data_dir>/msr_sentence_completion/ "
+                "(see its SOURCE.md)"
+            )
     question_lines = Path(questions_path).read_text(encoding="utf-8").splitlines()
     answer_lines = Path(answers_path).read_text(encoding="utf-8").splitlines()
     if len(question_lines) != CHOICES * len(answer_lines):
-        raise ValueError(
+        raise DataError(
             f"{questions_path}: {len(question_lines)} lines for {len(answer_lines)} answers; "
             f"expected {CHOICES} candidate lines per answer"
         )
@@ -79,7 +87,7 @@ def read_msr(questions_path: str | Path, answers_path: str | Path) -> MSRQuestio
         options = [_words(x) for x in question_lines[CHOICES * index : CHOICES * (index + 1)]]
         matches = [k for k, option in enumerate(options) if option == _words(answer_line)]
         if len(matches) != 1:
-            raise ValueError(
+            raise DataError(
                 f"{answers_path}:{index + 1}: the answer matches {len(matches)} of its candidates "
                 f"({questions_path}:{CHOICES * index + 1}-{CHOICES * index + CHOICES}); expected 1"
             )
@@ -126,7 +134,9 @@ def score_trees(
     behind ``<unk>``) spreads that mass uniformly over them.
     """
     if task.vocab is None:
-        raise ValueError("the model has no vocabulary; was it trained with task=dependency_lm?")
+        raise CheckpointError(
+            "the model has no vocabulary; was it trained with task=dependency_lm?"
+        )
     vocab = Vocabulary(task.vocab, specials=())
     lowercase = bool(task.hparams.get("lowercase", True))
     replace_numbers = bool(task.hparams.get("replace_numbers", False))
@@ -156,15 +166,15 @@ def candidate_trees(
     if not needs_trees:
         return [chain_tree(words) for words in sentences]
     if parsed is not None:
-        trees, report = read_dependency_file(parsed, on_error="raise", projective_only=False)
+        trees, _ = read_conll(parsed)
         if len(trees) != len(sentences):
-            raise DependencyFormatError(
+            raise DataError(
                 f"{parsed}: {len(trees)} trees for {len(sentences)} candidate sentences; "
                 "write one tree per line of the questions file, in order"
             )
         for index, (tree, words) in enumerate(zip(trees, sentences)):
             if list(tree.words) != list(words):
-                raise DependencyFormatError(
+                raise DataError(
                     f"{tree.source}: words differ from candidate {index + 1} of the questions file"
                 )
         return trees
@@ -188,8 +198,23 @@ def evaluate(
     return accuracy_report(choose(scores).tolist(), questions.answers), scores
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="MSR Sentence Completion accuracy of a model.")
+def read_conll(
+    path: str | Path,
+    on_error: str = "raise",
+    projective_only: bool = False,
+    max_length: int | None = None,
+) -> tuple[list[DependencyTree], ReadReport]:
+    """``read_dependency_file`` (trees and its report), with one
+    :class:`~treernn.errors.DataError` naming the file (and sentence) that cannot be used."""
+    if not Path(path).is_file():
+        raise DataError(f"{path}: no such CoNLL-U file")
+    try:
+        return read_dependency_file(path, on_error, projective_only, max_length)  # type: ignore[arg-type]
+    except DependencyFormatError as error:
+        raise DataError(str(error)) from error
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ckpt", required=True, help="a treernn checkpoint (task=dependency_lm)")
     parser.add_argument("--data-dir", default=None, help="default: $TREERNN_DATA_DIR or ./data")
     parser.add_argument("--parsed", default=None, help="CoNLL-U trees of the 5,200 candidates")
@@ -199,22 +224,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--unk-penalty", type=float, default=0.0, help="nats per <unk> word (default 0: paper)"
     )
-    args = parser.parse_args(argv)
 
-    from treernn.data.dependency_parser import ParserUnavailableError
+
+def run(args: argparse.Namespace) -> int:
     from treernn.data.download import default_data_dir
-    from treernn.run import UserError, load_task
+    from treernn.run import load_task
 
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
-    try:
-        questions = read_msr(data_dir / QUESTIONS_FILE, data_dir / ANSWERS_FILE)
-        task = load_task(args.ckpt)
-        report, scores = evaluate(
-            task, questions, args.parsed, args.spacy_model, args.batch_size, args.unk_penalty
-        )
-    except (FileNotFoundError, ValueError, UserError, ParserUnavailableError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    questions = read_msr(data_dir / QUESTIONS_FILE, data_dir / ANSWERS_FILE)
+    task = load_task(args.ckpt)
+    report, scores = evaluate(
+        task, questions, args.parsed, args.spacy_model, args.batch_size, args.unk_penalty
+    )
     kind = type(task.encoder).__name__
     print(
         f"MSR sentence completion, {kind}: {report['all']:.2f}% on {int(report['questions'])} "
@@ -226,7 +247,3 @@ def main(argv: list[str] | None = None) -> int:
         payload = {"model": kind, "accuracy": report, "scores": scores.tolist()}
         Path(args.output).write_text(json.dumps(payload), encoding="utf-8")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -7,51 +7,35 @@ model, trained on <= 6 operators).
 ``test_results.json`` and ``accuracy_by_length.png`` into the run directory (and to wandb when a
 wandb logger is attached). To compare runs in one figure:
 
-    python -m treernn.results outputs/logic/*/*/test_results.json --out fig3.png
+    python -m treernn report accuracy outputs/logic/*/*/test_results.json --out fig3.png
 
 Induced trees of a trained ON-LSTM against the gold trees (parse F1 per layer, beside the
 left-branching, right-branching, balanced and random trees), as :class:`TreeF1Callback
 <treernn.callbacks.tree_f1.TreeF1Callback>` logs them during training:
 
-    python -m treernn.results trees --ckpt outputs/logic/onlstm/<run>/checkpoints/last.ckpt
+    python -m treernn report tree-f1 --ckpt outputs/logic/onlstm/<run>/checkpoints/last.ckpt
 
 Training throughput of an encoder per length bucket (tokens the model reads per second of a
 forward and backward pass, on test examples of each bucket), for any ``train.py`` overrides:
 
-    python -m treernn.results throughput experiment=onlstm_logic_small
+    python -m treernn report throughput experiment=onlstm/onlstm_logic_small
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 
-# AccuracyReport lives in treernn.callbacks.accuracy_report; the name stays importable here for
-# configs that still target treernn.results.AccuracyReport
-from treernn.callbacks.accuracy_report import (  # noqa: F401
-    PAPER_LENGTH_ACCURACY,
-    TRAINED_UP_TO,
-    AccuracyReport,
-    accuracy_table,
-    bucket_number,
-    length_curve,
-    plot_accuracy_by_bucket,
-    plot_accuracy_by_length,
-    write_report,
-)
+from treernn.callbacks.accuracy_report import accuracy_table, length_curve, plot_accuracy_by_length
 from treernn.callbacks.tree_f1 import format_tree_f1, induce_batch_trees, scored_rows
+from treernn.errors import CheckpointError, ConfigValueError
 from treernn.parsing.baselines import BASELINES, baseline_trees
-from treernn.parsing.induce import (
-    BRACKET_DISTANCES,
-    BracketDistances,
-    NoDistancesError,
-)
+from treernn.parsing.induce import BRACKET_DISTANCES, BracketDistances
 from treernn.parsing.metrics import score_trees
 from treernn.parsing.trees import Tree, leaves, to_bracketed
 
@@ -73,10 +57,6 @@ def sysgen_table(runs: Mapping[str, Mapping[str, float]]) -> str:
     return "\n".join(lines)
 
 
-class TreeEvaluationError(ValueError):
-    """A problem with the ``trees`` command's input, printed as one line."""
-
-
 def tree_f1_from_checkpoint(
     ckpt: str | Path,
     split: str = "test",
@@ -94,16 +74,13 @@ def tree_f1_from_checkpoint(
     import hydra
     from omegaconf import open_dict
 
-    from treernn.run import UserError, load_task
+    from treernn.run import load_task
 
     if split not in ("val", "test"):
-        raise TreeEvaluationError(f"--split {split}: use val or test")
-    try:
-        task = load_task(ckpt)
-    except UserError as error:
-        raise TreeEvaluationError(str(error)) from error
+        raise ConfigValueError(f"--split {split}: use val or test")
+    task = load_task(ckpt)
     if not hasattr(task, "classify") or getattr(task, "vocab", None) is None:
-        raise TreeEvaluationError(
+        raise CheckpointError(
             f"{ckpt}: a {type(task).__name__} checkpoint; this command needs a classification "
             "run (task=logic or task=listops)"
         )
@@ -127,10 +104,7 @@ def tree_f1_from_checkpoint(
             rows = rows[: max_sentences - len(gold)]
         if not rows:
             continue
-        try:
-            trees, batch_gold = induce_batch_trees(task, batch, rows, bracket_distances)
-        except NoDistancesError as error:
-            raise TreeEvaluationError(f"{ckpt}: {error}") from error
+        trees, batch_gold = induce_batch_trees(task, batch, rows, bracket_distances)
         predicted = predicted or [[] for _ in trees]
         for layer, layer_trees in enumerate(trees):
             predicted[layer].extend(layer_trees)
@@ -144,7 +118,7 @@ def tree_f1_from_checkpoint(
         if max_sentences is not None and len(gold) >= max_sentences:
             break
     if not gold:
-        raise TreeEvaluationError(f"{ckpt}: the {split} split has no sentence to score")
+        raise ConfigValueError(f"{ckpt}: the {split} split has no sentence to score")
 
     def summary(trees: Sequence[Tree]) -> dict[str, Any]:
         scores = score_trees(trees, gold, labels=())
@@ -176,46 +150,6 @@ def tree_f1_from_checkpoint(
         "baselines": baselines,
         "examples": examples,
     }
-
-
-def trees_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m treernn.results trees",
-        description="Parse F1 of a classification checkpoint's induced trees (ON-LSTM distances "
-        "or Ordered Memory attention) against the gold trees, per layer and for the trivial-tree "
-        "baselines.",
-    )
-    parser.add_argument("--ckpt", required=True, type=Path)
-    parser.add_argument("--split", default="test", choices=["val", "test"])
-    parser.add_argument("--data-dir", type=Path, default=None, help="replaces the run's data_dir")
-    parser.add_argument("--bracket-distances", default="drop", choices=list(BRACKET_DISTANCES))
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--max-sentences", type=int, default=None)
-    parser.add_argument("--examples", type=int, default=3, help="induced trees to print")
-    parser.add_argument("--out", type=Path, default=None, help="json (default: beside the run)")
-    args = parser.parse_args(argv)
-    try:
-        result = tree_f1_from_checkpoint(
-            args.ckpt,
-            args.split,
-            args.data_dir,
-            args.bracket_distances,
-            args.batch_size,
-            args.max_sentences,
-            args.examples,
-        )
-    except (TreeEvaluationError, OSError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        return 1
-    title = f"induced trees vs gold trees ({args.split}, {args.ckpt})"
-    print(format_tree_f1({**result["layers"], **result["baselines"]}, title))
-    for example in result["examples"]:
-        print("\n" + "\n".join(f"  {name:<8} {tree}" for name, tree in example.items()))
-    out = args.out or args.ckpt.resolve().parent.parent / f"tree_f1_{args.split}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
-    return 0
 
 
 def encoder_throughput(
@@ -262,17 +196,75 @@ def encoder_throughput(
     return results
 
 
-def throughput_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m treernn.results throughput",
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    reports = parser.add_subparsers(dest="report", required=True, metavar="<report>")
+    accuracy = reports.add_parser(
+        "accuracy",
+        help="per-length accuracy tables of runs and a Fig. 3-style plot",
+        description="Tables of several runs' test accuracy by length (and the systematic-"
+        "generalisation table), and one plot of them all (ON-LSTM Fig. 3).",
+    )
+    accuracy.add_argument("results", nargs="+", type=Path, help="test_results.json files")
+    accuracy.add_argument("--out", type=Path, default=Path("accuracy_by_length.png"))
+    accuracy.add_argument("--no-paper", action="store_true", help="leave out the papers' numbers")
+    accuracy.set_defaults(run_report=accuracy_report)
+
+    tree_f1 = reports.add_parser(
+        "tree-f1",
+        help="parse F1 of a logic/ListOps checkpoint's induced trees, per layer",
+        description="Parse F1 of a classification checkpoint's induced trees (ON-LSTM distances "
+        "or Ordered Memory attention) against the gold trees, per layer and for the trivial-tree "
+        "baselines.",
+    )
+    tree_f1.add_argument("--ckpt", required=True, type=Path)
+    tree_f1.add_argument("--split", default="test", choices=["val", "test"])
+    tree_f1.add_argument("--data-dir", type=Path, default=None, help="replaces the run's data_dir")
+    tree_f1.add_argument("--bracket-distances", default="drop", choices=list(BRACKET_DISTANCES))
+    tree_f1.add_argument("--batch-size", type=int, default=None)
+    tree_f1.add_argument("--max-sentences", type=int, default=None)
+    tree_f1.add_argument("--examples", type=int, default=3, help="induced trees to print")
+    tree_f1.add_argument("--out", type=Path, default=None, help="json (default: beside the run)")
+    tree_f1.set_defaults(run_report=tree_f1_report)
+
+    throughput = reports.add_parser(
+        "throughput",
+        help="training throughput per length bucket for train.py overrides",
         description="Training throughput per length bucket of the model that `python train.py "
         "OVERRIDES` builds (run from the repository root).",
     )
-    parser.add_argument("overrides", nargs="*", help="train.py overrides, e.g. task=logic")
-    parser.add_argument("--max-examples", type=int, default=256, help="per bucket")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--config-dir", type=Path, default=Path("conf"))
-    args = parser.parse_args(argv)
+    throughput.add_argument("overrides", nargs="*", help="train.py overrides, e.g. task=logic")
+    throughput.add_argument("--max-examples", type=int, default=256, help="per bucket")
+    throughput.add_argument("--batch-size", type=int, default=64)
+    throughput.add_argument("--config-dir", type=Path, default=Path("conf"))
+    throughput.set_defaults(run_report=throughput_report)
+
+
+def run(args: argparse.Namespace) -> int:
+    return args.run_report(args)
+
+
+def tree_f1_report(args: argparse.Namespace) -> int:
+    result = tree_f1_from_checkpoint(
+        args.ckpt,
+        args.split,
+        args.data_dir,
+        args.bracket_distances,
+        args.batch_size,
+        args.max_sentences,
+        args.examples,
+    )
+    title = f"induced trees vs gold trees ({args.split}, {args.ckpt})"
+    print(format_tree_f1({**result["layers"], **result["baselines"]}, title))
+    for example in result["examples"]:
+        print("\n" + "\n".join(f"  {name:<8} {tree}" for name, tree in example.items()))
+    out = args.out or args.ckpt.resolve().parent.parent / f"tree_f1_{args.split}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+def throughput_report(args: argparse.Namespace) -> int:
     import hydra
     from hydra import compose, initialize_config_dir
 
@@ -303,19 +295,7 @@ def throughput_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"trees": trees_main, "throughput": throughput_main}
-    if argv[:1] and argv[0] in commands:
-        code = commands[argv[0]](argv[1:])
-        if code:
-            sys.exit(code)
-        return
-    parser = argparse.ArgumentParser(description="Plot several runs' accuracy by length (Fig. 3).")
-    parser.add_argument("results", nargs="+", type=Path, help="test_results.json files")
-    parser.add_argument("--out", type=Path, default=Path("accuracy_by_length.png"))
-    parser.add_argument("--no-paper", action="store_true", help="leave out the papers' numbers")
-    args = parser.parse_args(argv)
+def accuracy_report(args: argparse.Namespace) -> int:
     curves = {}
     sysgen: dict[str, dict[str, float]] = {}
     for path in args.results:
@@ -331,7 +311,4 @@ def main(argv: Sequence[str] | None = None) -> None:
     if sysgen:
         print(sysgen_table(sysgen) + "\n")
     print(f"wrote {plot_accuracy_by_length(curves, args.out, with_paper=not args.no_paper)}")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -16,8 +16,8 @@ check without a k-best parser, ``make-candidates`` writes the gold tree plus K-1
 re-attach a few words to other heads (kept projective), in shuffled order; reranking those is an
 easy synthetic task, not the paper's benchmark.
 
-    python -m treernn.rerank rerank --ckpt X.ckpt --candidates cands.conllu --gold gold.conllu
-    python -m treernn.rerank make-candidates --gold dev.conllu --k 4 --output cands.conllu
+    python -m treernn rerank score --ckpt X.ckpt --candidates cands.conllu --gold gold.conllu
+    python -m treernn rerank make-candidates --gold dev.conllu --k 4 --output cands.conllu
 """
 
 from __future__ import annotations
@@ -28,14 +28,9 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from treernn.data.dependency import (
-    DependencyFormatError,
-    DependencyTree,
-    find_cycle,
-    is_projective,
-    read_dependency_file,
-    write_conllu,
-)
+from treernn.commands.msr import read_conll, score_trees
+from treernn.data.dependency import DependencyTree, find_cycle, is_projective, write_conllu
+from treernn.errors import CheckpointError, DataError
 
 
 @dataclass
@@ -71,7 +66,7 @@ def group_candidates(candidates: Sequence[DependencyTree]) -> list[list[Dependen
     for tree in candidates:
         sent_id = tree.metadata.get("sent_id")
         if sent_id is None:
-            raise DependencyFormatError(f"{tree.source}: candidate without '# sent_id = ...'")
+            raise DataError(f"{tree.source}: candidate without '# sent_id = ...'")
         if sent_id != previous:
             groups.append([])
             previous = sent_id
@@ -87,14 +82,14 @@ def rerank(
 ) -> dict[str, float]:
     """UAS/LAS of the reranked choice, of the first candidate and of the oracle."""
     if len(groups) != len(gold):
-        raise DependencyFormatError(
+        raise DataError(
             f"{len(groups)} candidate sentences but {len(gold)} gold trees; they must align"
         )
     chosen, first, oracle = AttachmentScore(), AttachmentScore(), AttachmentScore()
     for sentence_scores, candidates, gold_tree in zip(scores, groups, gold):
         for candidate in candidates:
             if candidate.words != gold_tree.words:
-                raise DependencyFormatError(
+                raise DataError(
                     f"{candidate.source}: words differ from the gold tree at {gold_tree.source}"
                 )
         best = max(range(len(candidates)), key=lambda k: (sentence_scores[k], -k))
@@ -148,61 +143,51 @@ def perturbed_candidates(
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Dependency-parse reranking with a tree LM.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("rerank", help="rerank candidate trees and report UAS/LAS")
-    run.add_argument("--ckpt", required=True)
-    run.add_argument("--candidates", required=True)
-    run.add_argument("--gold", required=True)
-    run.add_argument("--exclude-labels", default="", help="e.g. punct (comma separated)")
-    run.add_argument("--batch-size", type=int, default=128)
-    make = commands.add_parser("make-candidates", help="synthetic candidates from gold trees")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="<action>")
+    score = actions.add_parser("score", help="rerank candidate trees and report UAS/LAS")
+    score.add_argument("--ckpt", required=True, help="a tree-LM checkpoint (td/ld_treelstm)")
+    score.add_argument("--candidates", required=True, help="CoNLL-U, one # sent_id per sentence")
+    score.add_argument("--gold", required=True, help="CoNLL-U, one tree per sentence")
+    score.add_argument("--exclude-labels", default="", help="e.g. punct (comma separated)")
+    score.add_argument("--batch-size", type=int, default=128)
+    make = actions.add_parser("make-candidates", help="synthetic candidates from gold trees")
     make.add_argument("--gold", required=True)
     make.add_argument("--output", required=True)
     make.add_argument("--k", type=int, default=4)
     make.add_argument("--changes", type=int, default=2)
     make.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    from treernn.run import UserError
 
-    try:
-        gold, report = read_dependency_file(args.gold, projective_only=False)
-        if report.skipped:
-            print(f"warning: {report.summary()}", file=sys.stderr)
-        if args.command == "make-candidates":
-            rng = random.Random(args.seed)
-            trees = [c for g in gold for c in perturbed_candidates(g, args.k, args.changes, rng)]
-            write_conllu(trees, args.output)
-            print(f"wrote {len(trees)} candidate trees for {len(gold)} sentences to {args.output}")
-            return 0
-        from treernn.msr import score_trees
-        from treernn.run import load_task
 
-        task = load_task(args.ckpt)
-        if task.encoder.input_view != "dependency_tree":
-            raise UserError("reranking needs a tree model (td_treelstm or ld_treelstm)")
-        candidates, _ = read_dependency_file(
-            args.candidates, on_error="raise", projective_only=False
+def run(args: argparse.Namespace) -> int:
+    gold, report = read_conll(args.gold, on_error="skip")
+    if report.skipped:
+        print(f"warning: {report.summary()}", file=sys.stderr)
+    if args.action == "make-candidates":
+        rng = random.Random(args.seed)
+        trees = [c for g in gold for c in perturbed_candidates(g, args.k, args.changes, rng)]
+        write_conllu(trees, args.output)
+        print(f"wrote {len(trees)} candidate trees for {len(gold)} sentences to {args.output}")
+        return 0
+    from treernn.run import load_task
+
+    task = load_task(args.ckpt)
+    if task.encoder.input_view != "dependency_tree":
+        raise CheckpointError(
+            f"{args.ckpt}: reranking needs a tree model (td_treelstm or ld_treelstm)"
         )
-        groups = group_candidates(candidates)
-        flat_scores = score_trees(task, candidates, args.batch_size).tolist()
-        scores, start = [], 0
-        for group in groups:
-            scores.append(flat_scores[start : start + len(group)])
-            start += len(group)
-        exclude = [x for x in args.exclude_labels.split(",") if x]
-        result = rerank(scores, groups, gold, exclude)
-    except (FileNotFoundError, ValueError, UserError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    candidates, _ = read_conll(args.candidates)
+    groups = group_candidates(candidates)
+    flat_scores = score_trees(task, candidates, args.batch_size).tolist()
+    scores, start = [], 0
+    for group in groups:
+        scores.append(flat_scores[start : start + len(group)])
+        start += len(group)
+    exclude = [x for x in args.exclude_labels.split(",") if x]
+    result = rerank(scores, groups, gold, exclude)
     print(
         f"reranked {int(result['sentences'])} sentences: UAS {result['uas']:.2f} LAS "
         f"{result['las']:.2f} (first candidate UAS {result['first_uas']:.2f} LAS "
         f"{result['first_las']:.2f}; oracle UAS {result['oracle_uas']:.2f})"
     )
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

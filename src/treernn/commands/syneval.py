@@ -13,12 +13,19 @@ Test sets: ``<data_dir>/syneval/json/{current,EMNLP2018}/<test>.json.gz``, lossl
 the LM_syneval pickles, ``{condition: [[grammatical, ungrammatical(, ungrammatical_2)], ...]}``.
 ``current`` is what LM_syneval's ``make_templates.py`` generates, the set ON-LSTM evaluated on (its
 footnote 2); ``EMNLP2018`` is the set of Marvin & Linzen's paper.
+
+    python -m treernn syneval --ckpt PATH [--template-set current|EMNLP2018] [--out JSON]
+
+prints the Table 3 layout and writes it as JSON beside the run (``syneval_<set>.json``) or to
+``--out``.
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +34,8 @@ from typing import Any, Protocol
 
 import torch
 from torch import Tensor
+
+from treernn.errors import DataError
 
 TEMPLATE_SETS = ("current", "EMNLP2018")
 
@@ -110,7 +119,7 @@ class LanguageModel(Protocol):
     def token_log_probs(self, inputs: Tensor, targets: Tensor, mask: Tensor) -> Tensor: ...
 
 
-class SynEvalError(ValueError):
+class SynEvalError(DataError, ValueError):
     """Missing or malformed test sets; the message names the file."""
 
 
@@ -369,3 +378,41 @@ def format_table(result: SynEvalResult) -> str:
 
 def _paper(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from treernn.commands.common import default_device
+
+    parser.add_argument("--ckpt", required=True, help="a language-model checkpoint")
+    parser.add_argument("--syneval-dir", default=None, help="default: <data dir>/syneval")
+    parser.add_argument("--data-dir", default=None, help="default: $TREERNN_DATA_DIR or ./data")
+    parser.add_argument("--template-set", choices=TEMPLATE_SETS, default="current")
+    parser.add_argument("--max-per-condition", type=int, default=None)
+    parser.add_argument(
+        "--no-end", action="store_true", help="leave log p(<eos>) out of the sentence score"
+    )
+    parser.add_argument("--out", default=None, help="JSON path (default: beside the run)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device", default=default_device())
+
+
+def run(args: argparse.Namespace) -> int:
+    from treernn.commands.common import load_language_model, run_directory, write_json
+    from treernn.data.download import default_data_dir
+
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    test_sets = load_test_sets(args.syneval_dir or data_dir / "syneval", args.template_set)
+    task = load_language_model(args.ckpt, args.device, need_distances=False)
+    result = evaluate_syneval(
+        task,
+        test_sets,
+        args.template_set,
+        batch_size=args.batch_size,
+        include_end=not args.no_end,
+        max_items_per_condition=args.max_per_condition,
+        progress=lambda message: print(message, file=sys.stderr, flush=True),
+    )
+    print(format_table(result))
+    out = args.out or run_directory(args.ckpt) / f"syneval_{args.template_set}.json"
+    write_json(result.as_dict() | {"checkpoint": str(args.ckpt)}, out)
+    return 0

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from treernn.data.dependency import DependencyTree, write_conllu
+from treernn.errors import UserError
 
 DEFAULT_MODEL = "en_core_web_sm"
 INSTALL_HINT = (
@@ -33,8 +34,8 @@ INSTALL_HINT = (
 )
 
 
-class ParserUnavailableError(RuntimeError):
-    """No usable dependency parser is installed."""
+class ParserUnavailableError(UserError, RuntimeError):
+    """No usable dependency parser is installed (the user's set-up: one line, no traceback)."""
 
 
 class SpacyDependencyParser:

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from treernn.encoders.base import Encoder, TreeSignal
+from treernn.errors import CheckpointError
 from treernn.parsing.om_trees import induce_trees as attention_trees
 from treernn.parsing.trees import Tree, greedy_tree
 
@@ -39,12 +40,14 @@ BracketDistances = Literal["drop", "max"]
 BRACKET_DISTANCES = ("drop", "max")
 
 
-class NoDistancesError(ValueError):
-    """The encoder produces no tree signal (or not the one asked for), so no tree can be induced."""
+class NoDistancesError(CheckpointError, ValueError):
+    """The encoder produces no tree signal (or not the one asked for), so no tree can be induced:
+    the checkpoint is of the wrong kind of model for the command."""
 
 
 class InductionError(RuntimeError):
-    """The model failed on a batch; the message names its first sentences."""
+    """The model failed on a batch; the message names its first sentences. A bug, not a user's
+    mistake: it keeps its traceback."""
 
 
 def leaf_distances(

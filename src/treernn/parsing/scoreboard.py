@@ -51,7 +51,7 @@ from treernn.parsing.baselines import (
     DESCRIPTIONS,
     baseline_spans,
 )
-from treernn.parsing.metrics import TABLE2_LABELS, ParseScores, score_spans, tree_spans
+from treernn.parsing.metrics import TABLE2_LABELS, ParseScores, score_spans
 from treernn.parsing.treefile import (
     PUNCTUATION_TOKENS,
     RawTree,
@@ -61,7 +61,7 @@ from treernn.parsing.treefile import (
     prepare,
     read_trees,
 )
-from treernn.parsing.trees import Span, Tree
+from treernn.parsing.trees import Span, Tree, tree_spans
 from treernn.parsing.wsj import (
     SPLITS,
     GoldSentence,
@@ -379,10 +379,6 @@ def evaluate(
     """Score each system's trees (``{name: trees}``, one tree list, or None for baselines only)
     and the protocol's baselines against ``gold``. Trees are over the gold words' positions (from
     :func:`align`, or a treernn model's induced trees)."""
-    protocol = protocol or Protocol()
-    sentences = gold.sentences if isinstance(gold, GoldSet) else tuple(gold)
-    if not sentences:
-        raise ValueError("no gold sentence to score against")
     systems: Mapping[str, Sequence[Tree]]
     if predicted is None:
         systems = {}
@@ -390,6 +386,24 @@ def evaluate(
         systems = predicted
     else:
         systems = {name: predicted}
+    runs = {system: [trees] for system, trees in systems.items()}
+    return evaluate_runs(runs, gold, protocol=protocol, descriptions=descriptions)
+
+
+def evaluate_runs(
+    systems: Mapping[str, Sequence[Sequence[Tree]]],
+    gold: GoldSet | Sequence[GoldSentence],
+    *,
+    protocol: Protocol | None = None,
+    descriptions: Mapping[str, str] | None = None,
+) -> Scoreboard:
+    """:func:`evaluate` with several runs per system (``{name: [trees of run 1, ...]}``, e.g. one
+    checkpoint per seed): the row gives the mean, std and max over runs, like the random
+    baseline's over seeds."""
+    protocol = protocol or Protocol()
+    sentences = gold.sentences if isinstance(gold, GoldSet) else tuple(gold)
+    if not sentences:
+        raise ValueError("no gold sentence to score against")
     gold_spans = [tree_spans(sentence.tree) for sentence in sentences]
     labelled = [sentence.labelled_spans for sentence in sentences]
 
@@ -403,16 +417,22 @@ def evaluate(
         )
 
     rows: list[Row] = []
-    for system, trees in systems.items():
-        if len(trees) != len(sentences):
-            raise ValueError(f"{system}: {len(trees)} trees for {len(sentences)} gold sentences")
+    for system, runs in systems.items():
+        if not runs:
+            raise ValueError(f"{system}: no run to score")
+        for trees in runs:
+            if len(trees) != len(sentences):
+                raise ValueError(
+                    f"{system}: {len(trees)} trees for {len(sentences)} gold sentences"
+                )
         description = (descriptions or {}).get(system, "predicted trees")
-        rows.append(Row(system, "system", description, [score([tree_spans(t) for t in trees])]))
+        scores = [score([tree_spans(tree) for tree in trees]) for trees in runs]
+        rows.append(Row(system, "system", description, scores))
     lengths = [len(sentence.words) for sentence in sentences]
     for baseline in protocol.baselines:
         seeds = protocol.seeds if baseline == "random" else (0,)
-        runs = [score(baseline_spans(baseline, lengths, seed)) for seed in seeds]
-        rows.append(Row(baseline, "baseline", DESCRIPTIONS[baseline], runs))
+        baseline_runs = [score(baseline_spans(baseline, lengths, seed)) for seed in seeds]
+        rows.append(Row(baseline, "baseline", DESCRIPTIONS[baseline], baseline_runs))
     return Scoreboard(
         protocol,
         gold.name if isinstance(gold, GoldSet) else "gold",
@@ -511,6 +531,7 @@ __all__ = [
     "TreeAlignmentError",
     "align",
     "evaluate",
+    "evaluate_runs",
     "load_gold",
     "read_gold_file",
     "score_tree_file",

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeAlias
 
+from treernn.errors import DataError
 from treernn.parsing.trees import Span, Tree
 from treernn.parsing.wsj import LabelledSpans, base_label
 
@@ -63,7 +64,7 @@ _DIGITS = re.compile(r"[0-9]+")
 _UPPER_NOT_N = re.compile(r"[A-MO-Z]")
 
 
-class TreeFileError(ValueError):
+class TreeFileError(DataError, ValueError):
     """A tree file (or a tree in it) that cannot be used; the message names the file and line."""
 
     def __init__(self, path: str | Path, line: int | None, message: str) -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeAlias
 
+from treernn.errors import DataError
 from treernn.parsing.trees import Span, Tree
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ class Treebank:
     empty: tuple[str, ...]  # sources of trees that have no word after filtering (not in sentences)
 
 
-class TreebankError(ValueError):
+class TreebankError(DataError, ValueError):
     """A treebank directory, file or split that cannot be used; the message says what to do."""
 
 

@@ -1,0 +1,68 @@
+"""``python -m treernn <command>``: the programs that use trained models and their outputs.
+
+One module per command, each with ``add_arguments(parser)`` and ``run(args) -> int``; the
+one-line summaries are in :data:`COMMANDS`. :func:`main` builds one argparse parser with a
+subcommand per module, runs the chosen one, and prints a :class:`~treernn.errors.UserError` as
+one line ``error: ...`` with exit status 1 (the traceback too under ``TREERNN_DEBUG=1`` or
+``HYDRA_FULL_ERROR=1``); any other exception is a bug and keeps its traceback. Training is
+``python train.py``; benchmarks are in ``scripts/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from collections.abc import Sequence
+
+from treernn.errors import UserError, show_tracebacks
+
+#: command -> (module under treernn.commands, its one-line summary), in the order --help lists them
+COMMANDS: dict[str, tuple[str, str]] = {
+    "parse": ("parse", "parse F1 of a model's or a file's trees, with baselines (Table 2)"),
+    "trees": ("trees", "a language model's induced trees of given sentences (Appendix A)"),
+    "syneval": ("syneval", "Marvin & Linzen targeted syntactic evaluation (Table 3)"),
+    "msr": ("msr", "MSR Sentence Completion accuracy of a (tree) language model"),
+    "rerank": ("rerank", "rerank k-best dependency parses with a tree LM: UAS/LAS"),
+    "generate": ("generate", "sample dependency trees from a TreeLSTM / LdTreeLSTM"),
+    "report": ("report", "accuracy-by-length tables and plot, tree F1 of a run, throughput"),
+}
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; only the command named in ``argv`` (if any) is imported and given its
+    arguments, so that ``--help`` and each command start quickly."""
+    parser = argparse.ArgumentParser(
+        prog="python -m treernn",
+        description="Evaluate and inspect treernn models (train them with python train.py).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="<command>")
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    for name, (module_name, summary) in COMMANDS.items():
+        if name != chosen:
+            commands.add_parser(name, help=summary)
+            continue
+        module = importlib.import_module(f"treernn.commands.{module_name}")
+        command = commands.add_parser(
+            name,
+            help=summary,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.set_defaults(run=module.run)
+        module.add_arguments(command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit status (1 for a user's mistake)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except UserError as error:
+        if show_tracebacks():
+            traceback.print_exc()
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 1

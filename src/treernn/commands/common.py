@@ -1,0 +1,52 @@
+"""What several commands share: loading a language-model checkpoint, where a run's files go."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from treernn.errors import CheckpointError
+
+
+def load_language_model(ckpt: str | Path, device: str, need_distances: bool) -> Any:
+    """The task of a treernn language-model checkpoint, in eval mode on ``device``."""
+    from treernn.run import load_task
+
+    path = Path(ckpt)
+    task = load_task(path)
+    for attribute in ("embedding", "encoder", "vocab"):
+        if getattr(task, attribute, None) is None:
+            raise CheckpointError(
+                f"checkpoint {path}: the {type(task).__name__} has no {attribute}; "
+                "this command needs a language model (task=ptb)"
+            )
+    if "<eos>" not in task.vocab:
+        raise CheckpointError(f"checkpoint {path}: the vocabulary has no <eos> token")
+    if need_distances and task.encoder.tree_signal_kind != "distances":
+        raise CheckpointError(
+            f"checkpoint {path}: its encoder {type(task.encoder).__name__} has no syntactic "
+            "distances, so no tree can be induced; parse F1 needs a model such as ON-LSTM "
+            "(model=onlstm)"
+        )
+    return task.to(device).eval()
+
+
+def run_directory(ckpt: str | Path) -> Path:
+    """``outputs/.../<run>/checkpoints/x.ckpt`` -> ``outputs/.../<run>``."""
+    path = Path(ckpt).resolve()
+    return path.parent.parent if path.parent.name == "checkpoints" else path.parent
+
+
+def write_json(data: Any, path: str | Path) -> Path:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(data, indent=2))
+    print(f"written: {target}")
+    return target
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
