@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from treernn.encoders import onlstm_fast
+from treernn.encoders import gemm
 from treernn.encoders.onlstm import ONLSTMEncoder
 from treernn.encoders.onlstm_fast import ONLSTMRecurrence, fast_recurrence
 
@@ -107,17 +107,16 @@ def test_fast_matches_reference(seed, weight_drop, dropout, train, padded) -> No
         )
 
 
-@pytest.mark.parametrize("packed", [False, True])
-def test_per_step_matmul_paths(packed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both per-step product paths (MKL packed GEMM where this build has it, plain addmm)."""
-    if packed and not onlstm_fast._mkl_packed_gemm_works():
-        pytest.skip("this torch build has no MKL packed GEMM")
-    monkeypatch.setattr(onlstm_fast, "USE_MKL_PACKED_GEMM", packed)
-    matrix, x, added = torch.randn(7, 5), torch.randn(3, 5), torch.randn(3, 7)
-    step = onlstm_fast._StepMatmul(matrix, batch=3)
-    assert (step.packed is not None) == packed
-    torch.testing.assert_close(step.addmm(added, x), added + x @ matrix.t(), **TOLERANCE)
-    torch.testing.assert_close(step.mm(x), x @ matrix.t(), **TOLERANCE)
+@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn"])
+def test_fast_matches_reference_per_gemm_backend(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each per-step GEMM backend forced in turn (float32; MKL and oneDNN where this build has
+    them): the same outputs, states, distances and gradients as the reference to 1e-5."""
+    if backend not in gemm.candidates(torch.device("cpu"), torch.float32):
+        pytest.skip(f"this torch build cannot run the {backend} packed GEMM")
+    monkeypatch.setenv(gemm.ENV_VAR, backend)
+    assert gemm.resolve("auto", 3, 5, 7, torch.device("cpu"), torch.float32) == backend
     test_fast_matches_reference(*CASES[4])
 
 

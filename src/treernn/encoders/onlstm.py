@@ -24,7 +24,8 @@ Two implementations of the recurrence compute the same numbers:
 
 * ``impl="reference"``: :func:`onlstm_step` applied step by step with autograd. Read this one.
 * ``impl="fast"`` (default): the same recurrence as one hand-written autograd node per layer
-  (:mod:`treernn.encoders.onlstm_fast`, tested equal to the reference).
+  (:mod:`treernn.encoders.onlstm_fast`, tested equal to the reference), its per-step products on
+  the GEMM backend ``gemm_backend`` (:mod:`treernn.encoders.gemm`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from treernn.encoders.base import (
     check_dropout,
     last_real_step,
 )
+from treernn.encoders.gemm import GemmBackend, check_backend
 from treernn.encoders.onlstm_fast import fast_recurrence
 from treernn.errors import ConfigValueError
 
@@ -192,7 +194,9 @@ class ONLSTMEncoder(Encoder):
 
     Locked (variational) dropout ``dropout`` is applied to every layer's output except the last,
     as in the authors' ``ONLSTMStack``; ``weight_drop`` is DropConnect on the recurrent weights.
-    ``impl`` picks the recurrence: ``"fast"`` (default) or the step-by-step ``"reference"``.
+    ``impl`` picks the recurrence: ``"fast"`` (default) or the step-by-step ``"reference"``;
+    ``gemm_backend`` the library of the fast recurrence's per-step products
+    (:mod:`treernn.encoders.gemm`: ``auto`` probes MKL, oneDNN and aten once per shape).
     """
 
     tree_signal_kind = "distances"
@@ -207,6 +211,7 @@ class ONLSTMEncoder(Encoder):
         weight_drop: float = 0.0,
         output_size: int | None = None,
         impl: Literal["fast", "reference"] = "fast",
+        gemm_backend: GemmBackend = "auto",
     ) -> None:
         super().__init__()
         if num_layers < 1:
@@ -221,6 +226,7 @@ class ONLSTMEncoder(Encoder):
         self.num_layers = num_layers
         self.chunk_size = chunk_size
         self.impl = impl
+        self.gemm_backend = check_backend(gemm_backend)
         sizes = [input_size] + [hidden_size] * (num_layers - 1) + [self.output_size]
         self.layers = nn.ModuleList(
             ONLSTMLayer(sizes[i], sizes[i + 1], chunk_size, weight_drop) for i in range(num_layers)
@@ -258,7 +264,7 @@ class ONLSTMEncoder(Encoder):
                 # Both biases are constant over time: fold b_hh into the input projection.
                 input_gates = F.linear(layer_input, layer.ih.weight, layer.ih.bias + layer.hh.bias)
                 outputs, h, c, forget_distance, input_distance = fast_recurrence(
-                    input_gates, weight, h0, c0, step_mask, layer.chunk_size
+                    input_gates, weight, h0, c0, step_mask, layer.chunk_size, self.gemm_backend
                 )
             else:
                 input_gates = F.linear(layer_input, layer.ih.weight, layer.ih.bias)  # (T, B, G)

@@ -11,7 +11,9 @@ only makes them fast, without changing a single floating-point operation's resul
   depend on the incoming gradient for all steps at once, walks the steps once in reverse for the
   rest, and computes the recurrent weight gradient as one (G, T*B) x (T*B, H) product instead of
   one rank-B update per step;
-* on CPU with MKL the per-step products use MKL's packed GEMM (the weight is packed once per call).
+* the per-step products run on the GEMM backend of :mod:`treernn.encoders.gemm` (on x86 CPUs
+  MKL's or oneDNN's packed GEMM, whichever is faster here at the shape; the weight is packed once
+  per call), ``aten`` elsewhere (CUDA, float64).
 
 Without autograd (``torch.no_grad``, parsing) the forward loop saves nothing.
 """
@@ -22,53 +24,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-
-def _mkl_packed_gemm_works() -> bool:
-    """Whether this torch build has MKL's packed GEMM ops (x86 CPU builds with MKL do)."""
-    try:
-        weight, x = torch.ones(3, 2), torch.ones(1, 2)
-        packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, 1)
-        return bool(torch.ops.mkl._mkl_linear(x, packed, weight, None, 1).eq(2).all())
-    except (AttributeError, RuntimeError):
-        return False
-
-
-#: Use MKL's packed GEMM for the per-step products on CPU (set False to use plain addmm).
-USE_MKL_PACKED_GEMM = _mkl_packed_gemm_works()
-
-
-class _StepMatmul:
-    """``x @ matrix.T`` for the T small (B, K) products of one recurrence with a fixed matrix.
-
-    On CPU with MKL the matrix is packed once per call into MKL's GEMM layout, which makes each
-    (B, K) x (K, N) product about 1.5-2x faster than ``addmm`` at the paper size; elsewhere it is
-    ``addmm``. matrix: (N, K).
-    """
-
-    def __init__(self, matrix: Tensor, batch: int) -> None:
-        self.matrix = matrix
-        self.batch = batch
-        self.packed = None
-        if (
-            USE_MKL_PACKED_GEMM
-            and matrix.device.type == "cpu"
-            and matrix.dtype == torch.float32
-            and batch > 0
-        ):
-            self.matrix = matrix.contiguous()
-            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.matrix, batch)
-
-    def addmm(self, added: Tensor, x: Tensor, out: Tensor | None = None) -> Tensor:
-        """``added + x @ matrix.T`` with x (B, K) and added (B, N)."""
-        if self.packed is None:
-            return torch.addmm(added, x, self.matrix.t(), out=out)
-        product = torch.ops.mkl._mkl_linear(x, self.packed, self.matrix, None, self.batch)
-        return torch.add(added, product, out=out)
-
-    def mm(self, x: Tensor) -> Tensor:
-        if self.packed is None:
-            return x @ self.matrix.t()
-        return torch.ops.mkl._mkl_linear(x, self.packed, self.matrix, None, self.batch)
+from treernn.encoders.gemm import PackedLinear
 
 
 def _fast_forward(
@@ -79,6 +35,7 @@ def _fast_forward(
     step_mask: Tensor | None,
     chunk_size: int,
     save_for_backward: bool,
+    gemm_backend: str = "auto",
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Tensor]]:
     """The forward loop of :class:`ONLSTMRecurrence`, writing every step into preallocated buffers.
 
@@ -90,7 +47,7 @@ def _fast_forward(
     hidden = weight.size(1)
     n_chunk = hidden // chunk_size
     shape = (batch, n_chunk, chunk_size)
-    recurrent = _StepMatmul(weight, batch)  # h (B, H) -> h @ weight.T (B, G)
+    recurrent = PackedLinear(weight, batch, gemm_backend)  # h (B, H) -> h @ weight.T (B, G)
     # Carried states: hs[t] and cs[t] are the state before step t, hs[T] and cs[T] the last one.
     hs = input_gates.new_empty(steps + 1, batch, hidden)
     cs = input_gates.new_empty(steps + 1, batch, hidden)
@@ -155,16 +112,18 @@ class ONLSTMRecurrence(torch.autograd.Function):
     :func:`reference_recurrence`).
 
     Inputs: input_gates (T, B, G) holding W_ih x + b_ih + b_hh, weight (G, H) the DropConnect-ed
-    recurrent weight, h0 and c0 (B, H), step_mask (T, B) bool or None, chunk_size.
+    recurrent weight, h0 and c0 (B, H), step_mask (T, B) bool or None, chunk_size, gemm_backend
+    (the per-step products' backend, :mod:`treernn.encoders.gemm`).
     Outputs: outputs (T, B, H), h_last, c_last (B, H), distances (T, B, 2) = (input, forget).
     """
 
     @staticmethod
-    def forward(ctx, input_gates, weight, h0, c0, step_mask, chunk_size):  # type: ignore[override]
+    def forward(ctx, input_gates, weight, h0, c0, step_mask, chunk_size, gemm_backend="auto"):  # type: ignore[override]
         outputs, h_last, c_last, distances, saved = _fast_forward(
-            input_gates, weight, h0, c0, step_mask, chunk_size, save_for_backward=True
+            input_gates, weight, h0, c0, step_mask, chunk_size, True, gemm_backend
         )
         ctx.chunk_size = chunk_size
+        ctx.gemm_backend = gemm_backend
         ctx.save_for_backward(weight, step_mask, *saved.values())
         # Outputs must not be views of the saved buffers (an in-place change would corrupt them).
         if step_mask is None:
@@ -180,7 +139,9 @@ class ONLSTMRecurrence(torch.autograd.Function):
         hidden = weight.size(1)
         n_chunk = hidden // chunk_size
         shape = (batch, n_chunk, chunk_size)
-        to_hidden = _StepMatmul(weight.t(), batch)  # (B, G) -> (B, H): grad_row @ weight
+        to_hidden = PackedLinear(
+            weight.t(), batch, ctx.gemm_backend
+        )  # (B, G) -> (B, H): grad_row @ weight
         full = (steps, batch, n_chunk, chunk_size)
 
         # Everything that does not depend on the incoming gradient, for all steps at once (large
@@ -283,6 +244,7 @@ class ONLSTMRecurrence(torch.autograd.Function):
             grad_c if ctx.needs_input_grad[3] else None,
             None,
             None,
+            None,
         )
 
 
@@ -293,20 +255,29 @@ def fast_recurrence(
     c0: Tensor,
     step_mask: Tensor | None,
     chunk_size: int,
+    gemm_backend: str = "auto",
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The results of :func:`reference_recurrence`, computed by :class:`ONLSTMRecurrence` (or by
     its forward loop alone when no gradient is needed). ``input_gates`` (T, B, G) already holds
-    the recurrent bias too (it is constant over time, so it folds into the input projection)."""
+    the recurrent bias too (it is constant over time, so it folds into the input projection).
+    ``gemm_backend`` names the per-step products' backend (:mod:`treernn.encoders.gemm`)."""
     needs_grad = torch.is_grad_enabled() and any(
         tensor.requires_grad for tensor in (input_gates, recurrent_weight, h0, c0)
     )
     if needs_grad:
         outputs, h, c, distances = ONLSTMRecurrence.apply(
-            input_gates.contiguous(), recurrent_weight, h0, c0, step_mask, chunk_size
+            input_gates.contiguous(), recurrent_weight, h0, c0, step_mask, chunk_size, gemm_backend
         )
     else:
         with torch.no_grad():
             outputs, h, c, distances, _ = _fast_forward(
-                input_gates.contiguous(), recurrent_weight, h0, c0, step_mask, chunk_size, False
+                input_gates.contiguous(),
+                recurrent_weight,
+                h0,
+                c0,
+                step_mask,
+                chunk_size,
+                False,
+                gemm_backend,
             )
     return outputs, h, c, distances[..., 1], distances[..., 0]

@@ -1,0 +1,192 @@
+"""Which library runs the recurrences' many small matrix products, chosen once per shape.
+
+A recurrence multiplies the same weight by a small (B, K) block once per step, T times per call.
+On x86 CPUs torch ships two packed-weight GEMMs for that pattern, and which one is faster depends
+on the CPU (and on the shape): MKL's (``torch.ops.mkl._mkl_linear``) and oneDNN's
+(``torch.ops.mkldnn._linear_pointwise`` on a weight reordered by
+``torch.ops.mkldnn._reorder_linear_weight``; oneDNN is also what ``nn.LSTM`` runs on CPU).
+:class:`PackedLinear` packs a weight once for one backend and then computes ``x @ weight.T``
+(optionally plus an added tensor) per step.
+
+Backends (the ``gemm_backend`` option of the encoders, or the environment variable
+``TREERNN_GEMM_BACKEND``, which is read when the option is ``"auto"``):
+
+* ``"auto"`` (default): on CPU in float32, the fastest of ``mkl``, ``onednn`` and ``aten`` at the
+  shape (batch, in_features, out_features), measured by a short probe (a few hundred products)
+  the first time the shape is seen in a process, cached and logged (``treernn.encoders.gemm``);
+* ``"mkl"``, ``"onednn"``: forced, where the build and dtype allow it;
+* ``"aten"``: plain ``torch.addmm`` (no packing).
+
+Everything that the packed GEMMs cannot do runs on ``aten``: CUDA and other devices, float64
+(so the float64 equivalence tests always compare exact aten products), and bf16 where oneDNN has
+no bf16 kernel for this CPU (it needs AVX512BW/VL/DQ or AVX-NE-CONVERT). The three backends agree
+to float32 rounding (they sum the K products in different orders), so the choice changes results
+at the 1e-6 level only; a run that needs bitwise repeatability across machines forces one backend.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from treernn.errors import ConfigValueError
+
+log = logging.getLogger(__name__)
+
+GemmBackend = Literal["auto", "mkl", "onednn", "aten"]
+BACKENDS: tuple[str, ...] = ("auto", "mkl", "onednn", "aten")
+ENV_VAR = "TREERNN_GEMM_BACKEND"
+
+#: (backend, batch, in_features, out_features, dtype, threads) -> chosen backend, per process
+_CHOICES: dict[tuple, str] = {}
+
+
+def check_backend(name: str) -> str:
+    """``name`` if it is a backend name; a one-line error naming the option otherwise."""
+    if name not in BACKENDS:
+        raise ConfigValueError(f"gemm_backend={name!r} is not one of {', '.join(BACKENDS)}.")
+    return name
+
+
+@functools.cache
+def mkl_available() -> bool:
+    """Whether this torch build has MKL's packed GEMM ops (x86 CPU builds with MKL do)."""
+    try:
+        weight, x = torch.ones(3, 2), torch.ones(1, 2)
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, 1)
+        return bool(torch.ops.mkl._mkl_linear(x, packed, weight, None, 1).eq(2).all())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+@functools.cache
+def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether oneDNN's packed linear runs here in ``dtype`` (float32, or bfloat16 on CPUs with
+    oneDNN bf16 support)."""
+    if dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        weight, x = torch.ones(3, 2, dtype=dtype), torch.ones(1, 2, dtype=dtype)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+        result = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+        return bool(result.eq(2).all())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def candidates(device: torch.device, dtype: torch.dtype) -> list[str]:
+    """The backends that can run products of this device and dtype (``aten`` always can)."""
+    if device.type != "cpu":
+        return ["aten"]
+    names = []
+    if dtype == torch.float32 and mkl_available():
+        names.append("mkl")
+    if onednn_available(dtype):
+        names.append("onednn")
+    return names + ["aten"]
+
+
+def resolve(
+    requested: str,
+    batch: int,
+    in_features: int,
+    out_features: int,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> str:
+    """The backend that runs (batch, in_features) x (in_features, out_features) products.
+
+    ``requested`` is a :data:`BACKENDS` name; ``"auto"`` defers to ``TREERNN_GEMM_BACKEND`` when
+    it is set, else to a probe (cached per shape). A forced backend that cannot run this device
+    and dtype falls back to ``aten``.
+    """
+    requested = check_backend(requested)
+    if requested == "auto":
+        requested = check_backend(os.environ.get(ENV_VAR, "auto") or "auto")
+    usable = candidates(device, dtype)
+    if requested != "auto":
+        return requested if requested in usable else "aten"
+    if len(usable) == 1 or batch <= 0:
+        return usable[0]
+    key = (batch, in_features, out_features, dtype, torch.get_num_threads())
+    if key not in _CHOICES:
+        _CHOICES[key] = _probe(usable, batch, in_features, out_features, dtype)
+    return _CHOICES[key]
+
+
+def _probe(usable: list[str], batch: int, in_features: int, out_features: int, dtype) -> str:
+    """Time each backend at this shape (rounds taken in turn, best round kept, so that load from
+    other processes hits them alike) and return the fastest; log the figures."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(out_features, in_features, generator=generator).to(dtype)
+    x = torch.randn(batch, in_features, generator=generator).to(dtype)
+    added = torch.randn(batch, out_features, generator=generator).to(dtype)
+    linears = {name: PackedLinear(weight, batch, name) for name in usable}
+    flops = 2.0 * batch * in_features * out_features
+    # about 2 ms a round at 20 GFLOP/s, at least 2 products
+    calls = max(2, min(50, int(4e7 / flops)))
+    best = dict.fromkeys(usable, float("inf"))
+    with torch.no_grad():
+        for linear in linears.values():
+            linear.addmm(added, x)  # warm-up (first-call set-up, caches)
+        for _ in range(5):
+            for name, linear in linears.items():
+                start = time.perf_counter()
+                for _ in range(calls):
+                    linear.addmm(added, x)
+                best[name] = min(best[name], (time.perf_counter() - start) / calls)
+    choice = min(best, key=best.get)
+    figures = ", ".join(f"{name} {flops / best[name] / 1e9:.0f}" for name in usable)
+    log.info(
+        "GEMM backend for (%d x %d) @ (%d x %d) %s, %d threads: %s (GFLOP/s: %s)",
+        batch, in_features, in_features, out_features, str(dtype).replace("torch.", ""),
+        torch.get_num_threads(), choice, figures,
+    )  # fmt: skip
+    return choice
+
+
+class PackedLinear:
+    """``x @ weight.T`` and ``added + x @ weight.T`` for many (batch, K) blocks ``x`` and one
+    weight (N, K), with the weight packed once for the chosen backend.
+
+    Build one per recurrence call (DropConnect gives each call its own weight). The weight is used
+    as it is (no autograd through this object: the callers' backward passes are written by hand).
+    """
+
+    def __init__(self, weight: Tensor, batch: int, backend: str = "auto") -> None:
+        out_features, in_features = weight.shape
+        self.backend = resolve(
+            backend, batch, in_features, out_features, weight.device, weight.dtype
+        )
+        self.batch = batch
+        self.weight = weight
+        self.packed = None
+        if self.backend == "mkl":
+            self.weight = weight.contiguous()
+            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, batch)
+        elif self.backend == "onednn":
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), batch)
+
+    def mm(self, x: Tensor) -> Tensor:
+        """``x @ weight.T``: x (B, K) -> (B, N)."""
+        if self.backend == "mkl":
+            return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, None, self.batch)
+        if self.backend == "onednn":
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+        return x @ self.weight.t()
+
+    def addmm(self, added: Tensor, x: Tensor, out: Tensor | None = None) -> Tensor:
+        """``added + x @ weight.T`` with x (B, K) and added (B, N), written to ``out`` if given."""
+        if self.backend == "aten":
+            return torch.addmm(added, x, self.weight.t(), out=out)
+        if self.backend == "onednn":
+            # oneDNN adds ``added`` inside the GEMM (a fused post-op)
+            result = torch.ops.mkldnn._linear_pointwise.binary(x, added, self.packed, None, "add")
+            return result if out is None else out.copy_(result)
+        return torch.add(added, self.mm(x), out=out)
