@@ -1,4 +1,4 @@
-"""Benchmark the recurrent encoders against ``torch.nn.LSTM`` (issue 6).
+"""Benchmark the recurrent encoders against ``torch.nn.LSTM`` (issues 6 and 15).
 
 In one run, times training steps (forward + backward) and inference of
 
@@ -7,12 +7,22 @@ In one run, times training steps (forward + backward) and inference of
 * ``ON-LSTM fast``: ``ONLSTMEncoder(impl="fast")``, the default;
 * ``ON-LSTM ref``: ``ONLSTMEncoder(impl="reference")``, the readable step-by-step cell;
 
-for the recurrent stack alone and for a full language-model step (10k embedding, the stack, a tied
+(``ON-LSTM fast:mkl``, ``:onednn``, ``:aten`` force the per-step GEMM backend of
+``treernn.encoders.gemm``; plain ``ON-LSTM fast`` lets it probe) for the recurrent stack alone and
+for a full language-model step (10k embedding, the stack, a tied
 decoder, 10k softmax and cross-entropy), at the paper size (400-1150-1150-400, chunk 10, batch 20,
 BPTT 70) and a small size (one layer of 256, chunk 8, batch 32, BPTT 35). Prints tokens per second
 (median over steps after warm-up; models take turns step by step so that load from other
 processes hits them alike), the ratio to nn.LSTM from the same run, peak memory of one step, the
-thread count, and a table of how the cost grows with sequence length, batch and hidden size.
+achieved GFLOP/s and its fraction of the machine's GEMM roofline, and a table of how the cost grows
+with sequence length, batch and hidden size.
+
+First it prints the machine: CPU model, the ISA flags that matter (avx2, avx512f, avx512_bf16,
+amx), torch's CPU capability, threads and load, and the GEMM roofline: GFLOP/s of MKL's packed
+GEMM, oneDNN's packed linear and plain aten ``addmm`` at each model's per-step shapes (B, K) x
+(K, N), the best round of several taken in turn. "of roofline" = the model's achieved GFLOP/s
+(its matrix-product FLOPs per token, counted below, times tokens/s) over the best backend's rate at
+its recurrent shape (B, H) x (H, gates): an upper bound a step-by-step recurrence cannot pass.
 
     python scripts/benchmark_recurrence.py            # full run
     python scripts/benchmark_recurrence.py --quick    # about two minutes on 2 CPU cores
@@ -36,6 +46,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from treernn.encoders import gemm  # noqa: E402
 from treernn.encoders.onlstm import ONLSTMEncoder  # noqa: E402
 
 try:
@@ -103,8 +114,42 @@ def build_stack(model: str, size: Size, dropout: float, weight_drop: float) -> n
         return NNLSTMStack(size)
     if model == "LSTMEncoder":
         return EncoderStack(LSTMEncoder(**common))
-    impl = "fast" if model == "ON-LSTM fast" else "reference"
-    return EncoderStack(ONLSTMEncoder(chunk_size=size.chunk_size, impl=impl, **common))
+    name, _, backend = model.partition(":")
+    impl = "fast" if name == "ON-LSTM fast" else "reference"
+    encoder = ONLSTMEncoder(
+        chunk_size=size.chunk_size, impl=impl, gemm_backend=backend or "auto", **common
+    )
+    return EncoderStack(encoder)
+
+
+def layer_sizes(size: Size) -> list[tuple[int, int]]:
+    """(input, hidden) of each layer."""
+    sizes = [size.input_size] + [size.hidden_size] * (size.num_layers - 1) + [size.output_size]
+    return list(zip(sizes[:-1], sizes[1:]))
+
+
+def num_gates(model: str, hidden: int, chunk_size: int) -> int:
+    return (
+        4 * hidden
+        if "LSTM" in model and "ON-LSTM" not in model
+        else 4 * hidden + 2 * (hidden // chunk_size)
+    )
+
+
+def flops_per_token(model: str, size: Size, part: str, mode: str) -> float:
+    """Matrix-product FLOPs per token: 2 (I + H) G per layer forward (input and recurrent
+    products), 3x that for a training step (forward, input gradient, weight gradient); the LM
+    adds its tied decoder (2 E V, 3x in training). Elementwise work is not counted."""
+    total = sum(2.0 * (i + h) * num_gates(model, h, size.chunk_size) for i, h in layer_sizes(size))
+    if part == "lm":
+        total += 2.0 * size.output_size * VOCAB_SIZE
+    return total * (3 if mode == "train" else 1)
+
+
+def recurrent_shape(model: str, size: Size) -> tuple[int, int, int]:
+    """The widest per-step product (B, H) x (H, G) of the model at this size."""
+    hidden = size.hidden_size
+    return size.batch, hidden, num_gates(model, hidden, size.chunk_size)
 
 
 class LanguageModel(nn.Module):
@@ -199,7 +244,88 @@ def peak_memory_bytes(step: Callable[[], None], device: torch.device) -> int:
     return peak
 
 
-def benchmark_size(args: argparse.Namespace, size: Size, device: torch.device) -> list[dict]:
+def cpu_description() -> str:
+    """CPU model, the ISA flags that matter here, torch's CPU capability."""
+    model, flags = "unknown CPU", set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_ne_convert")
+    present = [flag for flag in wanted if flag in flags]
+    present += sorted(flag for flag in flags if flag.startswith("amx"))
+    absent = [flag for flag in ("avx512f", "avx512_bf16", "amx_bf16") if flag not in flags]
+    return (
+        f"CPU {model}, {os.cpu_count()} CPUs visible; flags: {' '.join(present) or 'none'}"
+        f" (absent: {' '.join(absent) or 'none'}); torch CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}; oneDNN bf16 "
+        f"{'yes' if gemm.onednn_available(torch.bfloat16) else 'no'}"
+    )
+
+
+def load_description() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
+
+
+def gemm_rates(shape: tuple[int, int, int], device: torch.device, rounds: int) -> dict[str, float]:
+    """GFLOP/s of each backend for (B, K) x (K, N) products with a packed (N, K) weight."""
+    batch, inner, outer = shape
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(outer, inner, generator=generator).to(device)
+    x = torch.randn(batch, inner, generator=generator).to(device)
+    linears = {
+        name: gemm.PackedLinear(weight, batch, name) for name in gemm.candidates(device, x.dtype)
+    }
+    flops = 2.0 * batch * inner * outer
+    calls = max(2, min(100, int(2e8 / flops)))
+    best = dict.fromkeys(linears, float("inf"))
+    with torch.no_grad():
+        for linear in linears.values():
+            linear.mm(x)
+        for _ in range(rounds):
+            for name, linear in linears.items():
+                synchronize(device)
+                start = time.perf_counter()
+                for _ in range(calls):
+                    linear.mm(x)
+                synchronize(device)
+                best[name] = min(best[name], (time.perf_counter() - start) / calls)
+    return {name: flops / seconds / 1e9 for name, seconds in best.items()}
+
+
+def roofline(args: argparse.Namespace, sizes: list[Size], device: torch.device) -> dict:
+    """Print and return {(B, K, N): {backend: GFLOP/s}} at every model's per-step shapes."""
+    shapes: dict[tuple[int, int, int], str] = {}
+    for size in sizes:
+        for model in ("nn.LSTM", "ON-LSTM fast"):
+            batch, hidden, gates = recurrent_shape(model, size)
+            shapes.setdefault((batch, hidden, gates), f"{size.name} {model} h @ W_hh")
+            if model == "ON-LSTM fast":
+                shapes.setdefault((batch, gates, hidden), f"{size.name} ON-LSTM backward")
+                first = num_gates(model, size.hidden_size, size.chunk_size)
+                shapes.setdefault(
+                    (batch * size.bptt, size.input_size, first), f"{size.name} input projection"
+                )
+    print("\nGEMM roofline (GFLOP/s, best of rounds taken in turn; (B x K) @ (K x N))")
+    names = gemm.candidates(device, torch.float32)
+    print(f"{'shape':32s} {'B':>5} {'K':>5} {'N':>5} " + " ".join(f"{n:>7s}" for n in names))
+    table = {}
+    for shape, label in shapes.items():
+        table[shape] = gemm_rates(shape, device, 3 if args.quick else 7)
+        rates = " ".join(f"{table[shape][n]:7.1f}" for n in names)
+        print(f"{label:32s} {shape[0]:5d} {shape[1]:5d} {shape[2]:5d} {rates}", flush=True)
+    print(load_description())
+    return table
+
+
+def benchmark_size(
+    args: argparse.Namespace, size: Size, device: torch.device, rooflines: dict
+) -> list[dict]:
     rows = []
     available = [m for m in args.models.split(",") if m != "LSTMEncoder" or LSTMEncoder is not None]
     for part in args.parts.split(","):
@@ -219,9 +345,12 @@ def benchmark_size(args: argparse.Namespace, size: Size, device: torch.device) -
                 rate = tokens / statistics.median(times[name])
                 skip_memory = args.no_memory or (args.quick and mode == "infer")
                 memory = None if skip_memory else peak_memory_bytes(steps[name], device)
+                gflops = rate * flops_per_token(name, size, part, mode) / 1e9
+                peak = max(rooflines.get(recurrent_shape(name, size), {}).values(), default=0.0)
                 rows.append(
                     dict(size=size.name, part=part, mode=mode, model=name, tokens_per_s=rate,
-                         ratio=rate / baseline, memory=memory)
+                         ratio=rate / baseline, memory=memory, gflops=gflops,
+                         fraction=gflops / peak if peak else None)
                 )  # fmt: skip
                 print(format_row(rows[-1]), flush=True)
     return rows
@@ -229,9 +358,11 @@ def benchmark_size(args: argparse.Namespace, size: Size, device: torch.device) -
 
 def format_row(row: dict) -> str:
     memory = "-" if row["memory"] is None else f"{row['memory'] / 2**20:9.1f}"
+    fraction = "-" if row["fraction"] is None else f"{row['fraction']:.2f}"
     return (
-        f"{row['size']:6s} {row['part']:6s} {row['mode']:6s} {row['model']:13s} "
-        f"{row['tokens_per_s']:11.0f} {row['ratio']:7.2f} {memory:>10s}"
+        f"{row['size']:6s} {row['part']:6s} {row['mode']:6s} {row['model']:19s} "
+        f"{row['tokens_per_s']:11.0f} {row['ratio']:7.2f} {memory:>10s} {row['gflops']:8.1f} "
+        f"{fraction:>8s}"
     )
 
 
@@ -295,10 +426,14 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--device cuda: no CUDA device is available; use --device cpu.")
 
     started = time.perf_counter()
+    print(cpu_description() if device.type == "cpu" else torch.cuda.get_device_name(device))
     print(
         f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
-        f"load average {os.getloadavg()[0]:.2f}, warm-up {args.warmup}, timed steps {args.repeats}"
+        f"{load_description()}, warm-up {args.warmup}, timed steps {args.repeats}"
     )
+    sizes = {"paper": PAPER, "small": SMALL}
+    chosen = [sizes[name] for name in args.sizes.split(",")]
+    rooflines = roofline(args, chosen, device)
     if LSTMEncoder is None:
         print("treernn.encoders.lstm.LSTMEncoder not importable: skipped")
     print(
@@ -307,15 +442,14 @@ def main(argv: list[str] | None = None) -> None:
         "allocated during one step."
     )
     print(
-        f"{'size':6s} {'part':6s} {'mode':6s} {'model':13s} {'tokens/s':>11s} {'ratio':>7s} "
-        f"{'peak MiB':>10s}"
+        f"{'size':6s} {'part':6s} {'mode':6s} {'model':19s} {'tokens/s':>11s} {'ratio':>7s} "
+        f"{'peak MiB':>10s} {'GFLOP/s':>8s} {'of roof':>8s}"
     )
-    sizes = {"paper": PAPER, "small": SMALL}
-    for name in args.sizes.split(","):
-        benchmark_size(args, sizes[name], device)
+    for size in chosen:
+        benchmark_size(args, size, device, rooflines)
     if not args.no_scaling:
         scaling_table(args, device)
-    print(f"\ndone in {time.perf_counter() - started:.0f} s, load average {os.getloadavg()[0]:.2f}")
+    print(f"\ndone in {time.perf_counter() - started:.0f} s, {load_description()}")
 
 
 if __name__ == "__main__":
