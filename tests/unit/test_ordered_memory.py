@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from treernn.encoders import ordered_memory_fused
+from treernn.encoders import gemm, ordered_memory_fused
 from treernn.encoders.ordered_memory import (
     GatedRecursiveCell,
     OrderedMemoryEncoder,
@@ -413,3 +413,46 @@ def test_bf16_autocast_trains_and_stays_close_to_fp32():
     reference = OrderedMemoryEncoder(16, 32, memory_slots=5, fused=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert reference(x, mask).hidden.dtype == torch.float32
+
+
+@pytest.mark.parametrize("backend", ["mkl", "onednn"])
+def test_fused_path_per_gemm_backend_float32(backend, monkeypatch):
+    """Each packed-GEMM backend forced for the slot chain's products (float32, training, with
+    dropout and padding) against the aten products: the same outputs, attention and gradients to
+    float32 rounding (1e-5); and in eval against the readable reference to 1e-5."""
+    if backend not in gemm.candidates(torch.device("cpu"), torch.float32):
+        pytest.skip(f"this torch build cannot run the {backend} packed GEMM")
+    fused, reference = fused_and_reference(memory_slots=4)
+    fused, reference = fused.float(), reference.float()
+    x = torch.randn(5, 9, 5)
+    mask = torch.arange(9)[None] < torch.tensor([[9], [6], [2], [1], [8]])
+    close = {"atol": 1e-5, "rtol": 1e-5}
+    for training in (True, False):
+        fused.train(training)
+        reference.train(training)
+        runs = {}
+        for name in ("aten", backend):
+            monkeypatch.setenv(gemm.ENV_VAR, name)
+            runs[name] = run_with_gradients(fused, x, mask, seed=3, memory_in_loss=False)
+        if not training:
+            monkeypatch.setenv(gemm.ENV_VAR, "aten")
+            runs["reference"] = run_with_gradients(reference, x, mask, seed=3, memory_in_loss=False)
+        (out_a, grad_x_a, grads_a), *others = runs.values()
+        for out_b, grad_x_b, grads_b in others:
+            torch.testing.assert_close(out_b.hidden, out_a.hidden, **close)
+            torch.testing.assert_close(out_b.tree_signal.values, out_a.tree_signal.values, **close)
+            torch.testing.assert_close(grad_x_b, grad_x_a, **close)
+            for name, gradient in grads_a.items():
+                torch.testing.assert_close(grads_b[name], gradient, **close, msg=name)
+
+
+def test_slot_chain_operands_pack_only_where_a_packed_gemm_runs(monkeypatch):
+    weights = torch.randn(24, 6), torch.randn(24, 24), torch.randn(24)
+    for name in ("mkl", "onednn", "aten"):
+        monkeypatch.setenv(gemm.ENV_VAR, name)
+        packed = ordered_memory_fused.slot_chain_operands(*weights, torch.float32, batch=4)[-1]
+        usable = name in gemm.candidates(torch.device("cpu"), torch.float32) and name != "aten"
+        assert (packed is not None) == usable
+        assert (
+            ordered_memory_fused.slot_chain_operands(*weights, torch.float64, batch=4)[-1] is None
+        )

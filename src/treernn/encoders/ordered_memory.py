@@ -68,6 +68,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from treernn.encoders.base import Encoder, EncoderOutput, TreeSignal, check_dropout
+from treernn.encoders.gemm import GemmBackend, check_backend
 from treernn.encoders.ordered_memory_fused import fused_ordered_memory
 from treernn.errors import ConfigValueError
 
@@ -193,10 +194,12 @@ class OrderedMemoryRecurrence(nn.Module):
         dropout: float = 0.0,
         memory_dropout: float = 0.0,
         fused: bool = True,
+        gemm_backend: str = "auto",
     ) -> None:
         super().__init__()
         self.hidden_size = hidden_size
         self.fused = fused
+        self.gemm_backend = check_backend(gemm_backend)
         self.memory_dropout = memory_dropout
         self.input_projection = nn.Linear(input_size, hidden_size)  # W, b of eq. (1)
         self.layer_norm = nn.LayerNorm(hidden_size)  # LN of eq. (1), shared with the cell
@@ -323,6 +326,8 @@ class OrderedMemoryEncoder(Encoder):
     ``fused`` (default True) runs :mod:`treernn.encoders.ordered_memory_fused` (only the slots
     that can be pointed at, the hand-written backward pass of the slot chain, bf16 matrix products
     under autocast); False runs the readable reference, Algorithm 1 as written (fp32).
+    ``gemm_backend`` (fused path only): the library of the slot chain's per-slot products
+    (:mod:`treernn.encoders.gemm`; ``auto`` probes MKL, oneDNN and aten once per shape).
     """
 
     tree_signal_kind = "attention"  # trees by Algorithm 2
@@ -343,6 +348,7 @@ class OrderedMemoryEncoder(Encoder):
         bidirectional: bool = False,
         padding_side: Literal["right", "left"] = "right",
         fused: bool = True,
+        gemm_backend: GemmBackend = "auto",
     ) -> None:
         super().__init__()
         if num_layers != 1:
@@ -375,10 +381,12 @@ class OrderedMemoryEncoder(Encoder):
         self.output_dropout = output_dropout
         self.bidirectional = bidirectional
         self.forward_memory = OrderedMemoryRecurrence(
-            input_size, hidden_size, dropout, memory_dropout, fused
+            input_size, hidden_size, dropout, memory_dropout, fused, gemm_backend
         )
         self.backward_memory = (
-            OrderedMemoryRecurrence(input_size, hidden_size, dropout, memory_dropout, fused)
+            OrderedMemoryRecurrence(
+                input_size, hidden_size, dropout, memory_dropout, fused, gemm_backend
+            )
             if bidirectional
             else None
         )

@@ -13,6 +13,9 @@ This module computes the same function (tests compare the two in float64) faster
 * Rows are processed longest first, so the rows still reading tokens (right padding) or already
   reading them (left padding) are a prefix of the batch and padded rows cost nothing; a padded
   step never changes a row's state, so left and right padding give the same results.
+* The per-slot products of the chain run on the GEMM backend of :mod:`treernn.encoders.gemm`
+  (``gemm_backend``: MKL's or oneDNN's packed GEMM on x86 CPUs in fp32, whichever is faster here,
+  the weights packed once per forward; plain ``addmm`` / ``mm`` on aten otherwise).
 * The cell's first layer is split into its ``left`` and ``right`` halves; the ``right`` half,
   which reads the memory, runs for all slots of a step as one matrix product.
 * The chain of eqs. (6)-(7) over a step's slots, which must run slot after slot, is one autograd
@@ -45,6 +48,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from treernn.encoders import gemm
 
 if TYPE_CHECKING:  # the model file imports this module; no import cycle at run time
     from treernn.encoders.ordered_memory import OrderedMemoryRecurrence, OrderedMemoryState
@@ -139,7 +144,12 @@ def _scheduled_forward(
         hidden_mask = cell_masks[1]  # (B, 4H)
     norm = recurrence.layer_norm
     operands = slot_chain_operands(
-        weight_left, cell.second_layer.weight, cell.second_layer.bias, gemm_dtype or x.dtype
+        weight_left,
+        cell.second_layer.weight,
+        cell.second_layer.bias,
+        gemm_dtype or x.dtype,
+        batch=batch_size,
+        gemm_backend=getattr(recurrence, "gemm_backend", "auto"),
     )
 
     # Indexing a tensor step by step makes autograd write a full-size zero gradient per index
@@ -274,13 +284,20 @@ def _linear(
 
 # ----------------------------------------------------------------------------- the slot chain
 def slot_chain_operands(
-    weight_left: Tensor, weight_second: Tensor, bias_second: Tensor, dtype: torch.dtype
+    weight_left: Tensor,
+    weight_second: Tensor,
+    bias_second: Tensor,
+    dtype: torch.dtype,
+    batch: int = 0,
+    gemm_backend: str = "auto",
 ) -> tuple:
     """What :func:`slot_chain` multiplies by, detached and cast to ``dtype`` once: W_left^T, W2^T
     and b2 for the forward, W2 and W_left for the backward. Their dtype sets the precision of the
-    matrix products."""
+    matrix products. The last entry holds the four per-slot products packed for a packed-GEMM
+    backend (:mod:`treernn.encoders.gemm`, chosen at ``batch`` rows; rows may be fewer), or None
+    where the backend is aten (then the products are ``torch.addmm`` / ``torch.mm``)."""
     weight_left, weight_second = weight_left.detach(), weight_second.detach()
-    return tuple(
+    operands = tuple(
         matrix.to(dtype).contiguous()
         for matrix in (
             weight_left.t(),
@@ -290,6 +307,15 @@ def slot_chain_operands(
             weight_left,
         )
     )
+    left_t, second_t, _, second, left = operands
+    width = second.size(0)
+    backend = gemm.resolve(gemm_backend, batch, width, width, second.device, second.dtype)
+    packed = None
+    if backend != "aten":
+        packed = tuple(  # left @ W_left^T, hidden @ W2^T; backward: grad @ W2, grad @ W_left
+            gemm.PackedLinear(matrix, batch, backend) for matrix in (left, second, second_t, left_t)
+        )
+    return (*operands, packed)
 
 
 def slot_chain(
@@ -406,6 +432,7 @@ def _slot_chain_forward(
     """The forward loop; returns the candidates (rows, width, H) and, if ``save``, what the
     backward pass needs."""
     left_t, second_t, second_bias = operands[:3]
+    packed = operands[5]
     gemm_dtype = left_t.dtype
     rows, width, size = memory.shape
     right = right_projected.to(gemm_dtype)
@@ -447,11 +474,16 @@ def _slot_chain_forward(
             left.copy_(below)
         else:
             torch.mul(below, left_mask, out=left)
-        torch.addmm(rights[k], left, left_t, out=hidden)
+        if packed is None:
+            torch.addmm(rights[k], left, left_t, out=hidden)
+        else:
+            packed[0].addmm(rights[k], left, out=hidden)
         if hidden_scale is not None:  # relu(a) * m == relu(a * m) for m >= 0
             hidden.mul_(hidden_scale)
         hidden.relu_()
-        if gemm_in_state_dtype:
+        if packed is not None:
+            packed[1].addmm(second_bias.expand(rows, -1), hidden, out=second)
+        elif gemm_in_state_dtype:
             torch.addmm(second_bias, hidden, second_t, out=second)
         else:
             second.copy_(torch.addmm(second_bias, hidden, second_t))
@@ -530,7 +562,7 @@ class _SlotChain(torch.autograd.Function):
         x_t, memory, cumulative, norm_weight, out, *saved = ctx.saved_tensors
         lefts, hiddens, seconds, mixeds, normed, means, rstds = saved
         left_mask, hidden_scale, operands, right_dtype = ctx.constants
-        weight_second_gemm, weight_left_gemm = operands[3], operands[4]
+        weight_second_gemm, weight_left_gemm, packed = operands[3:6]
         gemm_dtype = weight_second_gemm.dtype
         gemm_in_state_dtype = gemm_dtype == x_t.dtype
         rows, width, size = memory.shape
@@ -598,13 +630,19 @@ class _SlotChain(torch.autograd.Function):
             torch.mul(d_mixed, candidate_gate, out=d_candidate)
             if not gemm_in_state_dtype:
                 grad_seconds[k].copy_(d_second)
-            d_hidden = torch.mm(grad_seconds[k], weight_second_gemm)  # (rows, 4H)
+            if packed is None:
+                d_hidden = torch.mm(grad_seconds[k], weight_second_gemm)  # (rows, 4H)
+            else:
+                d_hidden = packed[2].mm(grad_seconds[k])
             torch.ops.aten.threshold_backward.grad_input(
                 d_hidden, hidden_k[k], 0, grad_input=grad_firsts[k]
             )
             if hidden_scale is not None:
                 grad_firsts[k].mul_(hidden_scale)
-            d_left = torch.mm(grad_firsts[k], weight_left_gemm)  # (rows, H)
+            if packed is None:
+                d_left = torch.mm(grad_firsts[k], weight_left_gemm)  # (rows, H)
+            else:
+                d_left = packed[3].mm(grad_firsts[k])
             carry = d_mixed * vertical
             carry = carry.addcmul_(d_left, left_mask) if left_mask is not None else carry + d_left
         grad_mixed = torch.stack(grad_mixed[::-1])  # (width, rows, H)
