@@ -9,8 +9,8 @@ run.register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
-    run.main(cfg)
+def main(cfg: DictConfig):
+    return run.main(cfg)  # the monitored metric for an Optuna sweep (conf/hparams_search/)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from treernn import runs
+from treernn import launch, runs
 from treernn.callbacks.divergence import DivergenceMonitor
 from treernn.config_checks import check_config
 from treernn.data.vocab import Vocabulary
@@ -37,6 +37,7 @@ __all__ = ["UserError", "build_task", "load_task", "main", "train"]
 
 
 def register_resolvers() -> None:
+    launch.register_resolvers()
     if not OmegaConf.has_resolver("pid"):
         OmegaConf.register_new_resolver("pid", lambda: os.getpid())
 
@@ -205,7 +206,9 @@ def _loggers(cfg: DictConfig, wandb_id: str | None) -> list[Any]:
     loggers = []
     for key, node in (cfg.get("logger") or {}).items():
         if "wandb" in key:
-            node = OmegaConf.merge(node, {"name": Path(cfg.paths.output_dir).name})
+            name, config = launch.wandb_naming(cfg, Path(cfg.paths.output_dir))
+            node = OmegaConf.create(OmegaConf.to_container(node, resolve=True))
+            node = OmegaConf.merge(node, {"name": name, "config": config, "_convert_": "all"})
             if wandb_id:
                 node = OmegaConf.merge(node, {"id": wandb_id, "resume": "allow"})
         loggers.append(hydra.utils.instantiate(node))
@@ -301,6 +304,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     module = build_task(cfg, task_kwargs)
 
     wandb_id = None
+    requeued = None
     apply_keys: list[str] = []
     if plan is not None:
         config = OmegaConf.to_container(cfg, resolve=True)
@@ -310,8 +314,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
         # mmap: only the run information is read here; Lightning loads the weights itself
         checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True)
         wandb_id = checkpoint.get("treernn", {}).get("wandb_id")
+    elif (requeued := launch.requeued_checkpoint(run_dir)) is not None and cfg.mode != "test":
+        # a requeued SLURM job: Lightning restores hpc_ckpt_N.ckpt itself; keep its wandb run
+        checkpoint = torch.load(requeued, map_location="cpu", weights_only=False, mmap=True)
+        wandb_id = checkpoint.get("treernn", {}).get("wandb_id")
+        log.info("requeued job: Lightning resumes from %s", requeued)
     loggers = _loggers(cfg, wandb_id)
-    if plan is not None and cfg.mode != "test":
+    if (plan is not None or requeued is not None) and cfg.mode != "test":
         _keep_csv_history(loggers)
     try:
         callbacks = _instantiate_group(cfg.get("callbacks"))
@@ -320,8 +329,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
         callbacks.append(RunInfo(cfg, task_kwargs, _wandb_id(loggers)))
         if apply_keys:
             callbacks.append(ResumeOverrides(OmegaConf.to_container(cfg, resolve=True), apply_keys))
+        callbacks += [launch.ProcessGroupTeardown(), launch.RequeueAtBatchEnd()]
         trainer: pl.Trainer = hydra.utils.instantiate(
-            cfg.trainer, callbacks=callbacks, logger=loggers or False
+            cfg.trainer,
+            callbacks=callbacks,
+            logger=loggers or False,
+            plugins=launch.slurm_plugins(cfg.get("requeue_signal")) or None,
         )
         metrics: dict[str, float] = {}
         if trainer.is_global_zero:
@@ -425,28 +438,42 @@ def _remove_if_empty(cfg: DictConfig) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def main(cfg: DictConfig) -> dict[str, float] | None:
+def sweep_value(cfg: DictConfig, metrics: dict[str, float] | None) -> Any:
+    """What the Hydra job returns: the metrics, or with ``optimized_metric`` set (an Optuna sweep,
+    ``conf/hparams_search/``) that one value; NaN for a failed job, which Optuna records as a
+    failed trial while the sweep goes on."""
+    key = cfg.get("optimized_metric")
+    if not key:
+        return metrics
+    if metrics is None:
+        return float("nan")
+    if key not in metrics:
+        raise UserError(f"optimized_metric={key} is not a metric of this run: {sorted(metrics)}")
+    return metrics[key]
+
+
+def main(cfg: DictConfig) -> Any:
     """Hydra entry: a user error is one line on stderr and exit status 1; a bug keeps its
     traceback. In a multirun a failed job is recorded and the sweep goes on (the summary at the
-    end lists the failures and exits non-zero)."""
+    end lists the failures and exits non-zero). Returns :func:`sweep_value`."""
     multirun = _is_multirun()
     try:
         try:
-            return train(cfg)
+            return sweep_value(cfg, train(cfg))
         except InstantiationException as error:
             # a constructor rejected its arguments: a user error keeps its own one-line message
             cause = error.__cause__
             if isinstance(cause, UserError):
                 raise cause from None
             raise
-    except (UserError, RunInterrupted) as error:
-        status = "interrupted" if isinstance(error, RunInterrupted) else "failed"
+    except (UserError, RunInterrupted, launch.Requeued) as error:
+        status = "failed" if isinstance(error, UserError) else "interrupted"
         _record_failure(cfg, status, str(error))
         print(f"error: {error}", file=sys.stderr, flush=True)
         if show_tracebacks():
             traceback.print_exc()
         if multirun:
-            return None
+            return sweep_value(cfg, None)
         if status == "failed":
             _remove_if_empty(cfg)
         sys.exit(1)
@@ -458,5 +485,5 @@ def main(cfg: DictConfig) -> dict[str, float] | None:
         _record_failure(cfg, "failed", f"{type(error).__name__}: {error}", details)
         if multirun:
             print(details, file=sys.stderr, flush=True)
-            return None
+            return sweep_value(cfg, None)
         raise

@@ -1,0 +1,243 @@
+"""Launchers and ranks: one run directory per job, rank-zero-only files, SLURM requeue, teardown.
+
+Whatever starts the processes of one job (``python train.py``, ``torchrun``, ``srun``, a submitit
+job), every rank must write into the same run directory, and only rank 0 writes into it. Hydra
+computes the directory in each process before any process group exists, so the name comes from
+what the launcher gives every rank alike (see :func:`run_dir_name`), never from this process's
+clock or pid. Non-zero ranks skip Hydra's ``.hydra/`` files and ``train.log`` (see
+``conf/hydra/default.yaml``); Lightning already saves checkpoints and logs metrics on rank 0 only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as _dt
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+log = logging.getLogger("treernn")
+
+#: environment variables that carry a process's rank, set by torchrun, srun and Lightning's own
+#: subprocess launcher (plain ``ddp`` started from one process)
+RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK")
+
+
+def is_rank_zero() -> bool:
+    """Rank 0 of the job, decided from the environment (before any process group exists)."""
+    return all(os.environ.get(name, "0") == "0" for name in RANK_VARIABLES)
+
+
+def _in_slurm_step() -> bool:
+    # srun sets SLURM_STEP_ID for every task; a bare `python train.py` inside salloc does not
+    return "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" in os.environ
+
+
+def _in_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def _process_start(pid: int) -> _dt.datetime | None:
+    """When process ``pid`` started (Linux ``/proc``), at the kernel's clock-tick resolution."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 of stat(5): start time in clock ticks after boot
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return _dt.datetime.fromtimestamp(boot + ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def run_dir_name() -> str:
+    """The last part of a single run's directory, the same in every process of one job.
+
+    - under ``srun`` (a SLURM job step): ``slurm-<job id>[_<array task>]-<step>``. A requeued job
+      keeps its job id, so it continues in its directory (and Lightning finds ``hpc_ckpt_*.ckpt``).
+    - under ``torchrun`` on one node: the start time and pid of the torchrun agent, the parent of
+      every worker: ``<date>_<time>-<centiseconds>_<agent pid>``.
+    - under ``torchrun`` across nodes: ``torchrun-<rdzv id>``; give each job its own ``--rdzv-id``
+      (for instance ``$SLURM_JOB_ID``).
+    - otherwise: this process's start time in microseconds and its pid.
+    """
+    if _in_slurm_step():
+        job = os.environ.get("SLURM_ARRAY_JOB_ID")
+        job = f"{job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job else os.environ["SLURM_JOB_ID"]
+        return f"slurm-{job}-{os.environ['SLURM_STEP_ID']}"
+    if _in_torchrun():
+        nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+        started = _process_start(os.getppid()) if nodes == 1 else None
+        if started is not None:
+            return f"{started:%Y-%m-%d_%H-%M-%S}-{started.microsecond // 10_000:02d}_{os.getppid()}"
+        return f"torchrun-{os.environ['TORCHELASTIC_RUN_ID']}"
+    return f"{_dt.datetime.now():%Y-%m-%d_%H-%M-%S-%f}_{os.getpid()}"
+
+
+def register_resolvers() -> None:
+    """``${run_dir_name:}``, and ``${rank_zero_only:value,otherwise}`` for Hydra's own files."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("run_dir_name"):
+        # cached: every use in one process (hydra.run.dir, paths.output_dir) gives one name
+        OmegaConf.register_new_resolver("run_dir_name", run_dir_name, use_cache=True)
+    if not OmegaConf.has_resolver("slurm_tasks_per_node"):
+        OmegaConf.register_new_resolver("slurm_tasks_per_node", slurm_tasks_per_node)
+        OmegaConf.register_new_resolver("slurm_gpus_per_node", slurm_gpus_per_node)
+    if not OmegaConf.has_resolver("rank_zero_only"):
+        OmegaConf.register_new_resolver(
+            "rank_zero_only", lambda value, otherwise=None: value if is_rank_zero() else otherwise
+        )
+
+
+def slurm_tasks_per_node(devices: Any) -> int:
+    """SLURM tasks per node for ``trainer.devices``: one task per device."""
+    if isinstance(devices, int) and devices > 0:
+        return devices
+    if isinstance(devices, str) and devices.isdigit():
+        return int(devices)
+    from treernn.errors import UserError
+
+    raise UserError(
+        f"trainer.devices={devices}: on SLURM each device is a task; give a number "
+        "(trainer.devices=4), not -1 or auto"
+    )
+
+
+def slurm_gpus_per_node(accelerator: str, devices: Any) -> int | None:
+    return slurm_tasks_per_node(devices) if accelerator in ("gpu", "cuda") else None
+
+
+# ----------------------------------------------------------------------------- process groups
+def _destroy_process_group() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+class ProcessGroupTeardown(Callback):
+    """Destroys the process group when a DDP process exits, while Python is still whole.
+
+    Lightning does this at exit for NCCL only. A gloo process group left alive is destroyed during
+    interpreter finalisation, while gloo's worker threads may still hold pending work: the process
+    then aborts (``terminate called without an active exception``, SIGABRT) after it has done its
+    job, and ``ddp_spawn`` reports the worker as failed. The ``atexit`` handler runs before that.
+    """
+
+    _registered = False
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if trainer.world_size > 1 and not ProcessGroupTeardown._registered:
+            atexit.register(_destroy_process_group)
+            ProcessGroupTeardown._registered = True
+
+
+# ----------------------------------------------------------------------------- SLURM requeue
+def slurm_plugins(requeue_signal: str | None) -> list[Any]:
+    """Lightning's SLURM environment with auto-requeue on ``requeue_signal`` (``USR1``, ``USR2``),
+    when this process is a SLURM task; nothing otherwise (Lightning detects the rest)."""
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    if not requeue_signal or not SLURMEnvironment.detect():
+        return []
+    signum = signal.Signals[f"SIG{requeue_signal.upper().removeprefix('SIG')}"]
+    # submitit installs its own handler on its preemption signal (USR2); Lightning registers its
+    # handler only on a signal that has none, and it is Lightning's that saves the checkpoint
+    signal.signal(signum, signal.SIG_DFL)
+    return [SLURMEnvironment(auto_requeue=True, requeue_signal=signum)]
+
+
+class Requeued(Exception):
+    """The SLURM job saved its state and asked to be requeued; this attempt ends here."""
+
+
+class RequeueAtBatchEnd(Callback):
+    """Moves Lightning's SLURM requeue (save ``hpc_ckpt_N.ckpt``, ``scontrol requeue``) from the
+    moment the signal arrives to the end of the current training batch.
+
+    Lightning runs its handler as soon as the signal lands, which can be in the middle of an
+    optimizer step; the checkpoint would then hold half-updated weights, and a requeued run would
+    not continue exactly. Here the signal only sets a flag; the save and the requeue happen between
+    two batches, where the loop state, weights and data position agree.
+    """
+
+    def __init__(self) -> None:
+        self._signum: int | None = None
+        self._lightning_handler: Any = None
+        self._pending = False
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+        environment = trainer._accelerator_connector.cluster_environment
+        if not (isinstance(environment, SLURMEnvironment) and environment.auto_requeue):
+            return
+        self._signum = environment.requeue_signal
+        self._lightning_handler = signal.getsignal(self._signum)
+        signal.signal(self._signum, self._flag)
+
+    def _flag(self, signum: int, frame: Any) -> None:
+        self._pending = True
+
+    def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
+        if self._signum is None:
+            return
+        # every rank gets the signal, not necessarily within the same batch: agree on one batch
+        if not trainer.strategy.reduce_boolean_decision(self._pending, all=False):
+            return
+        self._pending = False
+        log.info("requeue signal received: saving a checkpoint and requeueing the SLURM job")
+        self._lightning_handler(self._signum, None)
+        # SLURM ends this job now. Stop before anything else is written: the epoch's end would
+        # save last.ckpt and run validation on a half-trained epoch
+        raise Requeued(
+            f"requeued at epoch {trainer.current_epoch}, step {trainer.global_step}: the requeued "
+            "job continues in this run directory from its hpc_ckpt_*.ckpt"
+        )
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._signum is not None and callable(self._lightning_handler):
+            signal.signal(self._signum, self._lightning_handler)
+
+
+def requeued_checkpoint(run_dir: Path) -> Path | None:
+    """The newest ``hpc_ckpt_N.ckpt`` in ``run_dir`` when this is a SLURM task: what Lightning
+    restores by itself when a requeued job starts again (it looks only under SLURM)."""
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    if not SLURMEnvironment.detect():
+        return None
+    found = []
+    for path in Path(run_dir).glob("hpc_ckpt_*.ckpt"):
+        number = path.stem.removeprefix("hpc_ckpt_")
+        if number.isdigit():
+            found.append((int(number), path))
+    return max(found)[1] if found else None
+
+
+# ----------------------------------------------------------------------------- wandb
+def wandb_naming(cfg: Any, run_dir: Path) -> tuple[str, dict[str, Any]]:
+    """The wandb run name and config of one job: which run directory, seed and overrides.
+
+    Runs are grouped by task and model (``conf/logger/wandb.yaml``); within a group the name says
+    what differs: ``<run dir> seed=141 model.dropout=0.3`` (for a sweep's job, ``<sweep>/<job>``).
+    """
+    overrides: list[str] = []
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            overrides = list(HydraConfig.get().overrides.task)
+    except ValueError:
+        pass
+    shown = [item for item in overrides if not item.startswith(("paths.", "hydra.", "seed="))]
+    label = run_dir.name if not run_dir.name.isdigit() else f"{run_dir.parent.name}/{run_dir.name}"
+    name = " ".join([label, f"seed={cfg.seed}", *shown])
+    config = {"seed": cfg.seed, "overrides": overrides, "run_dir": str(run_dir)}
+    return name, config
