@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from treernn import launch, runs
 from treernn.callbacks.divergence import DivergenceMonitor
+from treernn.callbacks.progress import ProgressBar
 from treernn.config_checks import check_config
 from treernn.data.vocab import Vocabulary
 from treernn.errors import UserError, show_tracebacks
@@ -157,6 +158,8 @@ def _route_lightning_logs() -> None:
     # Lightning's own pytree helper trips torch's LeafSpec deprecation on every batch transfer;
     # it is not ours to fix and says nothing about the run
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+    # our loaders hold in-memory tensors and use no worker processes on purpose
+    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
 
 
 def _continue_in(cfg: DictConfig, plan: runs.ResumePlan) -> Path:
@@ -326,6 +329,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         callbacks = _instantiate_group(cfg.get("callbacks"))
         callbacks += _instantiate_group(cfg.task.get("callbacks"))
         callbacks.append(DivergenceMonitor(cfg.task.monitor, cfg.task.mode))
+        if cfg.trainer.get("enable_progress_bar", True):
+            callbacks.append(ProgressBar())
         callbacks.append(RunInfo(cfg, task_kwargs, _wandb_id(loggers)))
         if apply_keys:
             callbacks.append(ResumeOverrides(OmegaConf.to_container(cfg, resolve=True), apply_keys))
