@@ -119,7 +119,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigValueError("--save-trees writes one model's trees: give one --ckpt")
 
     start = time.perf_counter()
-    tasks = [] if args.pred else [load_language_model(c, args.device, True) for c in args.ckpt]
+    # the quick checks first: a malformed tree file or checkpoint fails before the treebank is read
+    tree_file = read_trees(args.pred, args.format) if args.pred is not None else None
+    tasks = [] if tree_file else [load_language_model(c, args.device, True) for c in args.ckpt]
     boards: list[Scoreboard] = []
     extra: list[dict[str, Any]] = []
     timing = {"read": 0.0, "induce": 0.0, "score": 0.0}
@@ -127,9 +129,8 @@ def run(args: argparse.Namespace) -> int:
         tick = time.perf_counter()
         gold = read_gold(gold_name, args)
         timing["read"] += time.perf_counter() - tick
-        if args.pred is not None:
+        if tree_file is not None:
             tick = time.perf_counter()
-            tree_file = read_trees(args.pred, args.format)
             board = evaluate(
                 {Path(args.pred).name: align(tree_file, gold, punctuation=args.punctuation)},
                 gold,
