@@ -27,10 +27,13 @@ import argparse
 import contextlib
 import os
 import time
+from functools import partial
+from pathlib import Path
 
 import torch
 from torch import nn
 
+from treernn.encoders import gemm
 from treernn.encoders.lstm import LSTMEncoder
 from treernn.encoders.ordered_memory import OrderedMemoryEncoder
 
@@ -84,6 +87,26 @@ def tokens_per_second(
     return batch * length / best
 
 
+def cpu_description() -> str:
+    """CPU model, the ISA flags that matter for fp32 / bf16 products, oneDNN bf16 support."""
+    model, flags = "unknown CPU", set()
+    if Path("/proc/cpuinfo").exists():
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    present = " ".join(f for f in wanted if f in flags) or "none"
+    return (
+        f"CPU {model}; flags {present}; torch CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}; oneDNN bf16 "
+        f"{'yes' if gemm.onednn_available(torch.bfloat16) else 'no'} (where no, bf16 "
+        "products run without bf16 units)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -95,17 +118,22 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="one timed step per figure and 25 tokens (a smoke run)"
     )
+    parser.add_argument(
+        "--backends",
+        default="auto",
+        help="comma list of GEMM backends for the fused fp32 rows (auto, mkl, onednn, aten)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.length = 1, min(args.length, 25)
     torch.set_num_threads(args.threads)
     size = args.hidden
 
-    def ordered_memory(fused: bool) -> Classifier:
+    def ordered_memory(fused: bool, backend: str = "auto") -> Classifier:
         torch.manual_seed(0)  # the same weights for every Ordered Memory row
         encoder = OrderedMemoryEncoder(
             size, size, dropout=0.1, memory_slots=args.slots, memory_dropout=0.3,
-            input_dropout=0.1, output_dropout=0.2, fused=fused,
+            input_dropout=0.1, output_dropout=0.2, fused=fused, gemm_backend=backend,
         )  # fmt: skip
         return Classifier(encoder, 20, size, 10)
 
@@ -116,10 +144,16 @@ def main() -> None:
     rows = {  # name: (model factory, bf16-mixed)
         "OM reference fp32": (lambda: ordered_memory(False), False),
         "OM fused fp32": (lambda: ordered_memory(True), False),
+    }
+    for backend in args.backends.split(","):
+        if backend != "auto":
+            rows[f"OM fused fp32 {backend}"] = (partial(ordered_memory, True, backend), False)
+    rows |= {
         "OM fused bf16-mixed": (lambda: ordered_memory(True), True),
         "LSTM fp32": (lstm, False),
         "LSTM bf16-mixed": (lstm, True),
     }
+    print(cpu_description())
     print(
         f"batch {args.batch_size}, {args.length} tokens, hidden {size}, {args.slots} slots, "
         f"{torch.get_num_threads()} threads, {os.cpu_count()} CPUs visible, load average "
@@ -132,9 +166,9 @@ def main() -> None:
         infer = tokens_per_second(model, args.batch_size, args.length, args.repeats, False, bf16)
         results[name] = (train, infer)
         print(f"{name:20s} training {train:8.0f} tokens/s   inference {infer:8.0f} tokens/s")
-    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    print(f"load average at the end {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     reference = results["OM reference fp32"]
-    for name in ("OM fused fp32", "OM fused bf16-mixed"):
+    for name in [n for n in results if n.startswith("OM fused")]:
         train, infer = results[name]
         print(
             f"{name} vs reference: training {train / reference[0]:.2f}x, "

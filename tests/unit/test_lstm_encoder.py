@@ -78,3 +78,14 @@ def test_carried_state_equals_one_long_run():
 def test_negative_dropout_is_rejected():
     with pytest.raises(ValueError, match="dropout=-0.1"):
         LSTMEncoder(3, 6, dropout=-0.1)
+
+
+def test_bf16_autocast_runs_on_every_cpu():
+    """bf16-mixed on a CPU without oneDNN bf16 (no bf16 LSTM primitive) falls back to fp32."""
+    encoder = LSTMEncoder(4, 6, num_layers=2)
+    x = torch.randn(2, 5, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = encoder(x)
+    out.hidden.float().sum().backward()
+    expected = encoder(x).hidden
+    torch.testing.assert_close(out.hidden.float(), expected, atol=0.05, rtol=0.05)

@@ -458,13 +458,6 @@ class DependencyBatch:
             tree=tree,
         )
 
-    def __getitem__(self, name: str) -> Tensor | TopDownTree:
-        # the batch used to be a dict: ``batch["tokens"]`` still works for callers not yet moved
-        # to attributes (tests/unit/test_td_treelstm.py); remove once none is left
-        if name not in {f.name for f in fields(self)}:
-            raise KeyError(name)
-        return getattr(self, name)
-
 
 def collate_trees(examples: Sequence[EncodedTree], pad_index: int = 0) -> DependencyBatch:
     """Pad a list of encoded trees into one :class:`DependencyBatch`."""

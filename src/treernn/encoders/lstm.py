@@ -5,6 +5,11 @@ hidden-to-hidden matrix ``weight_hh``: one mask per forward call (one BPTT segme
 time and batch, applied with ``F.dropout`` semantics (rescaled by 1/(1-p) in training, identity in
 eval), as AWD-LSTM's ``WeightDrop`` does. Between layers, locked (variational) dropout as in
 AWD-LSTM.
+
+On CPU ``nn.LSTM`` runs oneDNN's LSTM primitive (its own packed GEMMs: the per-step products are
+already on oneDNN, see :mod:`treernn.encoders.gemm`). oneDNN has no bf16 LSTM on CPUs without
+bf16 support (e.g. AVX2 only), where ``torch.autocast("cpu", dtype=torch.bfloat16)``
+(``precision=bf16-mixed``) would fail to create the primitive; there the encoder runs in fp32.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from treernn.encoders import gemm
 from treernn.encoders.base import (
     Encoder,
     EncoderOutput,
@@ -83,6 +89,15 @@ class LSTMEncoder(Encoder):
     def forward(
         self, x: Tensor, mask: Tensor | None = None, state: LSTMState | None = None
     ) -> EncoderOutput:
+        if (
+            x.device.type == "cpu"
+            and torch.is_autocast_enabled("cpu")
+            and torch.get_autocast_dtype("cpu") == torch.bfloat16
+            and not gemm.onednn_available(torch.bfloat16)
+        ):
+            # no bf16 LSTM primitive on this CPU: fp32 (see the module docstring)
+            with torch.autocast("cpu", enabled=False):
+                return self.forward(x.float(), mask, state)
         batch_size = x.size(0)
         if state is None:
             state = self.init_state(batch_size, x.device, x.dtype)
