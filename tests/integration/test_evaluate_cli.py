@@ -1,5 +1,6 @@
-"""``python -m treernn.evaluate`` on checkpoints of tiny language models trained through the real
-CLI code path: parse F1 (Table 2), induced trees (Appendix A), syneval (Table 3), bad input."""
+"""``python -m treernn parse|trees|syneval`` on checkpoints of tiny language models trained
+through the real CLI code path: parse F1 (Table 2), induced trees (Appendix A), syneval (Table 3),
+bad input."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import REPO_ROOT, TINY_LM, train_in_process
-from treernn.evaluate import main
+from treernn.commands import main
 from treernn.parsing.baselines import baseline_trees
 from treernn.parsing.metrics import score_trees
 from treernn.parsing.wsj import load_split
@@ -33,7 +34,7 @@ def checkpoints(tmp_path_factory, data_dir) -> dict[str, Path]:
 def evaluate_cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"), PYTHONUNBUFFERED="1")
     return subprocess.run(
-        [sys.executable, "-m", "treernn.evaluate", *args],
+        [sys.executable, "-m", "treernn", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -45,33 +46,33 @@ def evaluate_cli(*args: str) -> subprocess.CompletedProcess:
 def test_parse_table_and_json(checkpoints, data_dir, tmp_path):
     out = tmp_path / "parse.json"
     result = evaluate_cli(
-        "parse", "--ckpt", str(checkpoints["onlstm"]), "--treebank", "sample",
+        "parse", "--ckpt", str(checkpoints["onlstm"]), "--gold", "sample10", "sample",
         "--data-dir", str(data_dir), "--max-sentences", "40", "--out", str(out),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    for row in ("ONLSTM layer 1", "ONLSTM layer 2", "Random trees", "Right branching"):
+    for row in ("ONLSTM layer 1", "ONLSTM layer 2", "random", "right_branching", "Paper"):
         assert row in result.stdout
     report = json.loads(out.read_text())
-    assert report["treebank"] == "sample"
-    assert report["splits"] == {"sample10": 40, "sample": 40}
-    assert set(report["layers"]) == {"layer1", "layer2"}
-    for layer in report["layers"].values():
-        assert 0.0 < layer["sample"]["corpus_f1"]["mean"] <= 1.0
-        assert set(layer["sample"]["best"]["label_recall"]) == {"ADJP", "NP", "PP", "INTJ"}
+    assert [table["gold"]["name"] for table in report["tables"]] == ["sample10", "sample"]
+    assert [table["gold"]["sentences"] for table in report["tables"]] == [40, 40]
+    sample = report["tables"][1]
+    rows = {row["name"]: row for row in sample["rows"]}
+    for layer in ("ONLSTM layer 1", "ONLSTM layer 2"):
+        assert 0.0 < rows[layer]["corpus_f1"]["mean"] <= 1.0
+        assert set(rows[layer]["label_recall"]) == {"ADJP", "NP", "PP", "INTJ"}
     # the baseline in the JSON is the one computed directly on the same 40 sentences
     sentences = load_split("sample", "sample", data_dir=data_dir)[:40]
     right = score_trees(
         baseline_trees("right_branching", [len(s.words) for s in sentences]),
         [s.tree for s in sentences],
     )
-    reported = report["baselines"]["right_branching"]["sample"]["corpus_f1"]["mean"]
-    assert reported == pytest.approx(right.corpus_f1)
+    assert rows["right_branching"]["corpus_f1"]["mean"] == pytest.approx(right.corpus_f1)
     assert report["seconds"]["total"] > 0
 
 
 def test_parse_refuses_a_model_without_distances(checkpoints, data_dir):
     result = evaluate_cli(
-        "parse", "--ckpt", str(checkpoints["lstm"]), "--treebank", "sample",
+        "parse", "--ckpt", str(checkpoints["lstm"]), "--gold", "sample",
         "--data-dir", str(data_dir), "--max-sentences", "5", "--out", os.devnull,
     )  # fmt: skip
     assert result.returncode == 1
@@ -97,7 +98,7 @@ def test_bad_input_gives_one_line(checkpoints, data_dir, tmp_path, capsys):
     ckpt = str(checkpoints["onlstm"])
     assert main(["trees", "--ckpt", ckpt, "a fine sentence", "?! ..."]) == 1
     assert "sentence 2 ('?! ...') has no words" in capsys.readouterr().err
-    assert main(["parse", "--ckpt", ckpt, "--treebank", "wsj", "--wsj-dir", str(tmp_path)]) == 1
+    assert main(["parse", "--ckpt", ckpt, "--gold", "wsj10", "--wsj-dir", str(tmp_path)]) == 1
     assert f"no WSJ trees in {tmp_path}" in capsys.readouterr().err
     assert (
         main(["parse", "--ckpt", str(tmp_path / "missing.ckpt"), "--data-dir", str(data_dir)]) == 1

@@ -31,12 +31,12 @@ def test_batched_equals_node_at_a_time(cls, num_layers):
     reference = cls(input_size=6, hidden_size=5, num_layers=num_layers, impl="reference").eval()
     reference.load_state_dict(encoder.state_dict())
     embedding = torch.nn.Embedding(len(vocab), 6)
-    x = embedding(batch["tokens"])  # (B, T+1, D)
-    hidden = encoder(x, batch["mask"], tree=batch["tree"]).hidden  # (B, T+1, H)
+    x = embedding(batch.tokens)  # (B, T+1, D)
+    hidden = encoder(x, batch.mask, tree=batch.tree).hidden  # (B, T+1, H)
     for row, example in enumerate(examples):
         # the reference reads one tree alone: no batch, no padding
         alone = collate_trees([example])
-        expected = reference(x[row : row + 1, : len(example.steps.word_index)], tree=alone["tree"])
+        expected = reference(x[row : row + 1, : len(example.steps.word_index)], tree=alone.tree)
         expected = expected.hidden[0]
         assert expected.shape[0] == len(example.steps.word_index)
         torch.testing.assert_close(hidden[row, : len(expected)], expected, atol=1e-6, rtol=1e-5)
@@ -68,8 +68,8 @@ def test_root_state_is_constant_and_padding_does_not_change_results():
     embedding = torch.nn.Embedding(len(vocab), 4)
     alone = collate_trees([encode_tree(SMALL_TREES[2], vocab)])
     padded = collate_trees([encode_tree(t, vocab) for t in (SMALL_TREES[2], FIGURE_2)])
-    h_alone = encoder(embedding(alone["tokens"]), alone["mask"], tree=alone["tree"]).hidden
-    h_padded = encoder(embedding(padded["tokens"]), padded["mask"], tree=padded["tree"]).hidden
+    h_alone = encoder(embedding(alone.tokens), alone.mask, tree=alone.tree).hidden
+    h_padded = encoder(embedding(padded.tokens), padded.mask, tree=padded.tree).hidden
     torch.testing.assert_close(h_padded[0, :5], h_alone[0])
     assert torch.allclose(h_alone[0, 0], torch.full((3,), 0.01))
 
@@ -87,9 +87,9 @@ def test_left_dependents_change_only_right_dependents():
             cell_plain.weight_hh.copy_(cell_ld.weight_hh)
             cell_plain.bias_ih.copy_(cell_ld.bias_ih)
             cell_plain.bias_hh.copy_(cell_ld.bias_hh)
-    x = torch.nn.Embedding(len(vocab), 4)(batch["tokens"])
-    h_ld = ld(x, batch["mask"], tree=batch["tree"]).hidden[0]
-    h_plain = plain(x, batch["mask"], tree=batch["tree"]).hidden[0]
+    x = torch.nn.Embedding(len(vocab), 4)(batch.tokens)
+    h_ld = ld(x, batch.mask, tree=batch.tree).hidden[0]
+    h_plain = plain(x, batch.mask, tree=batch.tree).hidden[0]
     # steps 1-3 (sold, year, manufacturer) and 6-9 (descendants of year, manufacturer) use no
     # right-dependent state; cars (4) reads q_K of (manufacturer, year) and differs.
     same = [0, 1, 2, 3, 6, 7, 8, 9]
@@ -101,14 +101,14 @@ def test_dropout_between_layers_only_in_training():
     vocab, _ = build_vocabulary(FIGURE_2.words, unk_threshold=0)
     batch = collate_trees([encode_tree(FIGURE_2, vocab)])
     encoder = TopDownTreeLSTM(input_size=4, hidden_size=3, num_layers=2, dropout=0.5)
-    x = torch.nn.Embedding(len(vocab), 4)(batch["tokens"])
+    x = torch.nn.Embedding(len(vocab), 4)(batch.tokens)
     encoder.train()
-    a = encoder(x, batch["mask"], tree=batch["tree"]).hidden
-    b = encoder(x, batch["mask"], tree=batch["tree"]).hidden
+    a = encoder(x, batch.mask, tree=batch.tree).hidden
+    b = encoder(x, batch.mask, tree=batch.tree).hidden
     assert not torch.allclose(a, b)
     encoder.eval()
-    c = encoder(x, batch["mask"], tree=batch["tree"]).hidden
-    d = encoder(x, batch["mask"], tree=batch["tree"]).hidden
+    c = encoder(x, batch.mask, tree=batch.tree).hidden
+    d = encoder(x, batch.mask, tree=batch.tree).hidden
     torch.testing.assert_close(c, d)
 
 
@@ -118,8 +118,8 @@ def test_parameters_uniform_in_paper_range_and_gradients_flow():
         assert float(parameter.detach().abs().max()) <= 0.1
     vocab, _ = build_vocabulary(FIGURE_2.words, unk_threshold=0)
     batch = collate_trees([encode_tree(FIGURE_2, vocab)])
-    x = torch.randn(*batch["tokens"].shape, 4)
-    encoder(x, batch["mask"], tree=batch["tree"]).hidden.sum().backward()
+    x = torch.randn(*batch.tokens.shape, 4)
+    encoder(x, batch.mask, tree=batch.tree).hidden.sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder.parameters())
 
 
