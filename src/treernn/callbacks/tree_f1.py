@@ -21,7 +21,7 @@ Where the gold trees come from (``gold``):
   largest since the previous leaf, see :func:`treernn.parsing.induce.leaf_distances`). At test
   time only the first evaluation group is scored (the systematic-generalisation groups repeat its
   sentences), and the per-layer table is printed and written to ``<output_dir>/tree_f1.json``.
-  From a checkpoint: ``python -m treernn.results trees --ckpt PATH``.
+  From a checkpoint: ``python -m treernn report tree-f1 --ckpt PATH``.
 - ``"wsj"`` (``conf/callbacks/parse_f1.yaml``; language-model training): every ``every_n_epochs``
   validation epochs, the sentences of a WSJ split run through the task
   (``task.sentence_tree_signals``: ``<eos> w_1 ... w_n <eos>``, eval mode, fresh state) and their
