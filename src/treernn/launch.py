@@ -81,6 +81,20 @@ def run_dir_name() -> str:
     return f"{_dt.datetime.now():%Y-%m-%d_%H-%M-%S-%f}_{os.getpid()}"
 
 
+def sweep_dir_name() -> str:
+    """The last part of a multirun's directory, fixed by the process that starts the sweep.
+
+    A launcher that runs each job in its own process (submitit, locally or on SLURM) resolves the
+    config again there; the name is handed to those processes in ``TREERNN_SWEEP_ID`` (they
+    inherit the submitting environment) so that all jobs land in one sweep directory.
+    """
+    name = os.environ.get("TREERNN_SWEEP_ID")
+    if not name:
+        name = f"{_dt.datetime.now():%Y-%m-%d_%H-%M-%S-%f}_{os.getpid()}"
+        os.environ["TREERNN_SWEEP_ID"] = name
+    return name
+
+
 def register_resolvers() -> None:
     """``${run_dir_name:}``, and ``${rank_zero_only:value,otherwise}`` for Hydra's own files."""
     from omegaconf import OmegaConf
@@ -88,6 +102,8 @@ def register_resolvers() -> None:
     if not OmegaConf.has_resolver("run_dir_name"):
         # cached: every use in one process (hydra.run.dir, paths.output_dir) gives one name
         OmegaConf.register_new_resolver("run_dir_name", run_dir_name, use_cache=True)
+    if not OmegaConf.has_resolver("sweep_dir_name"):
+        OmegaConf.register_new_resolver("sweep_dir_name", sweep_dir_name)
     if not OmegaConf.has_resolver("slurm_tasks_per_node"):
         OmegaConf.register_new_resolver("slurm_tasks_per_node", slurm_tasks_per_node)
         OmegaConf.register_new_resolver("slurm_gpus_per_node", slurm_gpus_per_node)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from lightning.pytorch import Callback
 from omegaconf import open_dict
 
 from treernn import run
@@ -45,14 +47,74 @@ def train_in_process(overrides: list[str], output_dir: Path) -> dict[str, float]
 
 
 def run_cli(
-    args: list[str], cwd: Path = REPO_ROOT, timeout: int = 600
+    args: list[str], cwd: Path = REPO_ROOT, timeout: int = 600, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """``python train.py <args>`` as a user would type it; outputs go to the caller's log_dir."""
-    env = dict(os.environ)
+    """``python train.py <args>`` as a user would type it; outputs go to the caller's log_dir.
+    ``env``: variables added to this process's environment."""
+    env = {**os.environ, **(env or {})}
     env.setdefault("WANDB_MODE", "offline")
     env["PYTHONUNBUFFERED"] = "1"
     return subprocess.run(
         [sys.executable, str(REPO_ROOT / "train.py"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+class SendSignalAt(Callback):
+    """Sends ``signal_name`` to this process once, at the end of training step ``step``: a
+    preemption notice (SLURM's ``--signal``) at a known point, for the requeue test."""
+
+    def __init__(self, step: int, signal_name: str = "SIGUSR2") -> None:
+        self.step = step
+        self.signal = signal.Signals[signal_name]
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signal)
+
+
+def fake_slurm_env(bin_dir: Path, job_id: str = "4242") -> dict[str, str]:
+    """The environment of one SLURM task (srun, one task), with an ``scontrol`` on the PATH that
+    records the requeue request in ``bin_dir/requeued`` instead of asking a scheduler."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> "{bin_dir / "requeued"}"\n')
+    scontrol.chmod(0o755)
+    return {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_JOB_ID": job_id,
+        "SLURM_STEP_ID": "0",
+        "SLURM_JOB_NAME": "treernn-test",
+        "SLURM_NTASKS": "1",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "localhost",
+    }
+
+
+def run_torchrun(
+    args: list[str], nproc: int = 2, cwd: Path = REPO_ROOT, timeout: int = 600
+) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node=<nproc> train.py <args>``."""
+    env = dict(os.environ)
+    env.setdefault("WANDB_MODE", "offline")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            str(REPO_ROOT / "train.py"),
+            *args,
+        ],
         cwd=cwd,
         env=env,
         capture_output=True,
