@@ -3,7 +3,7 @@
 Each task x encoder pair trains a few steps (trainer=smoke) on the real logic files or on a small
 ListOps stand-in, then tests; the per-length table must come out as metrics, json and png. ON-LSTM
 also scores its induced trees against the gold ones (the tree_f1 callback of conf/task/logic.yaml
-and listops.yaml), in training and from its checkpoint (``python -m treernn.results trees``).
+and listops.yaml), in training and from its checkpoint (``python -m treernn report tree-f1``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import compose_config, train_in_process
-from treernn.results import main as results_main
+from treernn.commands import main as commands_main
 
 pytestmark = pytest.mark.usefixtures("data_dir")
 
@@ -81,7 +81,9 @@ def _check_tree_f1(metrics, run_dir, with_examples: bool = False) -> None:
     assert 100 * scores["corpus_f1"] == pytest.approx(metrics["test/parse_f1/layer1"], abs=1e-4)
     out = run_dir / "tree_f1_test.json"
     ckpt = str(run_dir / "checkpoints" / "last.ckpt")
-    results_main(["trees", "--ckpt", ckpt, "--max-sentences", "200", "--out", str(out)])
+    commands_main(
+        ["report", "tree-f1", "--ckpt", ckpt, "--max-sentences", "200", "--out", str(out)]
+    )
     result = json.loads(out.read_text())
     assert set(result["layers"]) == {"layer1"}
     assert 0.0 <= result["layers"]["layer1"]["corpus_f1"] <= 1.0

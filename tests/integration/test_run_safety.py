@@ -208,7 +208,7 @@ def test_damaged_or_foreign_checkpoints_fail_before_any_data_is_loaded(tmp_path,
     result = _cli(tmp_path / "cli", "mode=test", f"ckpt_path={truncated}")
     _one_line_error(result, str(truncated), "truncated")
     evaluate = subprocess.run(
-        [sys.executable, "-m", "treernn.evaluate", "parse", "--ckpt", str(truncated)],
+        [sys.executable, "-m", "treernn", "parse", "--ckpt", str(truncated)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -3,8 +3,8 @@ plot like ON-LSTM's Fig. 3 (test accuracy against number of operators, trained o
 
 :class:`AccuracyReport` (in ``conf/task/{logic,listops}.yaml``) prints the per-length table after
 testing and writes ``test_results.json`` and ``accuracy_by_length.png`` into the run directory
-(and to wandb when a wandb logger is attached). ``python -m treernn.results`` draws several runs'
-files in one figure with the same functions.
+(and to wandb when a wandb logger is attached). ``python -m treernn report accuracy`` draws several
+runs' files in one figure with the same functions.
 """
 
 from __future__ import annotations

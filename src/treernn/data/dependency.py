@@ -42,6 +42,7 @@ from torch.utils.data import DataLoader
 from treernn.data.batch import EncoderInputs, missing_view
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.td_treelstm import EDGE_TYPES, LEFT, NX_LEFT, NX_RIGHT, RIGHT, TopDownTree
+from treernn.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ __all__ = [
 ]
 
 
-class DependencyFormatError(ValueError):
+class DependencyFormatError(DataError, ValueError):
     """A treebank sentence that cannot be used; the message names file and line."""
 
 

@@ -73,8 +73,8 @@ class DependencyLanguageModel(Task):
 
     ``encoder`` is a partial completed with ``input_size=embedding_size``. ``vocab``,
     ``unigram_counts``, ``lowercase`` and ``replace_numbers`` come from the DataModule's
-    ``task_kwargs()`` and are saved with the checkpoint, so that ``treernn.msr`` and
-    ``treernn.rerank`` can encode new sentences the same way.
+    ``task_kwargs()`` and are saved with the checkpoint, so that ``python -m treernn msr``
+    and ``python -m treernn rerank`` can encode new sentences the same way.
     """
 
     def __init__(
