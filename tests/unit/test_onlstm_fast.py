@@ -183,3 +183,16 @@ def test_fast_recurrence_all_rows_padded_keeps_state() -> None:
     torch.testing.assert_close(h, h0)
     torch.testing.assert_close(c, c0)
     assert (outputs == 0).all() and (forget_d == 0).all() and (input_d == 0).all()
+
+
+def test_fast_path_under_bf16_autocast_runs_in_fp32() -> None:
+    """bf16-mixed: the fast recurrence (no bf16 path yet) runs in fp32, forward and backward, and
+    gives the fp32 results."""
+    torch.manual_seed(0)
+    encoder = ONLSTMEncoder(input_size=5, hidden_size=12, num_layers=2, chunk_size=4)
+    x = torch.randn(3, 6, 5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = encoder(x)
+    assert out.hidden.dtype == torch.float32
+    out.hidden.sum().backward()
+    torch.testing.assert_close(out.hidden, encoder(x).hidden, rtol=0, atol=0)

@@ -261,11 +261,17 @@ class ONLSTMEncoder(Encoder):
         for index, (layer, (h0, c0)) in enumerate(zip(self.layers, state)):
             weight = layer.recurrent_weight()  # one DropConnect mask for the whole call
             if self.impl == "fast":
-                # Both biases are constant over time: fold b_hh into the input projection.
-                input_gates = F.linear(layer_input, layer.ih.weight, layer.ih.bias + layer.hh.bias)
-                outputs, h, c, forget_distance, input_distance = fast_recurrence(
-                    input_gates, weight, h0, c0, step_mask, layer.chunk_size, self.gemm_backend
-                )
+                # The hand-written recurrence has no bf16 path yet: under autocast (bf16-mixed)
+                # it runs in fp32, as it would otherwise mix bf16 gates with the fp32 weight.
+                with torch.autocast(x.device.type, enabled=False):
+                    if layer_input.dtype in (torch.float16, torch.bfloat16):
+                        layer_input = layer_input.float()
+                    # Both biases are constant over time: fold b_hh into the input projection.
+                    bias = layer.ih.bias + layer.hh.bias
+                    input_gates = F.linear(layer_input, layer.ih.weight, bias)
+                    outputs, h, c, forget_distance, input_distance = fast_recurrence(
+                        input_gates, weight, h0, c0, step_mask, layer.chunk_size, self.gemm_backend
+                    )
             else:
                 input_gates = F.linear(layer_input, layer.ih.weight, layer.ih.bias)  # (T, B, G)
                 outputs, h, c, forget_distance, input_distance = reference_recurrence(
