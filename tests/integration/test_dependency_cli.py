@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import compose_config, run_cli, train_in_process
-from treernn import generate_trees, msr, rerank
+from treernn.commands import main as treernn_main
+from treernn.commands import msr
 from treernn.data.dependency import write_conllu
 
 SMALL_PRESETS = [
@@ -73,17 +74,17 @@ def test_presets_train_and_tools_run(data_dir: Path, tmp_path: Path, capsys):
     data = ["--data-dir", str(data_dir)]
 
     # MSR end to end on the 1,040 questions: the sequential model needs no parse ...
-    assert msr.main(["--ckpt", str(checkpoints["tdlstm/lstm_ewt_small"]), *data]) == 0
+    assert treernn_main(["msr", "--ckpt", str(checkpoints["tdlstm/lstm_ewt_small"]), *data]) == 0
     assert "on 1040 questions" in capsys.readouterr().out
     # ... a tree model takes a parsed file (here chain trees, to exercise the path) ...
     questions = msr.read_msr(data_dir / msr.QUESTIONS_FILE, data_dir / msr.ANSWERS_FILE)
     parsed = tmp_path / "chains.conllu"
     write_conllu([msr.chain_tree(words) for words in questions.flat()], parsed)
-    assert msr.main(["--ckpt", tree_ckpt, "--parsed", str(parsed), *data]) == 0
+    assert treernn_main(["msr", "--ckpt", tree_ckpt, "--parsed", str(parsed), *data]) == 0
     out = capsys.readouterr().out
     assert "LdTreeLSTM: " in out and "first half" in out
     # ... and without a parser model or a parsed file it says what to install
-    assert msr.main(["--ckpt", tree_ckpt, "--spacy-model", "no_such_model", *data]) == 1
+    assert treernn_main(["msr", "--ckpt", tree_ckpt, "--spacy-model", "no_such_model", *data]) == 1
     assert "pip install spacy" in capsys.readouterr().err
 
     # reranking synthetic candidates of 30 dev sentences
@@ -92,14 +93,15 @@ def test_presets_train_and_tools_run(data_dir: Path, tmp_path: Path, capsys):
     gold.write_text("\n\n".join(blocks) + "\n\n")
     candidates = tmp_path / "candidates.conllu"
     make = ["make-candidates", "--gold", str(gold), "--output", str(candidates)]
-    assert rerank.main(make) == 0
-    assert rerank.main(
-        ["rerank", "--ckpt", tree_ckpt, "--candidates", str(candidates), "--gold", str(gold)]
-    ) == 0  # fmt: skip
+    assert treernn_main(["rerank", *make]) == 0
+    rerank = ["score", "--ckpt", tree_ckpt, "--candidates", str(candidates), "--gold", str(gold)]
+    assert treernn_main(["rerank", *rerank]) == 0
     assert "reranked 30 sentences: UAS" in capsys.readouterr().out
 
     # tree generation: classifiers on a few hundred training trees, then samples
     generate = ["--ckpt", tree_ckpt, *data, "--max-train-sentences", "200"]
-    assert generate_trees.main([*generate, "--classifier-epochs", "1", "--num-trees", "2"]) == 0
+    assert (
+        treernn_main(["generate", *generate, "--classifier-epochs", "1", "--num-trees", "2"]) == 0
+    )
     out = capsys.readouterr().out
     assert "ADD-NX-RIGHT" in out and "# tree 2" in out
