@@ -4,6 +4,7 @@ where a packed GEMM cannot run (float64, other devices)."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -49,7 +50,10 @@ def test_float64_and_other_devices_run_on_aten(backend: str) -> None:
     assert torch.equal(gemm.PackedLinear(weight, 3, backend).mm(x), x @ weight.t())
 
 
-def test_auto_probes_once_per_shape_and_logs(caplog: pytest.LogCaptureFixture) -> None:
+def test_auto_probes_once_per_shape_and_logs(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
     gemm._CHOICES.clear()
     with caplog.at_level(logging.INFO, logger="treernn.encoders.gemm"):
         first = gemm.resolve("auto", 4, 6, 9, CPU, torch.float32)
@@ -98,3 +102,20 @@ def test_onlstm_float64_fast_equals_reference_per_backend(backend: str) -> None:
         results.append((out.hidden, out.tree_signal.values, out.state[-1][1], *grads))
     for ref_value, fast_value in zip(*results):
         torch.testing.assert_close(fast_value, ref_value, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.skipif(not PACKED, reason="no packed GEMM backend in this torch build")
+def test_auto_choice_is_kept_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """A later process reads the choice instead of probing again (same seed, same products)."""
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
+    gemm._CHOICES.clear()
+    first = gemm.resolve("auto", 3, 5, 7, CPU, torch.float32)
+    stored = json.loads((tmp_path / "gemm_backends.json").read_text())
+    (key,) = stored
+    assert "3x5x7 float32" in key and stored[key] == first
+    # a new process (empty in-memory cache) with another backend written down: it is used as is
+    other = next(name for name in gemm.candidates(CPU, torch.float32) if name != first)
+    (tmp_path / "gemm_backends.json").write_text(json.dumps({key: other}))
+    gemm._CHOICES.clear()
+    monkeypatch.setattr(gemm, "_probe", lambda *args: pytest.fail("probed again"))
+    assert gemm.resolve("auto", 3, 5, 7, CPU, torch.float32) == other

@@ -13,7 +13,11 @@ Backends (the ``gemm_backend`` option of the encoders, or the environment variab
 
 * ``"auto"`` (default): on CPU in float32, the fastest of ``mkl``, ``onednn`` and ``aten`` at the
   shape (batch, in_features, out_features), measured by a short probe (a few hundred products)
-  the first time the shape is seen in a process, cached and logged (``treernn.encoders.gemm``);
+  the first time the shape is seen on this machine, logged (``treernn.encoders.gemm``) and kept
+  in ``$TREERNN_CACHE_DIR/gemm_backends.json`` (default ``~/.cache/treernn``) by CPU model,
+  shape, dtype, threads and torch version. Keeping the choice makes it once per machine, not once
+  per run: two runs with the same seed on one machine stay bit-identical even when the backends
+  are close and a probe under load would pick differently. Delete the file to probe again;
 * ``"mkl"``, ``"onednn"``: forced, where the build and dtype allow it;
 * ``"aten"``: plain ``torch.addmm`` (no packing).
 
@@ -27,9 +31,13 @@ at the 1e-6 level only; a run that needs bitwise repeatability across machines f
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
+import platform
+import tempfile
 import time
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -116,8 +124,60 @@ def resolve(
         return usable[0]
     key = (batch, in_features, out_features, dtype, torch.get_num_threads())
     if key not in _CHOICES:
-        _CHOICES[key] = _probe(usable, batch, in_features, out_features, dtype)
+        stored = _stored_choices()
+        name = _machine_key(*key)
+        if stored.get(name) in usable:
+            _CHOICES[key] = stored[name]
+        else:
+            _CHOICES[key] = _probe(usable, batch, in_features, out_features, dtype)
+            _store_choice(name, _CHOICES[key])
     return _CHOICES[key]
+
+
+def _choices_file() -> Path:
+    root = os.environ.get("TREERNN_CACHE_DIR", "~/.cache/treernn")
+    return Path(root).expanduser() / "gemm_backends.json"
+
+
+@functools.cache
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _machine_key(batch, in_features, out_features, dtype, threads) -> str:
+    dtype_name = str(dtype).replace("torch.", "")
+    return (
+        f"{_cpu_model()} | {batch}x{in_features}x{out_features} {dtype_name} | "
+        f"{threads} threads | torch {torch.__version__}"
+    )
+
+
+def _stored_choices() -> dict[str, str]:
+    try:
+        stored = json.loads(_choices_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def _store_choice(name: str, backend: str) -> None:
+    """Add one choice to the file (a temporary file, then a rename: never a half-written file)."""
+    path = _choices_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stored = _stored_choices()
+        stored[name] = backend
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as handle:
+            json.dump(stored, handle, indent=1, sort_keys=True)
+        os.replace(handle.name, path)
+    except OSError as error:  # a read-only home: the choice then holds for this process only
+        log.warning("could not keep the GEMM backend choice in %s: %s", path, error)
 
 
 def _probe(usable: list[str], batch: int, in_features: int, out_features: int, dtype) -> str:
@@ -144,11 +204,17 @@ def _probe(usable: list[str], batch: int, in_features: int, out_features: int, d
                 best[name] = min(best[name], (time.perf_counter() - start) / calls)
     choice = min(best, key=best.get)
     figures = ", ".join(f"{name} {flops / best[name] / 1e9:.0f}" for name in usable)
+    shape = f"({batch} x {in_features}) @ ({in_features} x {out_features})"
+    dtype_name = str(dtype).replace("torch.", "")
+    threads = torch.get_num_threads()
     log.info(
-        "GEMM backend for (%d x %d) @ (%d x %d) %s, %d threads: %s (GFLOP/s: %s)",
-        batch, in_features, in_features, out_features, str(dtype).replace("torch.", ""),
-        torch.get_num_threads(), choice, figures,
-    )  # fmt: skip
+        "GEMM backend for %s %s, %d threads: %s (GFLOP/s: %s)",
+        shape,
+        dtype_name,
+        threads,
+        choice,
+        figures,
+    )
     return choice
 
 
