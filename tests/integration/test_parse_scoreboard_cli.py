@@ -4,15 +4,19 @@ another format scored on sample10, the round trip of a tiny ON-LSTM's trees thro
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.integration.helpers import REPO_ROOT, TINY_LM, train_in_process
+from treernn.commands import main as commands_main
 
 pytestmark = pytest.mark.usefixtures("data_dir")
 
@@ -37,7 +41,8 @@ HAND_LABELLED = """\
 BASELINES = ("left_branching", "right_branching", "random", "balanced", "balanced_bottom_up")
 
 
-def treernn(*args: str, **env: str) -> subprocess.CompletedProcess:
+def treernn_process(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """``python -m treernn <args>`` as a user types it."""
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"), PYTHONUNBUFFERED="1", **env)
     return subprocess.run(
         [sys.executable, "-m", "treernn", *args],
@@ -47,6 +52,14 @@ def treernn(*args: str, **env: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=600,
     )
+
+
+def treernn(*args: str) -> SimpleNamespace:
+    """The same command in this process (the treebank is read once per process, not per call)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = commands_main(list(args))
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 @pytest.mark.parametrize("text", [HAND_JSON, HAND_LABELLED], ids=["json", "labelled"])
@@ -125,13 +138,13 @@ def test_saved_trees_score_exactly_what_the_model_evaluation_printed(
 def test_a_malformed_tree_file_is_one_line_naming_the_line(tmp_path):
     pred = tmp_path / "broken.txt"
     pred.write_text("((the cat) sat)\n\n((a dog) (barked loudly)\n")
-    result = treernn("parse", "--pred", str(pred), "--gold", "sample10")
+    result = treernn_process("parse", "--pred", str(pred), "--gold", "sample10")
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith(f"error: {pred}:3: ")
 
-    debug = treernn("parse", "--pred", str(pred), "--gold", "sample10", TREERNN_DEBUG="1")
+    debug = treernn_process("parse", "--pred", str(pred), "--gold", "sample10", TREERNN_DEBUG="1")
     assert debug.returncode == 1
     assert "Traceback" in debug.stderr and f"error: {pred}:3: " in debug.stderr
 
