@@ -124,12 +124,22 @@ def test_resume_gives_the_same_result_as_an_uninterrupted_run(tmp_path):
     whole = _single_run(tmp_path / "whole", "trainer.max_epochs=2", "seed=7")
     first = _single_run(tmp_path / "first", "trainer.max_epochs=1", "seed=7")
     last = first / "checkpoints" / "last.ckpt"
-    resumed = _single_run(
-        tmp_path / "resumed", "trainer.max_epochs=2", "seed=7", f"ckpt_path={last}"
+    result = run_cli(
+        [
+            *EXACT,
+            f"paths.log_dir={tmp_path / 'resumed'}",
+            "trainer.max_epochs=2",
+            "seed=7",
+            f"ckpt_path={last}",
+        ]
     )
-    assert _val_ppl_by_epoch(resumed)[-1] == pytest.approx(_val_ppl_by_epoch(whole)[-1], rel=1e-5)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # the resumed run continues in the first run's directory: one history, two epochs
+    assert not list((tmp_path / "resumed").glob("ptb/onlstm/*/metrics.json"))
+    assert len(_val_ppl_by_epoch(first)) == 2
+    assert _val_ppl_by_epoch(first)[-1] == pytest.approx(_val_ppl_by_epoch(whole)[-1], rel=1e-5)
     whole_metrics = json.loads((whole / "metrics.json").read_text())
-    resumed_metrics = json.loads((resumed / "metrics.json").read_text())
+    resumed_metrics = json.loads((first / "metrics.json").read_text())
     assert resumed_metrics["test/ppl"] == pytest.approx(whole_metrics["test/ppl"], rel=1e-5)
 
 
