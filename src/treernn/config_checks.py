@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from treernn.errors import ConfigValueError
 
@@ -112,14 +112,14 @@ def check_config(cfg: DictConfig) -> None:
     """Raise :class:`ConfigValueError` for the first value of the wrong type or range."""
     checks: list[tuple[str, Any, str]] = []
     for section in ("model", "task.module", "task.datamodule"):
-        node = _select(cfg, section)
+        node = OmegaConf.select(cfg, section)
         if node is None:
             continue
         for full_key, key, value in _walk(node, section):
             rule = rule_for(key)
             if rule is not None and value is not None:
                 checks.append((full_key, value, rule))
-    trainer = _select(cfg, "trainer")
+    trainer = OmegaConf.select(cfg, "trainer")
     for key, rule in TRAINER_RULES.items():
         value = trainer.get(key) if trainer is not None else None
         if value is not None:
@@ -130,12 +130,3 @@ def check_config(cfg: DictConfig) -> None:
             raise ConfigValueError(
                 f"{full_key}={value!r} must be {description}; e.g. {full_key}={example}"
             )
-
-
-def _select(cfg: DictConfig, dotted: str) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, DictConfig) or part not in node:
-            return None
-        node = node[part]
-    return node

@@ -125,11 +125,6 @@ def resume_plan(cfg: DictConfig) -> runs.ResumePlan | None:
     return plan
 
 
-def resolve_ckpt_path(cfg: DictConfig) -> str | None:
-    plan = resume_plan(cfg)
-    return str(plan.checkpoint.path) if plan else None
-
-
 class ResumeOverrides(Callback):
     """Applies the new optimizer / scheduler settings to the state restored from a checkpoint."""
 
@@ -314,13 +309,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         if cfg.mode != "test":
             shapes = {key: tuple(value.shape) for key, value in module.state_dict().items()}
             apply_keys = runs.check_resume_config(plan.checkpoint, config, shapes)
-        # mmap: only the run information is read here; Lightning loads the weights itself
-        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True)
-        wandb_id = checkpoint.get("treernn", {}).get("wandb_id")
+        wandb_id = plan.checkpoint.wandb_id  # read when the checkpoint was checked
     elif (requeued := launch.requeued_checkpoint(run_dir)) is not None and cfg.mode != "test":
         # a requeued SLURM job: Lightning restores hpc_ckpt_N.ckpt itself; keep its wandb run
-        checkpoint = torch.load(requeued, map_location="cpu", weights_only=False, mmap=True)
-        wandb_id = checkpoint.get("treernn", {}).get("wandb_id")
+        wandb_id = runs.inspect_checkpoint(requeued).wandb_id
         log.info("requeued job: Lightning resumes from %s", requeued)
     loggers = _loggers(cfg, wandb_id)
     if (plan is not None or requeued is not None) and cfg.mode != "test":

@@ -72,6 +72,7 @@ class CheckpointInfo:
     #: epochs whose training and validation were done when the checkpoint was written
     epochs_done: int
     config: dict[str, Any]
+    wandb_id: str | None = None
     state_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
@@ -113,6 +114,7 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
         epochs_done=int(progress.get("processed", epoch + 1)),
         global_step=int(checkpoint.get("global_step", 0)),
         config=checkpoint["treernn"].get("config", {}),
+        wandb_id=checkpoint["treernn"].get("wandb_id"),
         state_shapes={key: tuple(value.shape) for key, value in state.items()},
     )
 
