@@ -16,6 +16,18 @@ naming what to install. Sequential models need no parse.
 
     python -m treernn msr --ckpt outputs/.../checkpoints/epoch003.ckpt [--parsed questions.conllu]
 
+Ties. When the answer word is not in the vocabulary it becomes ``<unk>``, like any other unknown
+candidate word, and candidates that differ only in which unknown word they hold are the same model
+input. With a small vocabulary most questions then have several candidates with the top score, and
+taking the first of them (``argmax``) favours candidate a. Here no position is favoured: candidates
+that encode to the same input (the same token ids and tree) are scored once and share that score
+bit for bit, the k candidates with the top score are tied, and a question counts 1/k when the
+answer is among them (``--ties expected``, the accuracy expected from a uniform draw) or 0/1 from a
+draw seeded by ``--seed`` (``--ties random``). Scores of different inputs are compared exactly;
+``--tie-tolerance`` (nats) widens "the top" to scores within that distance of the best. The report
+adds the number of questions with a tie at the top and the accuracy on the questions whose answer
+word is in the model's vocabulary. A model that scores every candidate alike gets exactly 20%.
+
 Training corpus (not shipped): Microsoft Research's ``Holmes_Training_Data``, 522 Project Gutenberg
 novels, from the MSR Sentence Completion Challenge page
 (https://www.microsoft.com/en-us/research/project/msr-sentence-completion-challenge/); the authors'
@@ -42,6 +54,7 @@ from treernn.data.dependency import (
     ReadReport,
     collate_trees,
     encode_tree,
+    normalise_word,
     read_dependency_file,
 )
 from treernn.data.vocab import Vocabulary
@@ -96,30 +109,135 @@ def read_msr(questions_path: str | Path, answers_path: str | Path) -> MSRQuestio
     return MSRQuestions(candidates, answers)
 
 
-def choose(scores: torch.Tensor) -> torch.Tensor:
-    """(Q, 5) scores -> (Q,) index of the best candidate (the first one on ties)."""
-    return scores.argmax(dim=1)
+TIE_RULES = ("expected", "random")
 
 
-def accuracy_report(predictions: Sequence[int], answers: Sequence[int]) -> dict[str, float]:
-    """Accuracy (%) overall and on each half of the questions."""
-    correct = [int(p) == int(a) for p, a in zip(predictions, answers, strict=True)]
-    half = len(correct) // 2
+@dataclass
+class QuestionCredit:
+    """How each question was answered: the candidates sharing the top score and the credit."""
 
-    def percent(values: list[bool]) -> float:
-        return 100.0 * sum(values) / max(len(values), 1)
+    top: torch.Tensor  # (Q, 5) True for the candidates with the top score
+    credit: torch.Tensor  # (Q,) float64 in [0, 1]: 1/k or 0/1 (see ``question_credit``)
 
-    return {
-        "all": percent(correct),
-        "first_half": percent(correct[:half]),
-        "second_half": percent(correct[half:]),
-        "questions": float(len(correct)),
+    @property
+    def tied(self) -> torch.Tensor:
+        """(Q,) True where more than one candidate has the top score."""
+        return self.top.sum(1) > 1
+
+
+def question_credit(
+    scores: torch.Tensor,
+    answers: Sequence[int] | torch.Tensor,
+    ties: str = "expected",
+    seed: int = 0,
+    tolerance: float = 0.0,
+) -> QuestionCredit:
+    """Credit of each question from its (Q, 5) candidate scores, with no preference for a position.
+
+    The top of a question is every candidate whose score is within ``tolerance`` of its best (0:
+    exactly equal, right when identical inputs share one score, see :func:`score_trees`). With
+    k candidates on top, ``ties="expected"`` gives 1/k if the answer is one of them, else 0;
+    ``ties="random"`` draws one of the k uniformly (``torch.Generator`` seeded with ``seed``, so
+    the same seed gives the same draws) and gives 1 if it is the answer.
+    """
+    if ties not in TIE_RULES:
+        raise ValueError(f"ties={ties!r}: expected one of {TIE_RULES}")
+    if tolerance < 0:
+        raise ValueError(f"tolerance={tolerance}: expected a number >= 0")
+    scores = scores.double()
+    if torch.isnan(scores).any():
+        raise ValueError("candidate scores contain NaN; the model's log-probabilities are broken")
+    answers = torch.as_tensor(answers, dtype=torch.long)
+    best = scores.max(dim=1, keepdim=True).values  # (Q, 1)
+    top = scores >= best - tolerance  # (Q, 5)
+    answer_on_top = top.gather(1, answers[:, None]).squeeze(1)  # (Q,)
+    if ties == "expected":
+        credit = answer_on_top.double() / top.sum(1).double()
+    else:
+        generator = torch.Generator().manual_seed(seed)
+        keys = torch.rand(scores.shape, generator=generator, dtype=torch.float64)
+        drawn = keys.masked_fill(~top, -1.0).argmax(dim=1)  # uniform over the top candidates
+        credit = (drawn == answers).double()
+    return QuestionCredit(top=top, credit=credit)
+
+
+def accuracy_report(
+    credit: QuestionCredit, answer_in_vocab: Sequence[bool] | None = None
+) -> dict[str, float | None]:
+    """Accuracy (%) overall and on each half, the ties at the top, and the in-vocabulary subset.
+
+    ``answer_in_vocab`` marks the questions whose answer word the model knows; the accuracy on
+    them is ``None`` when there are none (or when ``answer_in_vocab`` is not given).
+    """
+    values = credit.credit
+    half = len(values) // 2
+
+    def percent(part: torch.Tensor) -> float:
+        return 100.0 * part.sum().item() / max(len(part), 1)
+
+    tied = int(credit.tied.sum())
+    report: dict[str, float | None] = {
+        "all": percent(values),
+        "first_half": percent(values[:half]),
+        "second_half": percent(values[half:]),
+        "questions": float(len(values)),
+        "chance": 100.0 / CHOICES,
+        "tied_questions": float(tied),
+        "tied_percent": 100.0 * tied / max(len(values), 1),
+        "in_vocab_questions": None,
+        "in_vocab": None,
     }
+    if answer_in_vocab is not None:
+        known = torch.as_tensor(list(answer_in_vocab), dtype=torch.bool)
+        if len(known) != len(values):
+            raise ValueError(f"{len(known)} in-vocabulary flags for {len(values)} questions")
+        report["in_vocab_questions"] = float(known.sum())
+        report["in_vocab"] = percent(values[known]) if known.any() else None
+    return report
+
+
+def answer_words(candidates: Sequence[Sequence[str]], answer: int) -> list[str]:
+    """The words that make the answer candidate differ from the others (MSR: one word).
+
+    Candidates of equal length: the answer's words at the positions where the candidates differ.
+    Otherwise the answer's words that are missing from some other candidate.
+    """
+    chosen = candidates[answer]
+    if len({len(c) for c in candidates}) == 1:
+        return [w for i, w in enumerate(chosen) if len({c[i] for c in candidates}) > 1]
+    return [w for w in chosen if any(w not in c for c in candidates)]
+
+
+def answers_in_vocabulary(
+    questions: MSRQuestions, vocab: Vocabulary, lowercase: bool, replace_numbers: bool
+) -> list[bool]:
+    """Per question: every answer word, normalised as the model reads it, has its own id."""
+    unk = vocab.stoi.get("<unk>")
+    return [
+        all(
+            vocab.stoi.get(normalise_word(w, lowercase, replace_numbers), unk) != unk
+            for w in answer_words(candidates, answer)
+        )
+        for candidates, answer in zip(questions.candidates, questions.answers, strict=True)
+    ]
 
 
 def chain_tree(words: Sequence[str]) -> DependencyTree:
     """A left-to-right chain (each word heads the next): a placeholder for sequential models."""
     return DependencyTree(tuple(words), tuple(range(len(words))))
+
+
+def model_vocabulary(task) -> tuple[Vocabulary, bool, bool]:
+    """A DependencyLanguageModel's vocabulary and how it normalises words (lowercase, numbers)."""
+    if task.vocab is None:
+        raise CheckpointError(
+            "the model has no vocabulary; was it trained with task=dependency_lm?"
+        )
+    return (
+        Vocabulary(task.vocab, specials=()),
+        bool(task.hparams.get("lowercase", True)),
+        bool(task.hparams.get("replace_numbers", False)),
+    )
 
 
 @torch.no_grad()
@@ -128,31 +246,36 @@ def score_trees(
 ) -> torch.Tensor:
     """log-probability of each tree's sentence under ``task`` (a DependencyLanguageModel), (N,).
 
+    Trees that encode to the same input (token ids and heads; e.g. two candidates whose different
+    words are both ``<unk>``) are scored once and get the very same float: a batched forward pass
+    need not give bitwise-equal results for equal rows, and tie detection compares exactly.
+
     ``unk_penalty`` (nats) is subtracted for every word scored as ``<unk>``. The paper uses none
     (its 65k-word vocabulary leaves few unknown words). With a small vocabulary ``<unk>`` holds the
     mass of all unseen words and an unknown candidate wins too often; log(number of word types
     behind ``<unk>``) spreads that mass uniformly over them.
     """
-    if task.vocab is None:
-        raise CheckpointError(
-            "the model has no vocabulary; was it trained with task=dependency_lm?"
-        )
-    vocab = Vocabulary(task.vocab, specials=())
-    lowercase = bool(task.hparams.get("lowercase", True))
-    replace_numbers = bool(task.hparams.get("replace_numbers", False))
+    vocab, lowercase, replace_numbers = model_vocabulary(task)
     task.eval()
+    encoded, position, unique_of = [], {}, []
+    for tree in trees:
+        item = encode_tree(tree, vocab, lowercase, replace_numbers)
+        key = (tuple(item.sequence_tokens), tuple(tree.heads))
+        if key not in position:
+            position[key] = len(encoded)
+            encoded.append(item)
+        unique_of.append(position[key])
     scores = []
-    for start in range(0, len(trees), batch_size):
-        chunk = trees[start : start + batch_size]
-        batch = collate_trees(
-            [encode_tree(t, vocab, lowercase, replace_numbers) for t in chunk], vocab.pad_index
-        )
+    for start in range(0, len(encoded), batch_size):
+        batch = collate_trees(encoded[start : start + batch_size], vocab.pad_index)
         log_probs = task.sentence_log_probs(batch).double()
         if unk_penalty:
             unknown = (batch.tokens[:, 1:] == vocab.unk_index) & batch.mask[:, 1:]
             log_probs = log_probs - unk_penalty * unknown.sum(1).double()
         scores.append(log_probs)
-    return torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float64)
+    if not scores:
+        return torch.zeros(0, dtype=torch.float64)
+    return torch.cat(scores)[torch.tensor(unique_of, dtype=torch.long)]
 
 
 def candidate_trees(
@@ -183,6 +306,14 @@ def candidate_trees(
     return SpacyDependencyParser(spacy_model).parse_tokenised(sentences)
 
 
+@dataclass
+class MSREvaluation:
+    report: dict[str, float | None]  # see accuracy_report
+    scores: torch.Tensor  # (Q, 5) log-probability of each candidate
+    credit: QuestionCredit
+    answer_in_vocab: list[bool]  # (Q,)
+
+
 def evaluate(
     task,
     questions: MSRQuestions,
@@ -190,12 +321,17 @@ def evaluate(
     spacy_model: str = "en_core_web_sm",
     batch_size: int = 128,
     unk_penalty: float = 0.0,
-) -> tuple[dict[str, float], torch.Tensor]:
-    """Accuracy report and the (Q, 5) candidate scores."""
+    ties: str = "expected",
+    seed: int = 0,
+    tie_tolerance: float = 0.0,
+) -> MSREvaluation:
+    """Score every candidate with ``task`` and credit each question (:func:`question_credit`)."""
     is_tree_model = task.encoder.input_view == "dependency_tree"
     trees = candidate_trees(questions, is_tree_model, parsed, spacy_model)
     scores = score_trees(task, trees, batch_size, unk_penalty).view(-1, CHOICES)
-    return accuracy_report(choose(scores).tolist(), questions.answers), scores
+    credit = question_credit(scores, questions.answers, ties, seed, tie_tolerance)
+    known = answers_in_vocabulary(questions, *model_vocabulary(task))
+    return MSREvaluation(accuracy_report(credit, known), scores, credit, known)
 
 
 def read_conll(
@@ -214,6 +350,13 @@ def read_conll(
         raise DataError(str(error)) from error
 
 
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text}: expected a number >= 0")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ckpt", required=True, help="a treernn checkpoint (task=dependency_lm)")
     parser.add_argument("--data-dir", default=None, help="default: $TREERNN_DATA_DIR or ./data")
@@ -224,6 +367,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--unk-penalty", type=float, default=0.0, help="nats per <unk> word (default 0: paper)"
     )
+    parser.add_argument(
+        "--ties",
+        choices=TIE_RULES,
+        default="expected",
+        help="k candidates tied at the top: expected (1/k if the answer is one of them, default) "
+        "or random (a seeded draw among them)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of --ties random (default 0)")
+    parser.add_argument(
+        "--tie-tolerance",
+        type=_non_negative,
+        default=0.0,
+        help="nats: scores this close to the best are tied with it (default 0: exact; identical "
+        "inputs always share one score)",
+    )
+
+
+def format_report(kind: str, report: dict[str, float | None], ties: str, seed: int) -> str:
+    """The lines ``python -m treernn msr`` prints."""
+    rule = "1/k when the answer is one of the k" if ties == "expected" else f"random, seed {seed}"
+    in_vocab = report["in_vocab"]
+    return "\n".join(
+        [
+            f"MSR sentence completion, {kind}: {report['all']:.2f}% on "
+            f"{int(report['questions'])} questions (first half {report['first_half']:.2f}%, "
+            f"second half {report['second_half']:.2f}%); chance {report['chance']:.0f}%.",
+            f"  tie at the top: {int(report['tied_questions'])} questions "
+            f"({report['tied_percent']:.1f}%), counted {rule} (--ties {ties}).",
+            f"  answer word in the vocabulary: {int(report['in_vocab_questions'] or 0)} questions, "
+            + (f"{in_vocab:.2f}% on them." if in_vocab is not None else "no accuracy (none)."),
+            "  Paper (Holmes training corpus): "
+            + ", ".join(f"{name} {value}" for name, value in PAPER_ACCURACY.items()),
+        ]
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -233,17 +410,31 @@ def run(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     questions = read_msr(data_dir / QUESTIONS_FILE, data_dir / ANSWERS_FILE)
     task = load_task(args.ckpt)
-    report, scores = evaluate(
-        task, questions, args.parsed, args.spacy_model, args.batch_size, args.unk_penalty
+    result = evaluate(
+        task,
+        questions,
+        args.parsed,
+        args.spacy_model,
+        args.batch_size,
+        args.unk_penalty,
+        args.ties,
+        args.seed,
+        args.tie_tolerance,
     )
     kind = type(task.encoder).__name__
-    print(
-        f"MSR sentence completion, {kind}: {report['all']:.2f}% on {int(report['questions'])} "
-        f"questions (first half {report['first_half']:.2f}%, second half "
-        f"{report['second_half']:.2f}%); chance 20%. Paper (Holmes training corpus): "
-        + ", ".join(f"{name} {value}" for name, value in PAPER_ACCURACY.items())
-    )
+    print(format_report(kind, result.report, args.ties, args.seed))
     if args.output:
-        payload = {"model": kind, "accuracy": report, "scores": scores.tolist()}
+        payload = {
+            "model": kind,
+            "ties": args.ties,
+            "seed": args.seed,
+            "tie_tolerance": args.tie_tolerance,
+            "accuracy": result.report,
+            "scores": result.scores.tolist(),
+            "credit": result.credit.credit.tolist(),
+            "top": [[k for k in range(CHOICES) if row[k]] for row in result.credit.top.tolist()],
+            "answers": list(questions.answers),
+            "answer_in_vocab": result.answer_in_vocab,
+        }
         Path(args.output).write_text(json.dumps(payload), encoding="utf-8")
     return 0
