@@ -19,13 +19,8 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
-#: Ordered Memory Table 1: accuracy (%) at 7..12 operators.
-PAPER_LENGTH_ACCURACY: dict[str, dict[int, float]] = {
-    "Ordered Memory (paper)": dict(zip(range(7, 13), (98, 97, 96, 94, 93, 92))),
-    "ON-LSTM (paper)": dict(zip(range(7, 13), (91, 87, 85, 81, 78, 75))),
-    "LSTM (paper)": dict(zip(range(7, 13), (88, 84, 80, 78, 71, 69))),
-    "Tree-RNN (paper)": dict(zip(range(7, 13), (98, 98, 97, 96, 95, 96))),
-}
+from treernn.reporting.paper import PAPER_LENGTH_ACCURACY  # Ordered Memory Table 1, 7..12 ops
+
 TRAINED_UP_TO = 6
 
 
@@ -76,8 +71,13 @@ def plot_accuracy_by_length(
     path: str | Path,
     with_paper: bool = True,
     first: int = 1,
+    errors: Mapping[str, Mapping[int, float]] | None = None,
 ) -> Path:
-    """ON-LSTM Fig. 3 style: accuracy (%) against number of operators, one line per model."""
+    """ON-LSTM Fig. 3 style: accuracy (%) against number of operators, one line per model.
+
+    ``errors``: per model, the error bar at each number of operators (the std over seeds in
+    ``python -m treernn report table``); the trained lengths are shaded.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -86,7 +86,18 @@ def plot_accuracy_by_length(
     figure, axis = plt.subplots(figsize=(6, 4))
     for label, curve in curves.items():
         xs = [n for n in sorted(curve) if n >= first]
-        axis.plot(xs, [curve[n] for n in xs], marker="o", label=label)
+        bars = (errors or {}).get(label)
+        if bars:
+            axis.errorbar(
+                xs,
+                [curve[n] for n in xs],
+                yerr=[bars.get(n, 0.0) for n in xs],
+                marker="o",
+                capsize=3,
+                label=label,
+            )
+        else:
+            axis.plot(xs, [curve[n] for n in xs], marker="o", label=label)
     if with_paper:
         for label, curve in PAPER_LENGTH_ACCURACY.items():
             xs = sorted(curve)

@@ -1,6 +1,26 @@
-"""Results a researcher reads at a glance: per-length accuracy tables, the systematic-generalisation
-table, and a plot like ON-LSTM's Fig. 3 (test accuracy against number of operators, one line per
-model, trained on <= 6 operators).
+"""Results a researcher reads at a glance: the papers' comparison tables from a sweep, per-length
+accuracy tables, the systematic-generalisation table, and a plot like ON-LSTM's Fig. 3 (test
+accuracy against number of operators, one line per model, trained on <= 6 operators).
+
+One table per sweep, beside the papers' numbers (Ordered Memory Tables 1 and 3 and Fig. 3a,
+ON-LSTM Tables 1 and 2), from a multirun directory or any run directories of one task:
+
+    python -m treernn report table outputs/multirun/logic/ordered_memory/<time> [--out PREFIX]
+        [--paper auto|logic|sysgen|listops|sst2|sst5|parsing|ptb|none] [--wandb]
+
+Rows are the runs grouped by the overrides that differ between them (seed aside; for the logic
+partitions, ``task.datamodule.split`` gives the A/B/C columns instead), with n = the number of
+runs; each cell is mean ± sample std (max) over the row's runs, a single run's value alone. The
+columns are the task's test metrics: accuracy per number of operators and its 7-12 mean,
+partitions A/B/C, accuracy per length bucket and overall, induced-tree F1 per layer (trivial
+trees as rows when ``report tree-f1`` / ``parse`` wrote them into a run), perplexity. The
+papers' rows are marked "(paper)" (numbers in :mod:`treernn.reporting.paper`). Writes
+``PREFIX.md``, ``PREFIX.csv`` (mean/std/max/n per column) and, for accuracy by operators,
+``PREFIX.png`` (mean with std error bars per model, trained lengths shaded); the default PREFIX
+is ``<dir>/table`` (the common parent of several directories). Runs that did not finish are left
+out and listed. With ``--wandb`` (or when the runs logged to wandb) the table also goes to a wandb
+run's summary as a ``wandb.Table`` (offline unless ``WANDB_MODE`` says otherwise). A multirun
+writes this table into its sweep directory when it ends (:mod:`treernn.sweeps`).
 
 :class:`AccuracyReport <treernn.callbacks.accuracy_report.AccuracyReport>` (a callback, in
 ``conf/task/{logic,listops}.yaml``) prints the tables after testing and writes
@@ -38,12 +58,7 @@ from treernn.parsing.baselines import BASELINES, baseline_trees
 from treernn.parsing.induce import BRACKET_DISTANCES, BracketDistances
 from treernn.parsing.metrics import score_trees
 from treernn.parsing.trees import Tree, leaves, to_bracketed
-
-#: the systematic-generalisation partitions A/B/C where Ordered Memory's paper gives them
-PAPER_SYSGEN_ACCURACY: dict[str, dict[str, float]] = {
-    "Ordered Memory (paper)": {"A": 94, "B": 91, "C": 81},
-    "LSTM (paper)": {"A": 84, "B": 60, "C": 59},
-}
+from treernn.reporting.paper import PAPER_SYSGEN_ACCURACY  # Ordered Memory Table 1, Sys. Gen.
 
 
 def sysgen_table(runs: Mapping[str, Mapping[str, float]]) -> str:
@@ -197,7 +212,31 @@ def encoder_throughput(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from treernn.reporting.table import PAPER_CHOICES
+
     reports = parser.add_subparsers(dest="report", required=True, metavar="<report>")
+    table = reports.add_parser(
+        "table",
+        help="the papers' comparison table of a sweep: mean ± std (max) over seeds per model",
+        description="One table of a multirun's (or several runs') test metrics, one row per "
+        "setting (the overrides that differ, seed aside), beside the papers' numbers; writes "
+        "PREFIX.md, PREFIX.csv and, for accuracy by number of operators, PREFIX.png.",
+    )
+    table.add_argument("runs", nargs="+", type=Path, help="a multirun directory or run directories")
+    table.add_argument(
+        "--out", type=Path, default=None, help="PREFIX of the files (default: <dir>/table)"
+    )
+    table.add_argument(
+        "--paper",
+        default="auto",
+        choices=PAPER_CHOICES,
+        help="whose numbers go beside the runs (auto: by the runs' task)",
+    )
+    table.add_argument(
+        "--wandb", action="store_true", help="log the table to wandb (offline without WANDB_MODE)"
+    )
+    table.set_defaults(run_report=table_report)
+
     accuracy = reports.add_parser(
         "accuracy",
         help="per-length accuracy tables of runs and a Fig. 3-style plot",
@@ -311,4 +350,29 @@ def accuracy_report(args: argparse.Namespace) -> int:
     if sysgen:
         print(sysgen_table(sysgen) + "\n")
     print(f"wrote {plot_accuracy_by_length(curves, args.out, with_paper=not args.no_paper)}")
+    return 0
+
+
+def default_prefix(paths: Sequence[Path]) -> Path:
+    """``<dir>/table`` for one directory, else in the directories' common parent."""
+    import os
+
+    if len(paths) == 1:
+        return paths[0] / "table"
+    return Path(os.path.commonpath([path.resolve() for path in paths])) / "table"
+
+
+def table_report(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from treernn.reporting.table import log_to_wandb, report_table, to_markdown, write_table
+
+    table = report_table(args.runs, args.paper)
+    print(to_markdown(table), end="")
+    prefix = args.out or default_prefix(args.runs)
+    for path in write_table(table, prefix):
+        print(f"wrote {path}")
+    if args.wandb or (table.wandb_project and importlib.util.find_spec("wandb") is not None):
+        where = log_to_wandb(table, prefix.parent, table.wandb_project or "treernn")
+        print(f"logged the table to wandb ({where})")
     return 0
