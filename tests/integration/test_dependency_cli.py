@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -74,8 +75,21 @@ def test_presets_train_and_tools_run(data_dir: Path, tmp_path: Path, capsys):
     data = ["--data-dir", str(data_dir)]
 
     # MSR end to end on the 1,040 questions: the sequential model needs no parse ...
-    assert treernn_main(["msr", "--ckpt", str(checkpoints["tdlstm/lstm_ewt_small"]), *data]) == 0
-    assert "on 1040 questions" in capsys.readouterr().out
+    report = tmp_path / "msr.json"
+    lstm_ckpt = str(checkpoints["tdlstm/lstm_ewt_small"])
+    assert treernn_main(["msr", "--ckpt", lstm_ckpt, *data, "--output", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "on 1040 questions" in out and "tie at the top: " in out
+    result = json.loads(report.read_text())
+    accuracy = result["accuracy"]
+    assert accuracy["questions"] == 1040 and 0 < accuracy["in_vocab_questions"] < 1040
+    # many answers are <unk> like other candidates: ties, each question worth 1/k, no position bias
+    assert accuracy["tied_questions"] == sum(len(top) > 1 for top in result["top"]) > 0
+    assert accuracy["all"] == pytest.approx(100 * sum(result["credit"]) / 1040)
+    random = ["--ties", "random", "--seed", "3", "--output", str(report)]
+    assert treernn_main(["msr", "--ckpt", lstm_ckpt, *data, *random]) == 0
+    assert "(--ties random)" in capsys.readouterr().out
+    assert set(json.loads(report.read_text())["credit"]) <= {0.0, 1.0}
     # ... a tree model takes a parsed file (here chain trees, to exercise the path) ...
     questions = msr.read_msr(data_dir / msr.QUESTIONS_FILE, data_dir / msr.ANSWERS_FILE)
     parsed = tmp_path / "chains.conllu"
