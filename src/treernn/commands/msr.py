@@ -26,7 +26,9 @@ answer is among them (``--ties expected``, the accuracy expected from a uniform 
 draw seeded by ``--seed`` (``--ties random``). Scores of different inputs are compared exactly;
 ``--tie-tolerance`` (nats) widens "the top" to scores within that distance of the best. The report
 adds the number of questions with a tie at the top and the accuracy on the questions whose answer
-word is in the model's vocabulary. A model that scores every candidate alike gets exactly 20%.
+word is in the model's vocabulary. A model that scores every candidate alike gets exactly 20%;
+one whose scores are random but equal for equal inputs gets a little more when answer words are
+in the vocabulary more often than the other candidates (they then stand alone, not in a tie).
 
 Training corpus (not shipped): Microsoft Research's ``Holmes_Training_Data``, 522 Project Gutenberg
 novels, from the MSR Sentence Completion Challenge page
