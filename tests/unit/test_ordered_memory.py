@@ -68,6 +68,18 @@ def test_masked_attention_hand_case():
     torch.testing.assert_close(masked_attention(scores, allowed), torch.tensor([[0.0, 0.8, 0.2]]))
 
 
+def test_masked_attention_drops_mask_values_below_the_authors_threshold():
+    scores = torch.zeros(1, 3)
+    allowed = torch.tensor([[5e-6, 2e-5, 1.0]], requires_grad=True)
+    # 5e-6 < 1e-5 counts as 0 (process_softmax); 2e-5 keeps its weight: (0, 2e-5, 1) / (1 + 2e-5)
+    weights = masked_attention(scores, allowed)
+    expected = torch.tensor([[0.0, 2e-5, 1.0]]) / (1.0 + 2e-5)
+    torch.testing.assert_close(weights, expected, atol=0, rtol=1e-6)
+    assert weights[0, 0] == 0
+    weights[0, 0].backward()
+    assert allowed.grad[0, 0] == 0  # no gradient into a dropped mask value
+
+
 # ----------------------------------------------------------------------------- steps by hand
 def make_encoder(**kwargs) -> OrderedMemoryEncoder:
     torch.manual_seed(0)
@@ -170,9 +182,32 @@ def test_more_slots_at_test_time():
     with torch.no_grad():
         attention = encoder(x).tree_signal.values[0]
     assert attention.shape == (2, 30, 24)
-    # step k (0-based) can reach at most min(N, k) slots: here all 24 only from step 24 on
-    assert attention[:, 23, :1].abs().sum() == 0 and attention[:, 24, 0].min() > 0
+    # step k (0-based) can reach at most min(N, k) slots: the last k
+    for step in range(1, 24):
+        assert attention[:, step, : 24 - step].abs().sum() == 0 and attention[:, step, -1].min() > 0
     torch.testing.assert_close(attention[:, 1:].sum(-1), torch.ones(2, 29))
+
+
+def test_validation_uses_the_training_slot_count_and_test_the_test_count():
+    """The authors validate with the training count (12 on logic) and test with 24; the task sets
+    ``validating`` around its validation loop (tasks.base.Task)."""
+    from treernn.tasks.base import Task
+
+    encoder = OrderedMemoryEncoder(4, 6, memory_slots=3, test_memory_slots=5).eval()
+    x = torch.randn(2, 7, 4)
+    assert encoder(x).tree_signal.values.shape[-1] == 5  # eval mode alone: the test count
+    task = Task.__new__(Task)  # only the hooks are exercised
+    nn.Module.__init__(task)
+    task.encoder = encoder
+    task.on_validation_start()
+    assert encoder(x).tree_signal.values.shape[-1] == 3
+    task.on_validation_end()
+    assert encoder(x).tree_signal.values.shape[-1] == 5
+    task.on_validation_start()
+    task.on_test_start()  # a test pass after an interrupted validation still uses the test count
+    assert encoder(x).tree_signal.values.shape[-1] == 5
+    encoder.train()
+    assert encoder(x).tree_signal.values.shape[-1] == 3
 
 
 def test_gradients_reach_every_parameter():
@@ -224,6 +259,50 @@ def test_bad_arguments_and_masks_are_reported():
         encoder(torch.randn(1, 3, 4), torch.tensor([[False, True, True]]))
     with pytest.raises(ValueError, match=r"\(B, T, 4\)"):
         encoder(torch.randn(1, 3, 5))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_authors_left_padding_composes_the_first_token_with_a_zero_memory(fused):
+    """``padding_mode=authors_left``: a row shorter than the batch starts as the authors'
+    left-padded rows do, its first token an ordinary step over the zero state: output
+    cell(x_1, 0) into the last slot, then two slots attendable at its second token. The default
+    treatment ignores padding; a row that fills the batch is the same under both."""
+    torch.manual_seed(0)
+    options = {"input_size": 5, "hidden_size": 6, "memory_slots": 3, "fused": fused}
+    invariant = OrderedMemoryEncoder(**options, padding_side="left").eval()
+    authors = OrderedMemoryEncoder(**options, padding_side="left", padding_mode="authors_left")
+    authors.eval().load_state_dict(invariant.state_dict())
+    sequence = torch.randn(4, 5)
+    x = torch.zeros(2, 6, 5)
+    x[0, 2:] = sequence  # two pads on the left
+    x[1] = torch.randn(6, 5)  # fills the batch
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[0, :2] = False
+    with torch.no_grad():
+        alone = invariant(sequence[None])
+        plain, padded = invariant(x, mask), authors(x, mask)
+        memory = invariant.forward_memory
+        x_1 = memory.layer_norm(memory.input_projection(sequence[:1]))  # eq. (1), (1, H)
+        composed_with_zero = memory.cell(x_1, torch.zeros_like(x_1))
+    close = {"atol": 1e-6, "rtol": 1e-5}
+    torch.testing.assert_close(plain.hidden[0, 2:], alone.hidden[0], **close)  # invariant
+    torch.testing.assert_close(padded.hidden[1], plain.hidden[1], **close)  # no padding
+    torch.testing.assert_close(padded.hidden[0, 2], composed_with_zero[0], **close)
+    torch.testing.assert_close(plain.hidden[0, 2], x_1[0], **close)  # first-token treatment
+    # attention: the last slot at the first token, two slots at the second
+    torch.testing.assert_close(padded.tree_signal.values[0, 0, 2], torch.tensor([0.0, 0.0, 1.0]))
+    second = padded.tree_signal.values[0, 0, 3]
+    assert second[0] == 0 and 0 < second[1] < 1
+    assert (padded.hidden[0, 3:] - plain.hidden[0, 3:]).abs().amin(-1).gt(1e-4).all()
+    # the same with the batch right-padded: "as if left-padded to the batch's width"
+    right = OrderedMemoryEncoder(**options, padding_mode="authors_left").eval()
+    right.load_state_dict(invariant.state_dict())
+    x_right = torch.stack([torch.cat([sequence, torch.zeros(2, 5)]), x[1]])
+    with torch.no_grad():
+        out_right = right(x_right, mask.flip(1))
+    torch.testing.assert_close(out_right.hidden[0, :4], padded.hidden[0, 2:], **close)
+    with pytest.raises(ValueError, match="padding_mode='authors'"):
+        OrderedMemoryEncoder(4, 6, padding_mode="authors")
 
 
 def test_carried_state_continues_the_sequence():

@@ -52,9 +52,27 @@ Two implementations compute the same function (``fused``):
   compare it with the reference in float64.
 
 More slots at test time: ``test_memory_slots`` (e.g. 12 in training, 24 at test time for logical
-inference); no parameter depends on N. Sequences longer than N tokens are handled as in the paper:
-the stack holds at most N sub-trees, and once it is full the last slot stays attendable, so the
-model keeps composing; nothing is rejected.
+inference); no parameter depends on N. As in the authors' code, validation uses the training count
+``memory_slots``: the encoder cannot tell a validation pass from a test pass, so the task sets
+``encoder.validating`` around its validation loop; otherwise eval mode (test passes, and the
+commands that load a checkpoint) uses ``test_memory_slots``. Sequences longer than N tokens are
+handled as in the paper: the stack holds at most N sub-trees, and once it is full the last slot
+stays attendable, so the model keeps composing; nothing is rejected.
+
+Padding (``padding_mode``). Default ``invariant``: padding never changes a row's results. A padded
+step leaves the row's state as it was, and a row's first real token gets the first-step treatment
+(no attention, every candidate slot x_1) wherever it sits. Deviation from the authors' ListOps
+code, which left-pads and gives that treatment only at the batch's first step. There a left-padded
+row's pad steps keep its zero initial state, and its first real token x_1 is an ordinary step
+over that state: the previous pointer is 0, so only the last slot is allowed and
+p = cp = (0, ..., 0, 1), rcp = 1 everywhere, M_t = M_hat_{t-1} = 0, and the candidate is x_1 in
+every slot but the last, which gets ``cell(x_1, 0)`` (the step's output). Its next step starts
+from cp^{N-1} = 1, so two slots can be attended at the second token where the invariant treatment
+allows one, and every later output of the row depends on whether it was padded (not on how much:
+pad steps change nothing). ``authors_left`` reproduces that: a row shorter than the batch is read
+as if left-padded to the batch's width, whichever side its padding is on, and a row that fills the
+batch as before. It applies to the forward direction only (reversed, a left-padded row reads its
+pads last, which changes nothing).
 """
 
 from __future__ import annotations
@@ -174,10 +192,17 @@ class OrderedMemoryState:
         )
 
 
+#: Mask values below this count as 0 (the authors' ``process_softmax``): such slots get exactly
+#: zero attention, and no gradient flows into their mask value.
+MASK_THRESHOLD = 1e-5
+
+
 def masked_attention(scores: Tensor, allowed: Tensor) -> Tensor:
     """Eqs. (10)-(11): softmax of ``scores`` (B, S) multiplied by the soft mask ``allowed`` (B, S)
-    in [0, 1], renormalised. Slots with ``allowed == 0`` get exactly 0. Every row needs one
-    allowed slot (the last slot always is)."""
+    in [0, 1], renormalised. Mask values below :data:`MASK_THRESHOLD` are set to 0 first, as the
+    authors' code does; slots with a zero mask get exactly 0. Every row needs one allowed slot
+    (the last slot always is)."""
+    allowed = allowed.masked_fill(allowed < MASK_THRESHOLD, 0.0)
     masked = scores.masked_fill(allowed <= 0, float("-inf"))
     shift = masked.amax(dim=1, keepdim=True).detach()  # any shift gives the same distribution
     weights = torch.exp(masked - shift) * allowed  # (B, S)
@@ -243,19 +268,27 @@ class OrderedMemoryRecurrence(nn.Module):
         ]
 
     def forward(
-        self, x: Tensor, mask: Tensor, num_slots: int, state: OrderedMemoryState | None = None
+        self,
+        x: Tensor,
+        mask: Tensor,
+        num_slots: int,
+        state: OrderedMemoryState | None = None,
+        authors_padding: bool = False,
     ) -> tuple[Tensor, Tensor, OrderedMemoryState]:
         """x (B, T, D), mask (B, T) bool -> hidden (B, T, H) (zeros at padding),
-        attention (B, T, N) (zeros at padding and first tokens), final state."""
+        attention (B, T, N) (zeros at padding and first tokens), final state.
+        ``authors_padding``: rows shorter than T start as the authors' left-padded rows do (see
+        ``padding_mode`` in the module docstring)."""
         if self.fused:
-            return fused_ordered_memory(self, x, mask, num_slots, state)
+            return fused_ordered_memory(self, x, mask, num_slots, state, authors_padding)
         with torch.autocast(x.device.type, enabled=False):  # the reference runs in fp32
             if x.dtype in (torch.float16, torch.bfloat16):
                 x = x.float()
-            return self.reference_forward(x, mask, self.start_state(state, x, num_slots))
+            state = self.start_state(state, x, num_slots)
+            return self.reference_forward(x, mask, state, authors_padding)
 
     def reference_forward(
-        self, x: Tensor, mask: Tensor, state: OrderedMemoryState
+        self, x: Tensor, mask: Tensor, state: OrderedMemoryState, authors_padding: bool = False
     ) -> tuple[Tensor, Tensor, OrderedMemoryState]:
         """Algorithm 1 as written: every step, every slot, all rows at once. A padded step leaves
         a row's state as it was and outputs zeros."""
@@ -266,6 +299,9 @@ class OrderedMemoryRecurrence(nn.Module):
         inputs = self.layer_norm(self.input_projection(x))  # eq. (1), (B, T, H)
         pointer, memory, candidate = state.cumulative_pointer, state.memory, state.candidate
         tokens_seen = state.tokens_seen
+        # which rows get the first-token treatment at their first token: all of them, or with
+        # the authors' left padding only those that fill the batch (no padding before them)
+        fresh_start = mask.all(1) if authors_padding else torch.ones_like(tokens_seen, dtype=bool)
         outputs, attentions = [], []
         for t in range(steps):
             x_t = inputs[:, t]  # (B, H)
@@ -284,7 +320,7 @@ class OrderedMemoryRecurrence(nn.Module):
             cumulative = attention.cumsum(dim=1)  # cp_t, eq. (3)
             reverse_cumulative = attention.flip(1).cumsum(dim=1).flip(1)  # rcp_t, eq. (4)
             # a row's first token: no attention, cp = 0 and rcp = 1
-            first = (tokens_seen == 0).unsqueeze(1)  # (B, 1)
+            first = ((tokens_seen == 0) & fresh_start).unsqueeze(1)  # (B, 1)
             attention = attention.masked_fill(first, 0.0)
             cumulative = cumulative.masked_fill(first, 0.0)
             reverse_cumulative = reverse_cumulative.masked_fill(first, 1.0)
@@ -328,6 +364,8 @@ class OrderedMemoryEncoder(Encoder):
     under autocast); False runs the readable reference, Algorithm 1 as written (fp32).
     ``gemm_backend`` (fused path only): the library of the slot chain's per-slot products
     (:mod:`treernn.encoders.gemm`; ``auto`` probes MKL, oneDNN and aten once per shape).
+    ``padding_mode``: ``invariant`` (default) or ``authors_left`` (module docstring).
+    ``validating``: set by the task during validation, where eval mode uses ``memory_slots``.
     """
 
     tree_signal_kind = "attention"  # trees by Algorithm 2
@@ -349,6 +387,7 @@ class OrderedMemoryEncoder(Encoder):
         padding_side: Literal["right", "left"] = "right",
         fused: bool = True,
         gemm_backend: GemmBackend = "auto",
+        padding_mode: Literal["invariant", "authors_left"] = "invariant",
     ) -> None:
         super().__init__()
         if num_layers != 1:
@@ -371,11 +410,18 @@ class OrderedMemoryEncoder(Encoder):
             )
         if padding_side not in ("right", "left"):
             raise ConfigValueError(f"padding_side={padding_side!r} must be 'right' or 'left'")
+        if padding_mode not in ("invariant", "authors_left"):
+            raise ConfigValueError(
+                f"padding_mode={padding_mode!r} must be 'invariant' (padding never changes "
+                "results) or 'authors_left' (the authors' left-padded ListOps behaviour)"
+            )
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.memory_slots = memory_slots
         self.test_memory_slots = test_memory_slots or memory_slots
         self.padding_side = padding_side
+        self.padding_mode = padding_mode
+        self.validating = False  # the task sets it during validation: eval uses memory_slots
         self.input_dropout = input_dropout
         self.locked_input_dropout = locked_input_dropout
         self.output_dropout = output_dropout
@@ -401,8 +447,11 @@ class OrderedMemoryEncoder(Encoder):
 
     @property
     def num_slots(self) -> int:
-        """Slots used by the next forward pass (training or test count)."""
-        return self.memory_slots if self.training else self.test_memory_slots
+        """Slots used by the next forward pass: the training count in training and validation,
+        the test count otherwise in eval mode."""
+        if self.training or self.validating:
+            return self.memory_slots
+        return self.test_memory_slots
 
     def _check_mask(self, mask: Tensor) -> None:
         """A left-padded batch given as right-padded (or the reverse) is a data bug: say so."""
@@ -448,7 +497,8 @@ class OrderedMemoryEncoder(Encoder):
             raise ValueError("a bidirectional Ordered Memory cannot carry state between segments")
         x = self._drop_input(x)
         num_slots = self.num_slots
-        hidden, attention, final = self.forward_memory(x, mask, num_slots, state)
+        authors_padding = self.padding_mode == "authors_left"
+        hidden, attention, final = self.forward_memory(x, mask, num_slots, state, authors_padding)
         pooled = final.candidate[:, -1]  # (B, H) M_hat^{N-1} after the last real token
         extras: dict[str, Tensor] = {}
         if self.backward_memory is not None:

@@ -12,7 +12,8 @@ This module computes the same function (tests compare the two in float64) faster
   attention and candidates are the same; only ``state.memory`` of never-attended slots differs.)
 * Rows are processed longest first, so the rows still reading tokens (right padding) or already
   reading them (left padding) are a prefix of the batch and padded rows cost nothing; a padded
-  step never changes a row's state, so left and right padding give the same results.
+  step never changes a row's state, so left and right padding give the same results (with
+  ``padding_mode=authors_left`` a shorter row's first token is scheduled as an ordinary step).
 * The per-slot products of the chain run on the GEMM backend of :mod:`treernn.encoders.gemm`
   (``gemm_backend``: MKL's or oneDNN's packed GEMM on x86 CPUs in fp32, whichever is faster here,
   the weights packed once per forward; plain ``addmm`` / ``mm`` on aten otherwise).
@@ -61,6 +62,7 @@ def fused_ordered_memory(
     mask: Tensor,
     num_slots: int,
     state: OrderedMemoryState | None,
+    authors_padding: bool = False,
 ) -> tuple[Tensor, Tensor, OrderedMemoryState]:
     """What :meth:`OrderedMemoryRecurrence.forward` returns, computed the fast way: hidden
     (B, T, H), attention (B, T, N), final state. Under ``torch.autocast`` (bf16-mixed) the
@@ -70,13 +72,15 @@ def fused_ordered_memory(
         if x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()
         state = recurrence.start_state(state, x, num_slots)
-        return _scheduled_forward(recurrence, x, mask, state, gemm_dtype)
+        return _scheduled_forward(recurrence, x, mask, state, gemm_dtype, authors_padding)
 
 
 class _Schedule:
     """What each step of a sorted batch computes, worked out once on the CPU (no per-step sync)."""
 
-    def __init__(self, mask: Tensor, tokens_seen: Tensor, num_slots: int) -> None:
+    def __init__(
+        self, mask: Tensor, tokens_seen: Tensor, num_slots: int, authors_padding: bool = False
+    ) -> None:
         mask_cpu = mask.cpu()
         batch_size = mask_cpu.size(0)
         active = mask_cpu.sum(0)  # (T,)
@@ -86,7 +90,10 @@ class _Schedule:
                 "OrderedMemoryEncoder: each mask row must be one run of real tokens, padded on "
                 "the left or on the right (True = real token); got a row with a gap in it"
             )
-        seen_before = tokens_seen.cpu().unsqueeze(1) + mask_cpu.long().cumsum(1) - mask_cpu.long()
+        seen = tokens_seen.cpu()
+        if authors_padding:  # a row shorter than T starts as if one token had been read
+            seen = seen + ((seen == 0) & ~mask_cpu.all(1)).long()
+        seen_before = seen.unsqueeze(1) + mask_cpu.long().cumsum(1) - mask_cpu.long()
         first = mask_cpu & (seen_before == 0)  # (B, T) the row's first token ever
         window = (seen_before * mask_cpu).amax(0).clamp(max=num_slots) if batch_size else active
         self.active: list[int] = active.tolist()
@@ -101,6 +108,7 @@ def _scheduled_forward(
     mask: Tensor,
     state: OrderedMemoryState,
     gemm_dtype: torch.dtype | None,
+    authors_padding: bool = False,
 ) -> tuple[Tensor, Tensor, OrderedMemoryState]:
     """The windowed, longest-rows-first loop over steps; see the module docstring."""
     from treernn.encoders.ordered_memory import OrderedMemoryState, masked_attention
@@ -115,7 +123,7 @@ def _scheduled_forward(
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(batch_size, device=order.device)
     x, mask, state = x[order], mask[order], state.index_select(order)
-    schedule = _Schedule(mask, state.tokens_seen, num_slots)
+    schedule = _Schedule(mask, state.tokens_seen, num_slots, authors_padding)
 
     # bf16-mixed: every matrix the recurrence multiplies by, cast once per forward
     cell = recurrence.cell

@@ -13,6 +13,10 @@ own default optimiser). Every parameter group remembers the learning rate it was
 ``base_lr``, so a task can rescale the rate per step (:meth:`Task.scale_learning_rate`, the
 language model's seq_len / bptt). A ``ReduceLROnPlateau`` scheduler steps once per epoch on
 ``monitor``.
+
+Validation vs test: an encoder with a ``validating`` attribute (Ordered Memory, whose eval mode
+uses more memory slots at test time than in validation) has it set to True for the validation
+loop and False otherwise.
 """
 
 from __future__ import annotations
@@ -76,6 +80,20 @@ class Task(pl.LightningModule):
     def encode_batch(self, batch: Any, state: Any = None) -> EncodedBatch:
         inputs = self.encoder_inputs(batch)
         return EncodedBatch(inputs, self.run_encoder(inputs, state))
+
+    # ----------------------------------------------------------------- validation vs test
+    def _set_validating(self, validating: bool) -> None:
+        if hasattr(self.encoder, "validating"):
+            self.encoder.validating = validating
+
+    def on_validation_start(self) -> None:
+        self._set_validating(True)
+
+    def on_validation_end(self) -> None:
+        self._set_validating(False)
+
+    def on_test_start(self) -> None:
+        self._set_validating(False)
 
     # ----------------------------------------------------------------- optimisation
     def optimizer_parameters(self) -> Iterable[nn.Parameter]:
