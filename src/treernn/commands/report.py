@@ -362,9 +362,17 @@ def default_prefix(paths: Sequence[Path]) -> Path:
     return Path(os.path.commonpath([path.resolve() for path in paths])) / "table"
 
 
-def table_report(args: argparse.Namespace) -> int:
-    import importlib.util
+def _importable(name: str) -> bool:
+    import importlib
 
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
+def table_report(args: argparse.Namespace) -> int:
     from treernn.reporting.table import log_to_wandb, report_table, to_markdown, write_table
 
     table = report_table(args.runs, args.paper)
@@ -372,7 +380,7 @@ def table_report(args: argparse.Namespace) -> int:
     prefix = args.out or default_prefix(args.runs)
     for path in write_table(table, prefix):
         print(f"wrote {path}")
-    if args.wandb or (table.wandb_project and importlib.util.find_spec("wandb") is not None):
+    if args.wandb or (table.wandb_project and _importable("wandb")):
         where = log_to_wandb(table, prefix.parent, table.wandb_project or "treernn")
         print(f"logged the table to wandb ({where})")
     return 0
