@@ -412,6 +412,39 @@ def test_fused_path_matches_the_reference_with_gradients(padding_side):
     )
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_fused_path_skips_unreachable_slots_exactly(training, monkeypatch):
+    """Sharp attention leaves mask values below the authors' threshold, so some steps' windows
+    shrink (no composition where every row's cp is exactly 0). The outputs and gradients stay
+    those of the reference (eval) and of the autograd slot chain (training, with dropout)."""
+    fused, reference = fused_and_reference(memory_slots=6, hidden_size=8)
+    with torch.no_grad():
+        for encoder in (fused, reference):
+            encoder.forward_memory.score.weight.mul_(400.0)  # peaked softmax
+    windows = []
+
+    def spy(mask_pointer, threshold):
+        window = reachable_window(mask_pointer, threshold)
+        windows.append((mask_pointer.size(1) + 1, window))
+        return window
+
+    reachable_window = ordered_memory_fused._reachable_window
+    monkeypatch.setattr(ordered_memory_fused, "_reachable_window", spy)
+    fused.train(training)
+    reference.train(training)
+    x = torch.randn(4, 14, 5, dtype=torch.float64)
+    mask = torch.arange(14)[None] < torch.tensor([[14], [11], [3], [14]])
+    first = run_with_gradients(fused, x, mask, seed=3, memory_in_loss=False)
+    assert any(window < scheduled for scheduled, window in windows), windows
+    if training:  # dropout masks go to rows in another order: compare with the autograd chain
+        second = run_with_autograd_slot_chain(
+            monkeypatch, fused, x, mask, seed=3, memory_in_loss=False
+        )
+    else:
+        second = run_with_gradients(reference, x, mask, seed=3, memory_in_loss=False)
+    assert_same_pass(first, second)
+
+
 def test_fused_path_matches_the_reference_with_carried_state():
     fused, reference = fused_and_reference(memory_slots=3)
     fused.eval()
