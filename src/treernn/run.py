@@ -27,7 +27,7 @@ from treernn.callbacks.divergence import DivergenceMonitor
 from treernn.callbacks.progress import ProgressBar
 from treernn.config_checks import check_config
 from treernn.data.vocab import Vocabulary
-from treernn.errors import UserError, show_tracebacks
+from treernn.errors import ConfigValueError, UserError, show_tracebacks
 
 log = logging.getLogger("treernn")
 
@@ -255,6 +255,17 @@ def flush_denormals(enabled: bool = True) -> None:
     torch.set_flush_denormal(enabled)
 
 
+def set_threads(threads: Any) -> None:
+    """``threads``: torch's intra-op thread count for this run (null: torch's default, one per
+    core). Parallel sweeps (``table=...``, two jobs at once) give each job one thread: on a busy
+    machine two OpenMP threads of one job wait for each other."""
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigValueError(f"threads={threads!r} must be a positive integer or null; e.g. threads=1")
+    torch.set_num_threads(threads)
+
+
 class RunInterrupted(Exception):
     """The run was stopped (Ctrl-C, SIGTERM) before it finished."""
 
@@ -262,6 +273,7 @@ class RunInterrupted(Exception):
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and/or test as ``cfg.mode`` says; returns the final metrics."""
     flush_denormals(bool(cfg.get("flush_denormal", True)))
+    set_threads(cfg.get("threads"))
     _route_lightning_logs()
     if cfg.mode not in ("fit+test", "fit", "test"):
         raise UserError(f"mode={cfg.mode} is not one of fit+test, fit, test")
