@@ -1,17 +1,49 @@
 """The fast ON-LSTM recurrence (``impl="fast"``, a hand-written autograd function) against the
 step-by-step reference: outputs, states, distances and every gradient agree to 1e-5 in float32
-with the same DropConnect and locked-dropout masks."""
+and to 1e-10 in float64 with the same DropConnect and locked-dropout masks, on both of its paths
+(the compiled per-step kernel, which must build here, and the torch-ops steps); the two paths
+agree with each other, and the build falls back to the torch-ops steps with one warning."""
 
 from __future__ import annotations
+
+import logging
+from types import ModuleType
 
 import pytest
 import torch
 
-from treernn.encoders import gemm
+from treernn.encoders import cpp_ext, gemm, onlstm_fast
 from treernn.encoders.onlstm import ONLSTMEncoder
-from treernn.encoders.onlstm_fast import ONLSTMRecurrence, fast_recurrence
+from treernn.encoders.onlstm_fast import (
+    ONLSTMRecurrence,
+    _fast_forward,
+    fast_recurrence,
+    fused_kernel,
+)
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+TOLERANCE_FLOAT64 = {"rtol": 1e-10, "atol": 1e-10}
+PATHS = ["fused", "torch"]
+
+
+@pytest.fixture
+def extension(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The compiled per-step kernel. It must build wherever the tests run (a C++ compiler and
+    ninja are installed): a failed build is a bug to fix, never a skip."""
+    monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
+    kernel = cpp_ext.load_extension("onlstm_step")
+    assert kernel is not None, "the onlstm_step C++ extension did not build; see the log"
+    return kernel
+
+
+def _use_path(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the fast recurrence on the fused kernel (which must be available) or on torch ops."""
+    if path == "fused":
+        monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
+        assert fused_kernel(torch.zeros(1)) is not None, "the onlstm_step extension did not build"
+    else:
+        monkeypatch.setenv(cpp_ext.ENV_VAR, "0")
+        assert fused_kernel(torch.zeros(1)) is None
 
 
 def _pair(seed: int, **kwargs) -> tuple[ONLSTMEncoder, ONLSTMEncoder]:
@@ -26,7 +58,7 @@ def _run(encoder, x, mask, state, seed: int):
     """Forward with a fixed seed (same masks for both), a loss touching every output, gradients."""
     torch.manual_seed(seed)
     out = encoder(x, mask, state)
-    weights = torch.linspace(-1, 1, out.hidden.size(-1))
+    weights = torch.linspace(-1, 1, out.hidden.size(-1), dtype=out.hidden.dtype)
     loss = (out.hidden * weights).sum() + (out.pooled**2).sum()
     loss = loss + (out.tree_signal.values * 0.7).sum() - (out.extras["input_distances"] ** 2).sum()
     for h, c in out.state:
@@ -36,18 +68,18 @@ def _run(encoder, x, mask, state, seed: int):
     return out, grads
 
 
-def _assert_same(out_a, out_b) -> None:
-    torch.testing.assert_close(out_b.hidden, out_a.hidden, **TOLERANCE)
-    torch.testing.assert_close(out_b.pooled, out_a.pooled, **TOLERANCE)
-    torch.testing.assert_close(out_b.tree_signal.values, out_a.tree_signal.values, **TOLERANCE)
+def _assert_same(out_a, out_b, tolerance: dict = TOLERANCE) -> None:
+    torch.testing.assert_close(out_b.hidden, out_a.hidden, **tolerance)
+    torch.testing.assert_close(out_b.pooled, out_a.pooled, **tolerance)
+    torch.testing.assert_close(out_b.tree_signal.values, out_a.tree_signal.values, **tolerance)
     torch.testing.assert_close(
-        out_b.extras["input_distances"], out_a.extras["input_distances"], **TOLERANCE
+        out_b.extras["input_distances"], out_a.extras["input_distances"], **tolerance
     )
     for layer_a, layer_b in zip(out_a.layer_outputs, out_b.layer_outputs):
-        torch.testing.assert_close(layer_b, layer_a, **TOLERANCE)
+        torch.testing.assert_close(layer_b, layer_a, **tolerance)
     for (h_a, c_a), (h_b, c_b) in zip(out_a.state, out_b.state):
-        torch.testing.assert_close(h_b, h_a, **TOLERANCE)
-        torch.testing.assert_close(c_b, c_a, **TOLERANCE)
+        torch.testing.assert_close(h_b, h_a, **tolerance)
+        torch.testing.assert_close(c_b, c_a, **tolerance)
 
 
 CASES = [
@@ -61,14 +93,14 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("seed", "weight_drop", "dropout", "train", "padded"), CASES)
-def test_fast_matches_reference(seed, weight_drop, dropout, train, padded) -> None:
+def _setup(seed, weight_drop, dropout, train, padded, dtype=torch.float32, pair=_pair):
+    """Encoders (a pair built by ``pair``), input, mask and a carried state needing gradients."""
     generator = torch.Generator().manual_seed(seed)
     sizes = torch.randint(1, 5, (4,), generator=generator).tolist()
     chunk, input_size, batch, steps = sizes[0] + 1, sizes[1] * 3, sizes[2] + 1, sizes[3] * 3 + 2
     hidden, output = chunk * (sizes[1] + 2), chunk * sizes[2]
     num_layers = 1 + seed % 3
-    reference, fast = _pair(
+    encoders = pair(
         seed,
         input_size=input_size,
         hidden_size=hidden,
@@ -78,33 +110,63 @@ def test_fast_matches_reference(seed, weight_drop, dropout, train, padded) -> No
         weight_drop=weight_drop,
         output_size=output,
     )
-    reference.train(train)
-    fast.train(train)
-    x = torch.randn(batch, steps, input_size, generator=generator, requires_grad=True)
+    for encoder in encoders:
+        encoder.train(train)
+        encoder.to(dtype)
+    x = torch.randn(batch, steps, input_size, generator=generator, dtype=torch.float64)
+    x = x.to(dtype).requires_grad_()
     mask = None
     if padded:
         lengths = torch.randint(1, steps + 1, (batch,), generator=generator)
         lengths[0] = steps
         mask = torch.arange(steps)[None, :] < lengths[:, None]
-    sizes_per_layer = [layer.hidden_size for layer in reference.layers]
     # A carried (non-zero) initial state that needs gradients.
     state = [
-        (
-            (torch.randn(batch, size, generator=generator) * 0.5).requires_grad_(),
-            (torch.randn(batch, size, generator=generator) * 0.5).requires_grad_(),
+        tuple(
+            (torch.randn(batch, layer.hidden_size, generator=generator, dtype=torch.float64) * 0.5)
+            .to(dtype)
+            .requires_grad_()
+            for _ in range(2)
         )
-        for size in sizes_per_layer
+        for layer in encoders[0].layers
     ]
+    return encoders, x, mask, state
+
+
+def _check_against_reference(case, dtype, tolerance) -> None:
+    seed = case[0]
+    (reference, fast), x, mask, state = _setup(*case, dtype=dtype)
     out_ref, grads_ref = _run(reference, x, mask, state, seed=100 + seed)
     out_fast, grads_fast = _run(fast, x, mask, state, seed=100 + seed)
-    _assert_same(out_ref, out_fast)
-    names = ["x"] + [f"state{i}" for i in range(2 * num_layers)]
+    _assert_same(out_ref, out_fast, tolerance)
+    names = ["x"] + [f"state{i}" for i in range(2 * len(state))]
     names += [name for name, _ in reference.named_parameters()]
     assert len(grads_ref) == len(names)
     for name, grad_ref, grad_fast in zip(names, grads_ref, grads_fast):
         torch.testing.assert_close(
-            grad_fast, grad_ref, **TOLERANCE, msg=lambda m, n=name: f"{n}: {m}"
+            grad_fast, grad_ref, **tolerance, msg=lambda m, n=name: f"{n}: {m}"
         )
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(("seed", "weight_drop", "dropout", "train", "padded"), CASES)
+def test_fast_matches_reference(
+    seed, weight_drop, dropout, train, padded, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _use_path(path, monkeypatch)
+    _check_against_reference((seed, weight_drop, dropout, train, padded), torch.float32, TOLERANCE)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(("seed", "weight_drop", "dropout", "train", "padded"), CASES)
+def test_fast_matches_reference_float64(
+    seed, weight_drop, dropout, train, padded, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """float64: outputs, states, both distances and every gradient to 1e-10 (padding, DropConnect,
+    locked dropout, a carried state needing gradients)."""
+    _use_path(path, monkeypatch)
+    case = (seed, weight_drop, dropout, train, padded)
+    _check_against_reference(case, torch.float64, TOLERANCE_FLOAT64)
 
 
 @pytest.mark.parametrize("backend", ["aten", "mkl", "onednn"])
@@ -117,7 +179,66 @@ def test_fast_matches_reference_per_gemm_backend(
         pytest.skip(f"this torch build cannot run the {backend} packed GEMM")
     monkeypatch.setenv(gemm.ENV_VAR, backend)
     assert gemm.resolve("auto", 3, 5, 7, torch.device("cpu"), torch.float32) == backend
-    test_fast_matches_reference(*CASES[4])
+    for path in PATHS:
+        _use_path(path, monkeypatch)
+        _check_against_reference(CASES[4], torch.float32, TOLERANCE)
+
+
+def _same_encoder_twice(seed: int, **kwargs) -> tuple[ONLSTMEncoder, ONLSTMEncoder]:
+    torch.manual_seed(seed)
+    first, second = ONLSTMEncoder(**kwargs), ONLSTMEncoder(**kwargs)
+    second.load_state_dict(first.state_dict())
+    return first, second
+
+
+@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn"])
+@pytest.mark.parametrize("case", [CASES[1], CASES[4], CASES[5]])
+def test_fused_equals_torch_ops_path(
+    case, backend: str, extension: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled kernel against the torch-ops steps it replaces (float32, 1e-5), with each
+    per-step GEMM backend forced: outputs, states, distances and every gradient."""
+    if backend not in gemm.candidates(torch.device("cpu"), torch.float32):
+        pytest.skip(f"this torch build cannot run the {backend} packed GEMM")
+    monkeypatch.setenv(gemm.ENV_VAR, backend)
+    seed = case[0]
+    (fused, torch_ops), x, mask, state = _setup(*case, pair=_same_encoder_twice)
+    results = {}
+    for path, encoder in (("fused", fused), ("torch", torch_ops)):
+        _use_path(path, monkeypatch)
+        results[path] = _run(encoder, x, mask, state, seed=100 + seed)
+    _assert_same(results["torch"][0], results["fused"][0])
+    for grad_torch, grad_fused in zip(results["torch"][1], results["fused"][1]):
+        torch.testing.assert_close(grad_fused, grad_torch, **TOLERANCE)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("save_for_backward", [False, True])
+def test_fused_forward_writes_the_same_buffers(
+    dtype, masked: bool, save_for_backward: bool, extension: ModuleType
+) -> None:
+    """The kernel's forward steps fill every buffer the backward pass reads (gates after their
+    nonlinearities with the master logits kept, cumsums, tanh(c), states) as the torch ops do."""
+    generator = torch.Generator().manual_seed(3)
+    steps, batch, hidden, chunk = 5, 4, 12, 3
+    num_gates = 4 * hidden + 2 * (hidden // chunk)
+    gates = torch.randn(steps, batch, num_gates, generator=generator, dtype=torch.float64)
+    weight = torch.randn(num_gates, hidden, generator=generator, dtype=torch.float64) * 0.4
+    h0, c0 = torch.randn(2, batch, hidden, generator=generator, dtype=torch.float64)
+    step_mask = None
+    if masked:
+        step_mask = torch.rand(steps, batch, generator=generator) < 0.6
+    arguments = [t.to(dtype) for t in (gates, weight, h0, c0)]
+    arguments += [step_mask, chunk, save_for_backward, "aten"]
+    torch_ops = _fast_forward(*arguments, None)
+    fused = _fast_forward(*arguments, extension)
+    tolerance = TOLERANCE if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    for value_torch, value_fused in zip(torch_ops[:4], fused[:4]):
+        torch.testing.assert_close(value_fused, value_torch, **tolerance)
+    assert torch_ops[4].keys() == fused[4].keys()
+    for name, value_torch in torch_ops[4].items():
+        torch.testing.assert_close(fused[4][name], value_torch, **tolerance, msg=name)
 
 
 def test_fast_across_carried_state_segments() -> None:
@@ -156,8 +277,11 @@ def test_inference_path_saves_nothing_and_matches() -> None:
     _assert_same(out_ref, out_fast)
 
 
-def test_gradcheck_double() -> None:
-    """Finite differences agree with the hand-written backward (float64, padded, with state)."""
+@pytest.mark.parametrize("path", PATHS)
+def test_gradcheck_double(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finite differences agree with the hand-written backward (float64, padded, with state),
+    through the fused kernel and through the torch-ops steps."""
+    _use_path(path, monkeypatch)
     torch.manual_seed(0)
     steps, batch, hidden, chunk = 3, 2, 4, 2
     num_gates = 4 * hidden + 2 * (hidden // chunk)
@@ -171,6 +295,11 @@ def test_gradcheck_double() -> None:
             lambda g, w, h, c, m=mask: ONLSTMRecurrence.apply(g, w, h, c, m, chunk),
             (input_gates, weight, h0, c0),
         )
+    # the distances' gradient alone (the loss above reaches them through every output)
+    assert torch.autograd.gradcheck(
+        lambda g: ONLSTMRecurrence.apply(g, weight.detach(), h0, c0, step_mask, chunk)[3],
+        (input_gates,),
+    )
 
 
 def test_fast_recurrence_all_rows_padded_keeps_state() -> None:
@@ -196,3 +325,76 @@ def test_fast_path_under_bf16_autocast_runs_in_fp32() -> None:
     assert out.hidden.dtype == torch.float32
     out.hidden.sum().backward()
     torch.testing.assert_close(out.hidden, encoder(x).hidden, rtol=0, atol=0)
+
+
+def test_environment_variable_forces_the_torch_ops_path(
+    extension: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``TREERNN_CPP_EXT=0``: no kernel, the torch-ops steps run (forward and backward)."""
+    calls = []
+    for name in ("_torch_forward_steps", "_torch_backward_steps"):
+        original = getattr(onlstm_fast, name)
+        wrapped = lambda *args, _f=original, _n=name: calls.append(_n) or _f(*args)  # noqa: E731
+        monkeypatch.setattr(onlstm_fast, name, wrapped)
+    gates = torch.randn(3, 2, 4 * 4 + 2 * 2, requires_grad=True)
+    weight, state = torch.randn(gates.size(-1), 4), torch.zeros(2, 4)
+    fast_recurrence(gates, weight, state, state, None, 2)[0].sum().backward()
+    assert calls == []  # the kernel ran
+    monkeypatch.setenv(cpp_ext.ENV_VAR, "0")
+    assert fused_kernel(gates) is None
+    fast_recurrence(gates, weight, state, state, None, 2)[0].sum().backward()
+    assert calls == ["_torch_forward_steps", "_torch_backward_steps"]
+
+
+def test_no_kernel_for_other_dtypes_and_devices(extension: ModuleType) -> None:
+    assert fused_kernel(torch.zeros(1, dtype=torch.float64)) is extension
+    assert fused_kernel(torch.zeros(1, dtype=torch.bfloat16)) is None
+    assert fused_kernel(torch.zeros(1, device="meta")) is None
+
+
+@pytest.mark.parametrize("failure", ["build", "no ninja"])
+def test_failed_build_falls_back_with_one_warning(
+    failure: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A build that cannot happen or fails: one warning naming the reason and the fallback, no
+    retry in the same process, and the torch-ops path gives the results."""
+    from torch.utils import cpp_extension
+
+    monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
+    monkeypatch.setattr(cpp_ext, "_LOADED", {})
+    if failure == "build":
+
+        def failing_load(*args, **kwargs):
+            raise RuntimeError("Error building extension 'treernn_onlstm_step'")
+
+        monkeypatch.setattr(cpp_extension, "load", failing_load)
+    else:
+        monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: False)
+    gates = torch.randn(4, 3, 4 * 6 + 2 * 3, requires_grad=True)
+    weight, state = torch.randn(gates.size(-1), 6), torch.randn(3, 6)
+    with caplog.at_level(logging.WARNING, logger=cpp_ext.__name__):
+        results = [fast_recurrence(gates, weight, state, state, None, 2) for _ in range(2)]
+        assert fused_kernel(gates) is None
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    message = warnings[0].getMessage()
+    assert "torch-ops path" in message
+    assert ("Error building extension" if failure == "build" else "ninja") in message
+    monkeypatch.setenv(cpp_ext.ENV_VAR, "0")
+    expected = fast_recurrence(gates, weight, state, state, None, 2)
+    for result in results:
+        for value, value_expected in zip(result, expected):
+            torch.testing.assert_close(value, value_expected, rtol=0, atol=0)
+
+
+def test_build_directory_is_keyed_by_source(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An edited source builds in a new directory, under the torch version, in the cache dir."""
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
+    source = tmp_path / "kernel.cpp"
+    source.write_text("int a;")
+    first = cpp_ext.build_directory("kernel", source)
+    source.write_text("int b;")
+    second = cpp_ext.build_directory("kernel", source)
+    assert first != second
+    assert first.parent == second.parent == tmp_path / "cpp_ext" / torch.__version__
+    assert first.name.startswith("kernel-")

@@ -2,65 +2,74 @@
 :func:`treernn.encoders.onlstm.reference_recurrence`, one autograd node per layer and call.
 
 Read :mod:`treernn.encoders.onlstm` first: it has the equations and the readable cell. This module
-only makes them fast, without changing a single floating-point operation's result:
+only makes them fast:
 
 * the input projection (with both biases, which are constant over time) is one product for the
   whole sequence, done by the caller;
 * the forward loop writes every step into preallocated buffers;
-* the backward pass (:class:`ONLSTMRecurrence`, written by hand) computes everything that does not
-  depend on the incoming gradient for all steps at once, walks the steps once in reverse for the
-  rest, and computes the recurrent weight gradient as one (G, T*B) x (T*B, H) product instead of
-  one rank-B update per step;
 * the per-step products run on the GEMM backend of :mod:`treernn.encoders.gemm` (on x86 CPUs
   MKL's or oneDNN's packed GEMM, whichever is faster here at the shape; the weight is packed once
-  per call), ``aten`` elsewhere (CUDA, float64).
+  per call), ``aten`` elsewhere (CUDA, float64);
+* on CPU in float32 and float64 all the elementwise work of a step (softmaxes and cumsums of the
+  master gates, gate nonlinearities, the new cell and hidden state, the step mask; in the
+  backward pass everything from the incoming gradients to the pre-activation gradients) is one
+  call of a compiled kernel (``csrc/onlstm_step.cpp``, built on first use by
+  :mod:`treernn.encoders.cpp_ext`) instead of about twenty small torch ops, whose dispatch cost
+  more than their arithmetic. Elsewhere (CUDA, bf16), without a compiler, or with
+  ``TREERNN_CPP_EXT=0``, the torch-ops steps run; they are tested equal. In float32 the kernel's
+  exp and tanh are its own (within a few ulp of torch's), so the two paths agree to float32
+  rounding, not bit for bit;
+* the backward pass (:class:`ONLSTMRecurrence`, written by hand) walks the steps once in reverse
+  and computes the recurrent weight gradient as one (G, T*B) x (T*B, H) product instead of one
+  rank-B update per step. The torch-ops path first computes everything that does not depend on
+  the incoming gradient for all steps at once; the kernel recomputes it per step from the saved
+  gates (less memory traffic).
 
 Without autograd (``torch.no_grad``, parsing) the forward loop saves nothing.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from treernn.encoders.cpp_ext import load_extension
 from treernn.encoders.gemm import PackedLinear
 
 
-def _fast_forward(
+def fused_kernel(like: Tensor) -> ModuleType | None:
+    """The compiled per-step kernel (``csrc/onlstm_step.cpp``) where it can run tensors like
+    ``like`` (CPU, float32 or float64) and the extension is built; None otherwise (the torch-ops
+    path then runs: CUDA, bf16, no compiler, or ``TREERNN_CPP_EXT=0``)."""
+    if like.device.type != "cpu" or like.dtype not in (torch.float32, torch.float64):
+        return None
+    return load_extension("onlstm_step")
+
+
+def _torch_forward_steps(
     input_gates: Tensor,
-    weight: Tensor,
-    h0: Tensor,
-    c0: Tensor,
+    recurrent: PackedLinear,
+    hs: Tensor,
+    cs: Tensor,
+    outputs: Tensor,
+    cumaxes: Tensor,
+    activations: Tensor | None,
+    tanh_cells: Tensor | None,
+    gates_buffer: Tensor | None,
     step_mask: Tensor | None,
     chunk_size: int,
-    save_for_backward: bool,
-    gemm_backend: str = "auto",
-) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Tensor]]:
-    """The forward loop of :class:`ONLSTMRecurrence`, writing every step into preallocated buffers.
-
-    input_gates: (T, B, G) already holding both biases; weight: (G, H).
-    Returns outputs (T, B, H), h_last, c_last (B, H), distances (T, B, 2) = (input, forget) and,
-    when ``save_for_backward``, what the backward pass needs.
-    """
-    steps, batch, num_gates = input_gates.shape
-    hidden = weight.size(1)
+) -> None:
+    """The steps of :func:`_fast_forward` in torch ops (any device and dtype), writing into its
+    buffers: hs, cs (T + 1, B, H), outputs (T, B, H), cumaxes (T, B, 2, n), and activations
+    (T, B, G) and tanh_cells (T, B, H) when saving for backward, else the (B, G) gates_buffer."""
+    steps, batch, _ = input_gates.shape
+    hidden = hs.size(-1)
     n_chunk = hidden // chunk_size
     shape = (batch, n_chunk, chunk_size)
-    recurrent = PackedLinear(weight, batch, gemm_backend)  # h (B, H) -> h @ weight.T (B, G)
-    # Carried states: hs[t] and cs[t] are the state before step t, hs[T] and cs[T] the last one.
-    hs = input_gates.new_empty(steps + 1, batch, hidden)
-    cs = input_gates.new_empty(steps + 1, batch, hidden)
-    hs[0] = h0
-    cs[0] = c0
-    outputs = hs[1:] if step_mask is None else input_gates.new_empty(steps, batch, hidden)
-    cumaxes = input_gates.new_empty(steps, batch, 2, n_chunk)  # (cumsum_in, master_forget)
-    if save_for_backward:
-        # the gates after their nonlinearities (the master-gate logits are kept as they are)
-        activations = torch.empty_like(input_gates)
-        tanh_cells = input_gates.new_empty(steps, batch, hidden)
-    else:
-        gates_buffer = input_gates.new_empty(batch, num_gates)
+    save_for_backward = activations is not None
     for t in range(steps):
         act = activations[t] if save_for_backward else gates_buffer  # (B, G)
         recurrent.addmm(input_gates[t], hs[t], out=act)
@@ -91,6 +100,89 @@ def _fast_forward(
             torch.mul(h_new, keep, out=outputs[t])
             torch.where(real, h_new, hs[t], out=hs[t + 1])
             torch.where(real, c_new.view(batch, hidden), cs[t], out=cs[t + 1])
+
+
+def _fused_forward_steps(
+    kernel: ModuleType,
+    input_gates: Tensor,
+    recurrent: PackedLinear,
+    hs: Tensor,
+    cs: Tensor,
+    outputs: Tensor,
+    cumaxes: Tensor,
+    activations: Tensor | None,
+    tanh_cells: Tensor | None,
+    gates_buffer: Tensor | None,
+    step_mask: Tensor | None,
+    chunk_size: int,
+) -> None:
+    """:func:`_torch_forward_steps` with each step's elementwise work in one call of the compiled
+    kernel (CPU, float32 or float64; the same buffers written with the same values)."""
+    # Views unbound once: indexing per step would cost a view each time.
+    gate_inputs, h_steps, c_steps, cumax_steps = (
+        t.unbind(0) for t in (input_gates, hs, cs, cumaxes)
+    )
+    acts = [gates_buffer] * len(gate_inputs) if activations is None else activations.unbind(0)
+    tanh_steps = [None] * len(gate_inputs) if tanh_cells is None else tanh_cells.unbind(0)
+    if step_mask is None:
+        masks = output_steps = [None] * len(gate_inputs)  # the outputs are hs[1:]
+    else:
+        masks, output_steps = step_mask.contiguous().unbind(0), outputs.unbind(0)
+    for t, act in enumerate(acts):
+        recurrent.addmm(gate_inputs[t], h_steps[t], out=act)
+        kernel.forward_step(
+            act,
+            cumax_steps[t],
+            c_steps[t],
+            h_steps[t],
+            c_steps[t + 1],
+            h_steps[t + 1],
+            output_steps[t],
+            tanh_steps[t],
+            masks[t],
+            chunk_size,
+        )
+
+
+def _fast_forward(
+    input_gates: Tensor,
+    weight: Tensor,
+    h0: Tensor,
+    c0: Tensor,
+    step_mask: Tensor | None,
+    chunk_size: int,
+    save_for_backward: bool,
+    gemm_backend: str = "auto",
+    kernel: ModuleType | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Tensor]]:
+    """The forward loop of :class:`ONLSTMRecurrence`, writing every step into preallocated buffers.
+
+    input_gates: (T, B, G) already holding both biases; weight: (G, H); ``kernel`` the fused
+    per-step kernel (:func:`fused_kernel`) or None for the torch-ops steps.
+    Returns outputs (T, B, H), h_last, c_last (B, H), distances (T, B, 2) = (input, forget) and,
+    when ``save_for_backward``, what the backward pass needs.
+    """
+    steps, batch, num_gates = input_gates.shape
+    hidden = weight.size(1)
+    n_chunk = hidden // chunk_size
+    recurrent = PackedLinear(weight, batch, gemm_backend)  # h (B, H) -> h @ weight.T (B, G)
+    # Carried states: hs[t] and cs[t] are the state before step t, hs[T] and cs[T] the last one.
+    hs = input_gates.new_empty(steps + 1, batch, hidden)
+    cs = input_gates.new_empty(steps + 1, batch, hidden)
+    hs[0] = h0
+    cs[0] = c0
+    outputs = hs[1:] if step_mask is None else input_gates.new_empty(steps, batch, hidden)
+    cumaxes = input_gates.new_empty(steps, batch, 2, n_chunk)  # (cumsum_in, master_forget)
+    # the gates after their nonlinearities (the master-gate logits are kept as they are) and
+    # tanh(c), kept for the backward pass; without it one (B, G) buffer serves every step
+    activations = torch.empty_like(input_gates) if save_for_backward else None
+    tanh_cells = input_gates.new_empty(steps, batch, hidden) if save_for_backward else None
+    gates_buffer = None if save_for_backward else input_gates.new_empty(batch, num_gates)
+    buffers = (hs, cs, outputs, cumaxes, activations, tanh_cells, gates_buffer)
+    if kernel is None:
+        _torch_forward_steps(input_gates, recurrent, *buffers, step_mask, chunk_size)
+    else:
+        _fused_forward_steps(kernel, input_gates, recurrent, *buffers, step_mask, chunk_size)
     # input distance = sum(1 - cumsum_in) / n = 1 - sum(cumsum_in) / n; forget likewise.
     distances = 1.0 - cumaxes.sum(-1) / n_chunk  # (T, B, 2) = (input, forget)
     if step_mask is not None:
@@ -119,11 +211,13 @@ class ONLSTMRecurrence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input_gates, weight, h0, c0, step_mask, chunk_size, gemm_backend="auto"):  # type: ignore[override]
+        kernel = fused_kernel(input_gates)
         outputs, h_last, c_last, distances, saved = _fast_forward(
-            input_gates, weight, h0, c0, step_mask, chunk_size, True, gemm_backend
+            input_gates, weight, h0, c0, step_mask, chunk_size, True, gemm_backend, kernel
         )
         ctx.chunk_size = chunk_size
         ctx.gemm_backend = gemm_backend
+        ctx.kernel = kernel  # the backward pass takes the same path
         ctx.save_for_backward(weight, step_mask, *saved.values())
         # Outputs must not be views of the saved buffers (an in-place change would corrupt them).
         if step_mask is None:
@@ -134,104 +228,35 @@ class ONLSTMRecurrence(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_outputs, grad_h_last, grad_c_last, grad_distances):  # type: ignore[override]
         weight, step_mask, activations, cumaxes, tanh_cells, hs, cs = ctx.saved_tensors
-        chunk_size = ctx.chunk_size
         steps, batch, num_gates = activations.shape
         hidden = weight.size(1)
-        n_chunk = hidden // chunk_size
-        shape = (batch, n_chunk, chunk_size)
-        to_hidden = PackedLinear(
-            weight.t(), batch, ctx.gemm_backend
-        )  # (B, G) -> (B, H): grad_row @ weight
-        full = (steps, batch, n_chunk, chunk_size)
-
-        # Everything that does not depend on the incoming gradient, for all steps at once (large
-        # vectorised ops instead of many small ones inside the loop).
-        gates = activations[:, :, 2 * n_chunk :].view(steps, batch, 4, n_chunk, chunk_size)
-        out_gate, candidate, input_gate, forget_gate = gates.unbind(2)  # (T, B, n, C)
-        logits = activations[:, :, : 2 * n_chunk].view(steps, batch, 2, n_chunk)
-        softmaxes = torch.softmax(logits, dim=-1)  # as in the forward pass, all steps at once
-        master_input = (1.0 - cumaxes[:, :, 0]).unsqueeze(-1)  # (T, B, n, 1)
-        master_forget = cumaxes[:, :, 1].unsqueeze(-1)
-        overlap = master_forget * master_input
-        forget_hat = torch.addcmul(master_forget - overlap, forget_gate, overlap)
-        input_hat = torch.addcmul(master_input - overlap, input_gate, overlap)
-        c_prev = cs[:-1].view(full)
-        tanh_c = tanh_cells.view(full)
-        # d h_new -> d c_new (through tanh) and -> d output-gate pre-activation
-        h_to_cell = out_gate * (1.0 - tanh_c * tanh_c)
-        h_to_out_gate = tanh_c * out_gate * (1.0 - out_gate)
-        # d c_new -> d (candidate, input gate, forget gate) pre-activations
-        cell_to_neurons = torch.stack(
-            (
-                input_hat * (1.0 - candidate * candidate),
-                candidate * overlap * input_gate * (1.0 - input_gate),
-                c_prev * overlap * forget_gate * (1.0 - forget_gate),
-            ),
-            dim=2,
-        )  # (T, B, 3, n, C)
-        # d c_new -> d cumsum_in (master_input = 1 - cumsum_in), d master_forget, d overlap,
-        # each still to be summed over the chunk.
-        cell_to_masters = torch.stack(
-            (
-                -candidate,
-                c_prev,
-                torch.addcmul(c_prev * (forget_gate - 1.0), candidate, input_gate - 1.0),
-            ),
-            dim=2,
-        )  # (T, B, 3, n, C)
-        # d overlap -> d cumsum_in (overlap = (1 - cumsum_in) * cumsum_f) and d cumsum_f
-        overlap_to_cumax = torch.stack(
-            (-master_forget.squeeze(-1), master_input.squeeze(-1)), dim=2
-        )  # (T, B, 2, n)
+        n_chunk = hidden // ctx.chunk_size
+        # (B, G) -> (B, H): grad_row @ weight
+        to_hidden = PackedLinear(weight.t(), batch, ctx.gemm_backend)
         distance_grads = None
         if grad_distances is not None:
             # both distances are 1 - sum(cumsum) / n (zeroed at padded steps)
-            distance_grads = grad_distances.unsqueeze(-1) / -n_chunk  # (T, B, 2, 1)
+            distance_grads = grad_distances / -n_chunk  # (T, B, 2)
             if step_mask is not None:
-                distance_grads = distance_grads * step_mask[:, :, None, None]
-        # The gradient of a cumsum is the reverse cumsum: g @ lower-triangular ones.
-        reverse_cumsum = torch.ones(n_chunk, n_chunk, dtype=hs.dtype, device=hs.device).tril()
-        if step_mask is not None:
-            keeps = step_mask.unsqueeze(-1).to(hs.dtype)  # (T, B, 1)
-        del gates, out_gate, candidate, input_gate, forget_gate, overlap, input_hat
-
+                distance_grads = distance_grads * step_mask.unsqueeze(-1)
         grad_gates = torch.empty_like(activations)  # (T, B, G), also the input_gates gradient
-        grad_h = torch.zeros_like(hs[0]) if grad_h_last is None else grad_h_last.clone()
-        grad_c = torch.zeros_like(cs[0]) if grad_c_last is None else grad_c_last.clone()
-        for t in range(steps - 1, -1, -1):
-            # Gradients reaching this step's new h and c (zero at a padded step, where the
-            # carried state passes straight through to the previous step).
-            grad_h_new = grad_h + grad_outputs[t]
-            grad_c_new = grad_c
-            if step_mask is not None:
-                grad_h_new = grad_h_new * keeps[t]
-                grad_c_new = grad_c * keeps[t]
-            grad_h_new = grad_h_new.view(shape)
-            grad_cell = torch.addcmul(grad_c_new.view(shape), grad_h_new, h_to_cell[t])
-
-            # Pre-activation gradients, written straight into this step's row of grad_gates.
-            grad_row = grad_gates[t]
-            grad_neurons = grad_row[:, 2 * n_chunk :].view(batch, 4, n_chunk, chunk_size)
-            torch.mul(grad_h_new, h_to_out_gate[t], out=grad_neurons[:, 0])
-            torch.mul(grad_cell.unsqueeze(1), cell_to_neurons[t], out=grad_neurons[:, 1:])
-            # Master gates: gradients w.r.t. the two cumsums (B, 2, n), then cumsum, softmax.
-            chunk_sums = (grad_cell.unsqueeze(1) * cell_to_masters[t]).sum(-1)  # (B, 3, n)
-            grad_cumax = torch.addcmul(chunk_sums[:, :2], chunk_sums[:, 2:], overlap_to_cumax[t])
-            if distance_grads is not None:
-                grad_cumax += distance_grads[t]
-            grad_softmax = grad_cumax @ reverse_cumsum  # (B, 2, n)
-            softmax = softmaxes[t]
-            grad_softmax -= (grad_softmax * softmax).sum(-1, keepdim=True)
-            torch.mul(softmax, grad_softmax, out=grad_row[:, : 2 * n_chunk].view(batch, 2, n_chunk))
-
-            grad_c_prev = (grad_cell * forget_hat[t]).view(batch, hidden)
-            if step_mask is not None:
-                skip = 1.0 - keeps[t]
-                grad_c_prev = torch.addcmul(grad_c_prev, grad_c, skip)
-                grad_h = to_hidden.addmm(grad_h * skip, grad_row)
-            else:
-                grad_h = to_hidden.mm(grad_row)  # (B, H)
-            grad_c = grad_c_prev
+        # the gradients reaching the last state, updated step by step in reverse
+        grad_h = (
+            torch.zeros_like(hs[0]) if grad_h_last is None else grad_h_last.contiguous().clone()
+        )
+        grad_c = (
+            torch.zeros_like(cs[0]) if grad_c_last is None else grad_c_last.contiguous().clone()
+        )
+        saved = (activations, cumaxes, tanh_cells, cs)
+        gradients = (grad_outputs, distance_grads, grad_h, grad_c, grad_gates)
+        if ctx.kernel is None:
+            grad_h, grad_c = _torch_backward_steps(
+                *saved, *gradients, to_hidden, step_mask, ctx.chunk_size
+            )
+        else:
+            grad_h, grad_c = _fused_backward_steps(
+                ctx.kernel, *saved, *gradients, to_hidden, step_mask, ctx.chunk_size
+            )
 
         grad_weight = None
         if ctx.needs_input_grad[1]:
@@ -246,6 +271,161 @@ class ONLSTMRecurrence(torch.autograd.Function):
             None,
             None,
         )
+
+
+def _torch_backward_steps(
+    activations: Tensor,
+    cumaxes: Tensor,
+    tanh_cells: Tensor,
+    cs: Tensor,
+    grad_outputs: Tensor,
+    distance_grads: Tensor | None,
+    grad_h: Tensor,
+    grad_c: Tensor,
+    grad_gates: Tensor,
+    to_hidden: PackedLinear,
+    step_mask: Tensor | None,
+    chunk_size: int,
+) -> tuple[Tensor, Tensor]:
+    """The reverse walk of :meth:`ONLSTMRecurrence.backward` in torch ops (any device and dtype):
+    fills grad_gates (T, B, G) and returns the gradients of h0 and c0, from the saved buffers,
+    the output gradients, the distance gradients (T, B, 2) or None, and the gradients grad_h,
+    grad_c (B, H) reaching the last state."""
+    steps, batch, _ = activations.shape
+    hidden = cs.size(-1)
+    n_chunk = hidden // chunk_size
+    shape = (batch, n_chunk, chunk_size)
+    full = (steps, batch, n_chunk, chunk_size)
+
+    # Everything that does not depend on the incoming gradient, for all steps at once (large
+    # vectorised ops instead of many small ones inside the loop).
+    gates = activations[:, :, 2 * n_chunk :].view(steps, batch, 4, n_chunk, chunk_size)
+    out_gate, candidate, input_gate, forget_gate = gates.unbind(2)  # (T, B, n, C)
+    logits = activations[:, :, : 2 * n_chunk].view(steps, batch, 2, n_chunk)
+    softmaxes = torch.softmax(logits, dim=-1)  # as in the forward pass, all steps at once
+    master_input = (1.0 - cumaxes[:, :, 0]).unsqueeze(-1)  # (T, B, n, 1)
+    master_forget = cumaxes[:, :, 1].unsqueeze(-1)
+    overlap = master_forget * master_input
+    forget_hat = torch.addcmul(master_forget - overlap, forget_gate, overlap)
+    input_hat = torch.addcmul(master_input - overlap, input_gate, overlap)
+    c_prev = cs[:-1].view(full)
+    tanh_c = tanh_cells.view(full)
+    # d h_new -> d c_new (through tanh) and -> d output-gate pre-activation
+    h_to_cell = out_gate * (1.0 - tanh_c * tanh_c)
+    h_to_out_gate = tanh_c * out_gate * (1.0 - out_gate)
+    # d c_new -> d (candidate, input gate, forget gate) pre-activations
+    cell_to_neurons = torch.stack(
+        (
+            input_hat * (1.0 - candidate * candidate),
+            candidate * overlap * input_gate * (1.0 - input_gate),
+            c_prev * overlap * forget_gate * (1.0 - forget_gate),
+        ),
+        dim=2,
+    )  # (T, B, 3, n, C)
+    # d c_new -> d cumsum_in (master_input = 1 - cumsum_in), d master_forget, d overlap,
+    # each still to be summed over the chunk.
+    cell_to_masters = torch.stack(
+        (
+            -candidate,
+            c_prev,
+            torch.addcmul(c_prev * (forget_gate - 1.0), candidate, input_gate - 1.0),
+        ),
+        dim=2,
+    )  # (T, B, 3, n, C)
+    # d overlap -> d cumsum_in (overlap = (1 - cumsum_in) * cumsum_f) and d cumsum_f
+    overlap_to_cumax = torch.stack(
+        (-master_forget.squeeze(-1), master_input.squeeze(-1)), dim=2
+    )  # (T, B, 2, n)
+    if distance_grads is not None:
+        distance_grads = distance_grads.unsqueeze(-1)  # (T, B, 2, 1)
+    # The gradient of a cumsum is the reverse cumsum: g @ lower-triangular ones.
+    reverse_cumsum = torch.ones(n_chunk, n_chunk, dtype=cs.dtype, device=cs.device).tril()
+    if step_mask is not None:
+        keeps = step_mask.unsqueeze(-1).to(cs.dtype)  # (T, B, 1)
+    del gates, out_gate, candidate, input_gate, forget_gate, overlap, input_hat
+
+    for t in range(steps - 1, -1, -1):
+        # Gradients reaching this step's new h and c (zero at a padded step, where the
+        # carried state passes straight through to the previous step).
+        grad_h_new = grad_h + grad_outputs[t]
+        grad_c_new = grad_c
+        if step_mask is not None:
+            grad_h_new = grad_h_new * keeps[t]
+            grad_c_new = grad_c * keeps[t]
+        grad_h_new = grad_h_new.view(shape)
+        grad_cell = torch.addcmul(grad_c_new.view(shape), grad_h_new, h_to_cell[t])
+
+        # Pre-activation gradients, written straight into this step's row of grad_gates.
+        grad_row = grad_gates[t]
+        grad_neurons = grad_row[:, 2 * n_chunk :].view(batch, 4, n_chunk, chunk_size)
+        torch.mul(grad_h_new, h_to_out_gate[t], out=grad_neurons[:, 0])
+        torch.mul(grad_cell.unsqueeze(1), cell_to_neurons[t], out=grad_neurons[:, 1:])
+        # Master gates: gradients w.r.t. the two cumsums (B, 2, n), then cumsum, softmax.
+        chunk_sums = (grad_cell.unsqueeze(1) * cell_to_masters[t]).sum(-1)  # (B, 3, n)
+        grad_cumax = torch.addcmul(chunk_sums[:, :2], chunk_sums[:, 2:], overlap_to_cumax[t])
+        if distance_grads is not None:
+            grad_cumax += distance_grads[t]
+        grad_softmax = grad_cumax @ reverse_cumsum  # (B, 2, n)
+        softmax = softmaxes[t]
+        grad_softmax -= (grad_softmax * softmax).sum(-1, keepdim=True)
+        torch.mul(softmax, grad_softmax, out=grad_row[:, : 2 * n_chunk].view(batch, 2, n_chunk))
+
+        grad_c_prev = (grad_cell * forget_hat[t]).view(batch, hidden)
+        if step_mask is not None:
+            skip = 1.0 - keeps[t]
+            grad_c_prev = torch.addcmul(grad_c_prev, grad_c, skip)
+            grad_h = to_hidden.addmm(grad_h * skip, grad_row)
+        else:
+            grad_h = to_hidden.mm(grad_row)  # (B, H)
+        grad_c = grad_c_prev
+    return grad_h, grad_c
+
+
+def _fused_backward_steps(
+    kernel: ModuleType,
+    activations: Tensor,
+    cumaxes: Tensor,
+    tanh_cells: Tensor,
+    cs: Tensor,
+    grad_outputs: Tensor,
+    distance_grads: Tensor | None,
+    grad_h: Tensor,
+    grad_c: Tensor,
+    grad_gates: Tensor,
+    to_hidden: PackedLinear,
+    step_mask: Tensor | None,
+    chunk_size: int,
+) -> tuple[Tensor, Tensor]:
+    """:func:`_torch_backward_steps` with each step's elementwise work in one call of the
+    compiled kernel, which recomputes per step what the torch-ops path precomputes for all steps
+    (less memory traffic). grad_h and grad_c are updated in place."""
+    steps = activations.size(0)
+    step_views = [t.unbind(0) for t in (activations, cumaxes, tanh_cells, cs, grad_gates)]
+    acts, cumax_steps, tanh_steps, c_steps, grad_rows = step_views
+    grad_output_steps = grad_outputs.contiguous().unbind(0)
+    no_steps = [None] * steps
+    distance_steps = no_steps if distance_grads is None else distance_grads.contiguous().unbind(0)
+    masks = no_steps if step_mask is None else step_mask.contiguous().unbind(0)
+    for t in range(steps - 1, -1, -1):
+        kernel.backward_step(
+            acts[t],
+            cumax_steps[t],
+            tanh_steps[t],
+            c_steps[t],
+            grad_output_steps[t],
+            distance_steps[t],
+            grad_h,
+            grad_c,
+            grad_rows[t],
+            masks[t],
+            chunk_size,
+        )
+        if step_mask is None:
+            grad_h = to_hidden.mm(grad_rows[t])  # (B, H)
+        else:
+            # at a padded step the kernel has left grad_h as the part that skips the step
+            grad_h = to_hidden.addmm(grad_h, grad_rows[t])
+    return grad_h, grad_c
 
 
 def fast_recurrence(
@@ -279,5 +459,6 @@ def fast_recurrence(
                 chunk_size,
                 False,
                 gemm_backend,
+                fused_kernel(input_gates),
             )
     return outputs, h, c, distances[..., 1], distances[..., 0]

@@ -1,0 +1,114 @@
+"""C++ extensions of the encoders, compiled on first use.
+
+:func:`load_extension` compiles ``csrc/<name>.cpp`` (shipped with the package) with
+``torch.utils.cpp_extension.load`` the first time a process asks for it, and returns the module,
+or None where it cannot be had; the caller then runs its torch-ops path, which computes the same
+numbers more slowly. Builds are kept in ``$TREERNN_CACHE_DIR/cpp_ext/<torch version>/`` (default
+``~/.cache/treernn``), one directory per source hash, Python version and flags, so an edited
+source rebuilds and later processes load the build in a second. The flags are portable (``-O3``
+and ``-fno-trapping-math``, no ``-march=native``): a cache shared by machines with different CPUs
+stays valid, and the sources pick their vector instructions at run time.
+
+``TREERNN_CPP_EXT=0`` turns the extensions off (every caller then runs its torch-ops path).
+Building needs a C++ compiler and ``ninja`` (a dependency of this package).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+log = logging.getLogger(__name__)
+
+ENV_VAR = "TREERNN_CPP_EXT"
+SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
+# -fno-trapping-math changes no result (it says that floating-point exceptions never trap) and lets
+# the compiler vectorise loops with clamps and float -> int conversions
+CFLAGS = ["-O3", "-fno-trapping-math"]
+
+#: name -> the loaded module, or None after a build that failed (not retried in this process)
+_LOADED: dict[str, ModuleType | None] = {}
+
+
+def enabled() -> bool:
+    """False when ``TREERNN_CPP_EXT`` is ``0`` (or ``false``, ``no``, ``off``)."""
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def build_directory(name: str, source: Path) -> Path:
+    """Where ``name`` is built: one directory per torch version, and below it per source hash,
+    Python version and flags."""
+    digest = hashlib.sha256(source.read_bytes())
+    digest.update(f"{sys.version_info[:2]} {CFLAGS}".encode())
+    root = Path(os.environ.get("TREERNN_CACHE_DIR", "~/.cache/treernn")).expanduser()
+    return root / "cpp_ext" / torch.__version__ / f"{name}-{digest.hexdigest()[:16]}"
+
+
+def load_extension(name: str) -> ModuleType | None:
+    """The compiled module of ``csrc/<name>.cpp``, or None (with one warning saying why) when it
+    cannot be built here; None without a warning when ``TREERNN_CPP_EXT=0``."""
+    if not enabled():
+        return None
+    if name not in _LOADED:
+        _LOADED[name] = _build(name)
+    return _LOADED[name]
+
+
+def _build(name: str) -> ModuleType | None:
+    from torch.utils import cpp_extension
+
+    source = SOURCE_DIR / f"{name}.cpp"
+    fallback = "the slower torch-ops path is used instead"
+    missing = _missing_tool()
+    if missing:
+        log.warning("C++ extension %s not built: %s; %s.", name, missing, fallback)
+        return None
+    directory = build_directory(name, source)
+    started = time.perf_counter()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        module = cpp_extension.load(
+            name=f"treernn_{name}",
+            sources=[str(source)],
+            extra_cflags=CFLAGS,
+            build_directory=str(directory),
+        )
+    except (OSError, RuntimeError, ImportError, subprocess.CalledProcessError) as error:
+        # The compiler's own output has gone to stderr already; the last line says what failed.
+        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        log.warning(
+            "C++ extension %s failed to build in %s (%s); %s.", name, directory, reason, fallback
+        )
+        return None
+    log.info(
+        "C++ extension %s ready in %.1f s (%s)", name, time.perf_counter() - started, directory
+    )
+    return module
+
+
+def _missing_tool() -> str | None:
+    """What stops a build here (no ninja, no C++ compiler), or None."""
+    from torch.utils import cpp_extension
+
+    if not cpp_extension.is_ninja_available():
+        try:  # the ninja wheel's binary, where its scripts directory is not on PATH
+            import ninja
+
+            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+        except ImportError:
+            pass
+        if not cpp_extension.is_ninja_available():
+            return "ninja is not installed (pip install ninja)"
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        return f"no C++ compiler {compiler!r} on PATH (install g++ or set CXX)"
+    return None

@@ -1,0 +1,500 @@
+// The elementwise work of one ON-LSTM step, fused: one call per step and direction instead of
+// about twenty small torch ops (treernn/encoders/onlstm_fast.py, which builds and calls it; the
+// equations are in treernn/encoders/onlstm.py).
+//
+// forward_step: after the per-step product has written the pre-activations into ``act`` (B, G),
+// per batch row: both master gates' softmax and cumsum, the gate nonlinearities (written back into
+// ``act``, the master logits left as they are), the master-gate overlap, the new cell, its tanh,
+// the new hidden state and the step mask, into the same buffers the torch-ops path writes.
+//
+// backward_step: from the gradients reaching the step's h and c to the pre-activation gradients
+// (one row of grad_gates) and the gradient reaching the previous cell, recomputing what it needs
+// of the forward step from the saved buffers (cheaper than reading precomputed products back).
+//
+// float32 and float64 CPU contiguous tensors, rows split over threads with at::parallel_for.
+// float64 uses libm's exp and tanh (the float64 tests compare with the reference to 1e-10);
+// float32 uses the polynomial approximations below (within a few ulp of libm), written so that the
+// compiler vectorises the loops. The row loops are compiled twice on x86-64, for AVX2 + FMA and for
+// the baseline ISA, and the AVX2 copy is chosen at run time where the CPU has it (the build itself
+// never uses -march=native, so a build cache can be shared between different CPUs).
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+namespace {
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TREERNN_INLINE inline __attribute__((always_inline))
+#else
+#define TREERNN_INLINE inline
+#endif
+
+// ---- float32 approximations -------------------------------------------------------------------
+// exp(y) = 2^k (1 + expm1(r)), y = k ln2 + r, |r| <= ln2 / 2; expm1(r) by its Taylor series to r^7
+// (truncation error below 2e-8 relative). ln2 is split in two parts so that k * ln2_high is exact.
+
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2High = 0.693145751953125f;
+constexpr float kLn2Low = 1.42860682030941723e-06f;
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds
+
+struct Reduced {
+  float scale;  // 2^k
+  float expm1;  // e^r - 1
+};
+
+TREERNN_INLINE Reduced reduce_exp(float y) {
+  const float k = (y * kLog2e + kRoundMagic) - kRoundMagic;
+  const float r = (y - k * kLn2High) - k * kLn2Low;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(k) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return {scale, p * r};
+}
+
+// y in [-87, 87] (callers clamp): 2^k stays a normal number.
+TREERNN_INLINE float exp_clamped(float y) {
+  const Reduced e = reduce_exp(y);
+  return e.scale * e.expm1 + e.scale;
+}
+
+TREERNN_INLINE float clamp(float x, float low, float high) {
+  x = x < low ? low : x;
+  return x > high ? high : x;
+}
+
+TREERNN_INLINE float sigmoid_of(float x) {
+  return 1.0f / (1.0f + exp_clamped(clamp(-x, -87.0f, 87.0f)));
+}
+
+// tanh(x) = u / (u + 2) with u = e^(2x) - 1: no cancellation near 0 (u is computed as expm1), and
+// tanh(+-10) already rounds to +-1 in float32.
+TREERNN_INLINE float tanh_of(float x) {
+  const Reduced e = reduce_exp(2.0f * clamp(x, -10.0f, 10.0f));
+  const float u = e.scale * e.expm1 + (e.scale - 1.0f);
+  return u / (u + 2.0f);
+}
+
+TREERNN_INLINE float exp_of(float x) { return exp_clamped(clamp(x, -87.0f, 87.0f)); }
+
+// ---- float64: libm ----------------------------------------------------------------------------
+
+TREERNN_INLINE double sigmoid_of(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+TREERNN_INLINE double tanh_of(double x) { return std::tanh(x); }
+TREERNN_INLINE double exp_of(double x) { return std::exp(x); }
+
+// ---- one step ---------------------------------------------------------------------------------
+
+// Row pointers of one step's tensors (row-major, one batch row after another).
+template <typename scalar_t>
+struct ForwardArgs {
+  scalar_t* act;             // (B, G): pre-activations in, gates out (master logits kept)
+  scalar_t* cumax;           // (B, 2, n): cumsum of each master gate's softmax
+  const scalar_t* c_prev;    // (B, H)
+  const scalar_t* h_prev;    // (B, H)
+  scalar_t* c_new;           // (B, H)
+  scalar_t* h_new;           // (B, H)
+  scalar_t* output;          // (B, H) or null: h_new times the step mask (masked steps only)
+  scalar_t* tanh_cell;       // (B, H) or null: tanh(c) of the new cell, kept for backward
+  const bool* real;          // (B,) or null: the step mask
+  int64_t n_chunk, chunk_size;
+};
+
+template <typename scalar_t>
+struct BackwardArgs {
+  const scalar_t* act;        // (B, G): the forward step's gates (master logits kept)
+  const scalar_t* cumax;      // (B, 2, n)
+  const scalar_t* tanh_cell;  // (B, H)
+  const scalar_t* c_prev;     // (B, H)
+  const scalar_t* grad_output;    // (B, H): gradient of this step's output
+  const scalar_t* grad_distance;  // (B, 2) or null: of the summed cumsums (input, forget)
+  scalar_t* grad_h;           // (B, H): in, the gradient reaching h_new from later steps;
+                              // out (masked steps), the part that skips this step
+  scalar_t* grad_c;           // (B, H): in, the gradient reaching c_new; out, reaching c_prev
+  scalar_t* grad_act;         // (B, G): the pre-activation gradients
+  const bool* real;           // (B,) or null
+  int64_t n_chunk, chunk_size;
+};
+
+// Softmax then cumsum of n logits (max subtracted first; the sum accumulated in double as
+// torch's cumsum does for float32). Writes the softmax to ``softmax`` and the cumsum to ``cumax``.
+template <typename scalar_t>
+TREERNN_INLINE void softmax_cumsum(const scalar_t* logits, int64_t n, scalar_t* softmax,
+                                   scalar_t* cumax) {
+  scalar_t top = logits[0];
+  for (int64_t k = 1; k < n; ++k) top = logits[k] > top ? logits[k] : top;
+  scalar_t total = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    softmax[k] = exp_of(logits[k] - top);
+    total += softmax[k];
+  }
+  double running = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    softmax[k] = softmax[k] / total;
+    running += softmax[k];
+    if (cumax != nullptr) cumax[k] = static_cast<scalar_t>(running);
+  }
+}
+
+// The master gates of one row, one value per neuron (each chunk's value repeated chunk_size
+// times) so that the neuron loops run flat over H and vectorise.
+template <typename scalar_t>
+TREERNN_INLINE void expand_masters(const scalar_t* cumax, int64_t n_chunk, int64_t chunk_size,
+                                   scalar_t* master_input, scalar_t* master_forget,
+                                   scalar_t* overlap) {
+  for (int64_t k = 0; k < n_chunk; ++k) {
+    const scalar_t input = scalar_t(1) - cumax[k];
+    const scalar_t forget = cumax[n_chunk + k];
+    const scalar_t both = forget * input;
+    for (int64_t j = k * chunk_size; j < (k + 1) * chunk_size; ++j) {
+      master_input[j] = input;
+      master_forget[j] = forget;
+      overlap[j] = both;
+    }
+  }
+}
+
+// The neuron loop of one row of forward_step (restrict parameters: the compiler may vectorise).
+template <typename scalar_t>
+TREERNN_INLINE void forward_neurons(int64_t hidden, scalar_t* __restrict gates,
+                                    const scalar_t* __restrict mi, const scalar_t* __restrict mf,
+                                    const scalar_t* __restrict ov,
+                                    const scalar_t* __restrict c_prev, scalar_t* __restrict c_new,
+                                    scalar_t* __restrict h_new, scalar_t* __restrict tanh_cell) {
+  scalar_t* __restrict out_gate = gates;
+  scalar_t* __restrict candidate = gates + hidden;
+  scalar_t* __restrict input_gate = gates + 2 * hidden;
+  scalar_t* __restrict forget_gate = gates + 3 * hidden;
+  for (int64_t j = 0; j < hidden; ++j) {
+    const scalar_t o = sigmoid_of(out_gate[j]);
+    const scalar_t g = tanh_of(candidate[j]);
+    const scalar_t i = sigmoid_of(input_gate[j]);
+    const scalar_t f = sigmoid_of(forget_gate[j]);
+    out_gate[j] = o;
+    candidate[j] = g;
+    input_gate[j] = i;
+    forget_gate[j] = f;
+    const scalar_t forget_hat = (mf[j] - ov[j]) + f * ov[j];
+    const scalar_t input_hat = (mi[j] - ov[j]) + i * ov[j];
+    const scalar_t c = forget_hat * c_prev[j] + input_hat * g;
+    const scalar_t tc = tanh_of(c);
+    c_new[j] = c;
+    h_new[j] = o * tc;
+    tanh_cell[j] = tc;
+  }
+}
+
+// The neuron loop of one row of backward_step. ``keep`` is 0 at a padded step of a masked
+// sequence, where the carried state's gradients pass straight through (``skip`` = 1 - keep).
+template <bool kMasked, typename scalar_t>
+TREERNN_INLINE void backward_neurons(
+    int64_t hidden, scalar_t keep, const scalar_t* __restrict gates,
+    const scalar_t* __restrict mi, const scalar_t* __restrict mf, const scalar_t* __restrict ov,
+    const scalar_t* __restrict tanh_cell, const scalar_t* __restrict c_prev,
+    const scalar_t* __restrict grad_output, scalar_t* __restrict grad_h,
+    scalar_t* __restrict grad_c, scalar_t* __restrict grad_gates, scalar_t* __restrict to_in,
+    scalar_t* __restrict to_mf, scalar_t* __restrict to_ov) {
+  const scalar_t skip = scalar_t(1) - keep;
+  const scalar_t* __restrict out_gate = gates;
+  const scalar_t* __restrict candidate = gates + hidden;
+  const scalar_t* __restrict input_gate = gates + 2 * hidden;
+  const scalar_t* __restrict forget_gate = gates + 3 * hidden;
+  scalar_t* __restrict grad_out_gate = grad_gates;
+  scalar_t* __restrict grad_candidate = grad_gates + hidden;
+  scalar_t* __restrict grad_input_gate = grad_gates + 2 * hidden;
+  scalar_t* __restrict grad_forget_gate = grad_gates + 3 * hidden;
+  for (int64_t j = 0; j < hidden; ++j) {
+    // the gradients reaching this step's new h and c
+    scalar_t grad_h_new = grad_h[j] + grad_output[j];
+    scalar_t grad_c_new = grad_c[j];
+    if (kMasked) {
+      grad_h_new = grad_h_new * keep;
+      grad_c_new = grad_c_new * keep;
+    }
+    const scalar_t o = out_gate[j], g = candidate[j], i = input_gate[j], f = forget_gate[j];
+    const scalar_t tc = tanh_cell[j];
+    const scalar_t cp = c_prev[j];
+    const scalar_t grad_cell = grad_c_new + grad_h_new * (o * (scalar_t(1) - tc * tc));
+    grad_out_gate[j] = grad_h_new * (tc * o * (scalar_t(1) - o));
+    const scalar_t input_hat = (mi[j] - ov[j]) + i * ov[j];
+    const scalar_t forget_hat = (mf[j] - ov[j]) + f * ov[j];
+    grad_candidate[j] = grad_cell * (input_hat * (scalar_t(1) - g * g));
+    grad_input_gate[j] = grad_cell * (g * ov[j] * i * (scalar_t(1) - i));
+    grad_forget_gate[j] = grad_cell * (cp * ov[j] * f * (scalar_t(1) - f));
+    // d c_new -> d cumsum_in (master_input = 1 - cumsum_in), d master_forget, d overlap
+    to_in[j] = grad_cell * -g;
+    to_mf[j] = grad_cell * cp;
+    to_ov[j] = grad_cell * (cp * (f - scalar_t(1)) + g * (i - scalar_t(1)));
+    scalar_t grad_c_prev = grad_cell * forget_hat;
+    if (kMasked) {
+      grad_c_prev = grad_c_prev + grad_c[j] * skip;
+      grad_h[j] = grad_h[j] * skip;
+    }
+    grad_c[j] = grad_c_prev;
+  }
+}
+
+template <typename scalar_t>
+TREERNN_INLINE void forward_rows(const ForwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
+  const int64_t n = a.n_chunk;
+  const int64_t hidden = n * a.chunk_size;
+  const int64_t gates = 2 * n + 4 * hidden;
+  std::vector<scalar_t> scratch(2 * n + 6 * hidden);
+  scalar_t* softmax = scratch.data();
+  scalar_t* master_input = softmax + 2 * n;
+  scalar_t* master_forget = master_input + hidden;
+  scalar_t* overlap = master_forget + hidden;
+  scalar_t* spare_h = overlap + hidden;  // padded rows: the computed h and c go here
+  scalar_t* spare_c = spare_h + hidden;
+  scalar_t* spare_tanh = spare_c + hidden;  // inference: tanh(c) is not kept
+  for (int64_t b = begin; b < end; ++b) {
+    scalar_t* act = a.act + b * gates;
+    scalar_t* cumax = a.cumax + b * 2 * n;
+    softmax_cumsum(act, n, softmax, cumax);
+    softmax_cumsum(act + n, n, softmax + n, cumax + n);
+    expand_masters(cumax, n, a.chunk_size, master_input, master_forget, overlap);
+
+    const bool real = a.real == nullptr || a.real[b];
+    scalar_t* h_new = real ? a.h_new + b * hidden : spare_h;
+    forward_neurons(hidden, act + 2 * n, master_input, master_forget, overlap,
+                    a.c_prev + b * hidden, real ? a.c_new + b * hidden : spare_c, h_new,
+                    a.tanh_cell != nullptr ? a.tanh_cell + b * hidden : spare_tanh);
+    if (a.output != nullptr) {
+      const scalar_t keep = real ? scalar_t(1) : scalar_t(0);
+      scalar_t* output = a.output + b * hidden;
+      for (int64_t j = 0; j < hidden; ++j) output[j] = h_new[j] * keep;
+    }
+    if (!real) {  // a padded step carries the state through unchanged
+      std::memcpy(a.c_new + b * hidden, a.c_prev + b * hidden, hidden * sizeof(scalar_t));
+      std::memcpy(a.h_new + b * hidden, a.h_prev + b * hidden, hidden * sizeof(scalar_t));
+    }
+  }
+}
+
+template <typename scalar_t>
+TREERNN_INLINE void backward_rows(const BackwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
+  const int64_t n = a.n_chunk;
+  const int64_t size = a.chunk_size;
+  const int64_t hidden = n * size;
+  const int64_t gates = 2 * n + 4 * hidden;
+  std::vector<scalar_t> scratch(4 * n + 6 * hidden);
+  scalar_t* softmax = scratch.data();
+  scalar_t* grad_softmax = softmax + 2 * n;
+  scalar_t* master_input = grad_softmax + 2 * n;
+  scalar_t* master_forget = master_input + hidden;
+  scalar_t* overlap = master_forget + hidden;
+  // d c_new -> d cumsum_in, d master_forget, d overlap, per neuron (summed per chunk below)
+  scalar_t* to_in = overlap + hidden;
+  scalar_t* to_mf = to_in + hidden;
+  scalar_t* to_ov = to_mf + hidden;
+  for (int64_t b = begin; b < end; ++b) {
+    const scalar_t* act = a.act + b * gates;
+    const scalar_t* cumax = a.cumax + b * 2 * n;
+    softmax_cumsum<scalar_t>(act, n, softmax, nullptr);
+    softmax_cumsum<scalar_t>(act + n, n, softmax + n, nullptr);
+    expand_masters(cumax, n, size, master_input, master_forget, overlap);
+
+    const scalar_t* gates_row = act + 2 * n;
+    scalar_t* grad_gates_row = a.grad_act + b * gates + 2 * n;
+    const int64_t offset = b * hidden;
+    if (a.real == nullptr) {
+      backward_neurons<false>(hidden, scalar_t(1), gates_row, master_input, master_forget,
+                              overlap, a.tanh_cell + offset, a.c_prev + offset,
+                              a.grad_output + offset, a.grad_h + offset, a.grad_c + offset,
+                              grad_gates_row, to_in, to_mf, to_ov);
+    } else {
+      backward_neurons<true>(hidden, a.real[b] ? scalar_t(1) : scalar_t(0), gates_row,
+                             master_input, master_forget, overlap, a.tanh_cell + offset,
+                             a.c_prev + offset, a.grad_output + offset, a.grad_h + offset,
+                             a.grad_c + offset, grad_gates_row, to_in, to_mf, to_ov);
+    }
+
+    // Master gates: gradients of the two cumsums (input, forget), reverse cumsum (the gradient of
+    // a cumsum), softmax backward.
+    const scalar_t* grad_distance = a.grad_distance != nullptr ? a.grad_distance + b * 2 : nullptr;
+    scalar_t* grad_logits = a.grad_act + b * gates;
+    for (int64_t k = 0; k < n; ++k) {
+      scalar_t sum_in = 0, sum_mf = 0, sum_ov = 0;
+      for (int64_t j = k * size; j < (k + 1) * size; ++j) {
+        sum_in += to_in[j];
+        sum_mf += to_mf[j];
+        sum_ov += to_ov[j];
+      }
+      // overlap = (1 - cumsum_in) * master_forget
+      grad_softmax[k] = sum_in + sum_ov * -master_forget[k * size];
+      grad_softmax[n + k] = sum_mf + sum_ov * master_input[k * size];
+    }
+    if (grad_distance != nullptr) {
+      for (int64_t k = 0; k < n; ++k) grad_softmax[k] += grad_distance[0];
+      for (int64_t k = 0; k < n; ++k) grad_softmax[n + k] += grad_distance[1];
+    }
+    for (int64_t half = 0; half < 2; ++half) {
+      scalar_t* grad_cumsum = grad_softmax + half * n;
+      scalar_t running = 0;
+      for (int64_t k = n - 1; k >= 0; --k) {
+        running += grad_cumsum[k];
+        grad_cumsum[k] = running;
+      }
+      const scalar_t* sm = softmax + half * n;
+      scalar_t dot = 0;
+      for (int64_t k = 0; k < n; ++k) dot += grad_cumsum[k] * sm[k];
+      for (int64_t k = 0; k < n; ++k) grad_logits[half * n + k] = sm[k] * (grad_cumsum[k] - dot);
+    }
+  }
+}
+
+// ---- the row loops, compiled for AVX2 + FMA and for the baseline ISA ---------------------------
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TREERNN_HAS_AVX2_COPY 1
+template <typename scalar_t>
+__attribute__((target("avx2,fma"))) void forward_rows_avx2(const ForwardArgs<scalar_t>& a,
+                                                           int64_t begin, int64_t end) {
+  forward_rows(a, begin, end);
+}
+template <typename scalar_t>
+__attribute__((target("avx2,fma"))) void backward_rows_avx2(const BackwardArgs<scalar_t>& a,
+                                                            int64_t begin, int64_t end) {
+  backward_rows(a, begin, end);
+}
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+#endif
+
+template <typename scalar_t>
+void forward_rows_baseline(const ForwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
+  forward_rows(a, begin, end);
+}
+template <typename scalar_t>
+void backward_rows_baseline(const BackwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
+  backward_rows(a, begin, end);
+}
+
+// Rows per thread: enough elementwise work (about 64k gate values) to be worth a thread, so that
+// small batches run on the calling thread alone.
+int64_t grain_size(int64_t gates) { return std::max<int64_t>(1, (int64_t{1} << 16) / gates); }
+
+void check(const at::Tensor& tensor, const char* name, const at::Tensor& like, int64_t rows,
+           int64_t columns) {
+  TORCH_CHECK(tensor.device().is_cpu() && tensor.scalar_type() == like.scalar_type(), name,
+              " must be a CPU tensor of dtype ", like.scalar_type());
+  TORCH_CHECK(tensor.is_contiguous() && tensor.numel() == rows * columns, name,
+              " must be contiguous with ", rows, " x ", columns, " elements, got ", tensor.sizes());
+}
+
+const bool* mask_pointer(const std::optional<at::Tensor>& real, int64_t batch) {
+  if (!real.has_value()) return nullptr;
+  TORCH_CHECK(real->scalar_type() == at::kBool && real->is_contiguous() &&
+                  real->numel() == batch,
+              "the step mask must be a contiguous bool tensor of ", batch, " elements");
+  return real->data_ptr<bool>();
+}
+
+template <typename T>
+T* optional_pointer(const std::optional<at::Tensor>& tensor) {
+  return tensor.has_value() ? tensor->data_ptr<T>() : nullptr;
+}
+
+void forward_step(const at::Tensor& act, const at::Tensor& cumax, const at::Tensor& c_prev,
+                  const at::Tensor& h_prev, const at::Tensor& c_new, const at::Tensor& h_new,
+                  const std::optional<at::Tensor>& output,
+                  const std::optional<at::Tensor>& tanh_cell,
+                  const std::optional<at::Tensor>& real, int64_t chunk_size) {
+  TORCH_CHECK(act.dim() == 2, "act must be (B, G)");
+  TORCH_CHECK(act.scalar_type() == at::kFloat || act.scalar_type() == at::kDouble,
+              "the fused ON-LSTM step runs float32 and float64 only");
+  const int64_t batch = act.size(0), gates = act.size(1);
+  TORCH_CHECK(chunk_size > 0 && gates % (4 * chunk_size + 2) == 0,
+              "G = ", gates, " is not 2n + 4H for chunk_size ", chunk_size);
+  const int64_t n_chunk = gates / (4 * chunk_size + 2), hidden = n_chunk * chunk_size;
+  check(act, "act", act, batch, gates);
+  check(cumax, "cumax", act, batch, 2 * n_chunk);
+  for (const auto* tensor : {&c_prev, &h_prev, &c_new, &h_new})
+    check(*tensor, "state", act, batch, hidden);
+  if (output.has_value()) check(*output, "output", act, batch, hidden);
+  if (tanh_cell.has_value()) check(*tanh_cell, "tanh_cell", act, batch, hidden);
+  const bool* mask = mask_pointer(real, batch);
+  AT_DISPATCH_FLOATING_TYPES(act.scalar_type(), "onlstm_forward_step", [&] {
+    const ForwardArgs<scalar_t> args{act.data_ptr<scalar_t>(), cumax.data_ptr<scalar_t>(),
+                                     c_prev.data_ptr<scalar_t>(), h_prev.data_ptr<scalar_t>(),
+                                     c_new.data_ptr<scalar_t>(), h_new.data_ptr<scalar_t>(),
+                                     optional_pointer<scalar_t>(output),
+                                     optional_pointer<scalar_t>(tanh_cell), mask, n_chunk,
+                                     chunk_size};
+    at::parallel_for(0, batch, grain_size(gates), [&](int64_t begin, int64_t end) {
+#ifdef TREERNN_HAS_AVX2_COPY
+      if (cpu_has_avx2()) return forward_rows_avx2(args, begin, end);
+#endif
+      forward_rows_baseline(args, begin, end);
+    });
+  });
+}
+
+void backward_step(const at::Tensor& act, const at::Tensor& cumax, const at::Tensor& tanh_cell,
+                   const at::Tensor& c_prev, const at::Tensor& grad_output,
+                   const std::optional<at::Tensor>& grad_distance, const at::Tensor& grad_h,
+                   const at::Tensor& grad_c, const at::Tensor& grad_act,
+                   const std::optional<at::Tensor>& real, int64_t chunk_size) {
+  TORCH_CHECK(act.dim() == 2, "act must be (B, G)");
+  TORCH_CHECK(act.scalar_type() == at::kFloat || act.scalar_type() == at::kDouble,
+              "the fused ON-LSTM step runs float32 and float64 only");
+  const int64_t batch = act.size(0), gates = act.size(1);
+  TORCH_CHECK(chunk_size > 0 && gates % (4 * chunk_size + 2) == 0,
+              "G = ", gates, " is not 2n + 4H for chunk_size ", chunk_size);
+  const int64_t n_chunk = gates / (4 * chunk_size + 2), hidden = n_chunk * chunk_size;
+  check(act, "act", act, batch, gates);
+  check(grad_act, "grad_act", act, batch, gates);
+  check(cumax, "cumax", act, batch, 2 * n_chunk);
+  for (const auto* tensor : {&tanh_cell, &c_prev, &grad_output, &grad_h, &grad_c})
+    check(*tensor, "state", act, batch, hidden);
+  if (grad_distance.has_value()) check(*grad_distance, "grad_distance", act, batch, 2);
+  const bool* mask = mask_pointer(real, batch);
+  AT_DISPATCH_FLOATING_TYPES(act.scalar_type(), "onlstm_backward_step", [&] {
+    const BackwardArgs<scalar_t> args{act.data_ptr<scalar_t>(), cumax.data_ptr<scalar_t>(),
+                                      tanh_cell.data_ptr<scalar_t>(), c_prev.data_ptr<scalar_t>(),
+                                      grad_output.data_ptr<scalar_t>(),
+                                      optional_pointer<scalar_t>(grad_distance),
+                                      grad_h.data_ptr<scalar_t>(), grad_c.data_ptr<scalar_t>(),
+                                      grad_act.data_ptr<scalar_t>(), mask, n_chunk, chunk_size};
+    at::parallel_for(0, batch, grain_size(gates), [&](int64_t begin, int64_t end) {
+#ifdef TREERNN_HAS_AVX2_COPY
+      if (cpu_has_avx2()) return backward_rows_avx2(args, begin, end);
+#endif
+      backward_rows_baseline(args, begin, end);
+    });
+  });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "The fused elementwise work of one ON-LSTM step (treernn.encoders.onlstm_fast).";
+  m.def("forward_step", &forward_step, "One step's elementwise forward work, in place.",
+        pybind11::arg("act"), pybind11::arg("cumax"), pybind11::arg("c_prev"),
+        pybind11::arg("h_prev"), pybind11::arg("c_new"), pybind11::arg("h_new"),
+        pybind11::arg("output"), pybind11::arg("tanh_cell"), pybind11::arg("real"),
+        pybind11::arg("chunk_size"));
+  m.def("backward_step", &backward_step, "One step's elementwise backward work, in place.",
+        pybind11::arg("act"), pybind11::arg("cumax"), pybind11::arg("tanh_cell"),
+        pybind11::arg("c_prev"), pybind11::arg("grad_output"), pybind11::arg("grad_distance"),
+        pybind11::arg("grad_h"), pybind11::arg("grad_c"), pybind11::arg("grad_act"),
+        pybind11::arg("real"), pybind11::arg("chunk_size"));
+}
