@@ -174,6 +174,17 @@ def test_perplexity_and_parsing_rows_of_on_lstm(tmp_path):
             {
                 "tables": [
                     {
+                        "gold": {"name": "sample10"},
+                        "rows": [
+                            {
+                                "name": "right_branching",
+                                "kind": "baseline",
+                                "corpus_f1": {"mean": 0.566},
+                            }
+                        ],
+                    },
+                    {
+                        "gold": {"name": "sample"},
                         "rows": [
                             {
                                 "name": "right_branching",
@@ -181,8 +192,8 @@ def test_perplexity_and_parsing_rows_of_on_lstm(tmp_path):
                                 "corpus_f1": {"mean": 0.398},
                             },
                             {"name": "layer2", "kind": "system", "corpus_f1": {"mean": 0.4}},
-                        ]
-                    }
+                        ],
+                    },
                 ]
             }
         )
@@ -307,6 +318,22 @@ def test_bad_input_is_one_error_line(tmp_path, capsys, setup, message):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_listops_rows_of_ordered_memory(tmp_path):
+    metrics = {"test/acc": 0.7, "test/acc/len51-100": 0.6, "test/parse_f1/layer1": 90.0}
+    metrics["test/acc/len1-50"] = 0.8
+    make_run(tmp_path, "0", [], metrics, task="listops", model="ordered_memory")
+    table = report_table([tmp_path])
+    assert table.papers == ["listops"]
+    assert [c.key for c in table.columns] == [
+        "acc/len1-50",
+        "acc/len51-100",
+        "acc",
+        "parse_f1/layer1",
+    ]
+    assert row(table, "Ordered Memory (paper)").cells["parse_f1/layer1"].mean == 100
+    assert row(table, "LSTM (paper)").cells["acc"].std == 1.5
 
 
 def test_csv_logger_metrics_when_metrics_json_is_missing(tmp_path):

@@ -26,7 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "msr": ("msr", "MSR Sentence Completion accuracy of a (tree) language model"),
     "rerank": ("rerank", "rerank k-best dependency parses with a tree LM: UAS/LAS"),
     "generate": ("generate", "sample dependency trees from a TreeLSTM / LdTreeLSTM"),
-    "report": ("report", "accuracy-by-length tables and plot, tree F1 of a run, throughput"),
+    "report": (
+        "report",
+        "a sweep's table beside the papers', accuracy by length, tree F1 of a run, throughput",
+    ),
 }
 
 

@@ -224,7 +224,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     table.add_argument("runs", nargs="+", type=Path, help="a multirun directory or run directories")
     table.add_argument(
-        "--out", type=Path, default=None, help="PREFIX of the files (default: <dir>/table)"
+        "--out",
+        type=Path,
+        default=None,
+        metavar="PREFIX",
+        help="PREFIX.md/.csv/.png (default: <dir>/table, or in the directories' common parent)",
     )
     table.add_argument(
         "--paper",

@@ -44,6 +44,8 @@ PAPER_CHOICES = ("auto", *PAPERS, "none")
 #: overrides that never make a row of their own
 IGNORED_OVERRIDES = ("seed", "task.datamodule.split", "hydra.", "paths.")
 SYSGEN_SPLITS = ("A", "B", "C")
+#: the gold sets of ``python -m treernn parse`` that ON-LSTM Table 2's WSJ-test column compares to
+TEST_GOLD = ("wsj_test", "sample")
 #: the trivial trees a tree-F1 file may hold: (file key, row label)
 BASELINE_ROWS = {
     "left_branching": "left-branching",
@@ -229,7 +231,9 @@ def _baselines(run_dir: Path) -> dict[str, float]:
     path = run_dir / "parse_eval.json"
     if path.is_file():
         tables = json.loads(path.read_text()).get("tables") or []
-        for row in tables[-1]["rows"] if tables else []:  # the last gold set: WSJ test / sample
+        # the gold set of the paper's column (WSJ test, or the whole nltk sample), else the last
+        tables = [t for t in tables if t.get("gold", {}).get("name") in TEST_GOLD] or tables[-1:]
+        for row in tables[0]["rows"] if tables else []:
             if row.get("kind") == "baseline" and row.get("name") in BASELINE_ROWS:
                 found[BASELINE_ROWS[row["name"]]] = 100 * row["corpus_f1"]["mean"]
     return found
@@ -334,13 +338,14 @@ def _column_order(key: str) -> tuple[int, float, str]:
     number = re.fullmatch(r"ops(\d+)", key)
     if number:
         return (0, int(number.group(1)), key)
-    layer = re.search(r"layer(\d+)$", key)
     for rank, prefix in enumerate(
         ("ops7-12", "acc/", "acc", "sysgen_", "parse_f1/", "parse_f1_sentence/", "val_ppl", "ppl"),
         start=1,
     ):
         if key == prefix or (prefix.endswith(("/", "_")) and key.startswith(prefix)):
-            return (rank, int(layer.group(1)) if layer else 0, key)
+            # buckets by their first number (len11-20 after len1-10), layers by number
+            first = re.search(r"\d+", key.removeprefix(prefix))
+            return (rank, int(first.group()) if first else 0, key)
     return (99, 0, key)
 
 
@@ -545,6 +550,7 @@ def log_to_wandb(table: Table, directory: Path, project: str = "treernn") -> str
     )
     try:
         run.summary["report/table"] = wandb.Table(columns=columns, data=data)
-        return str(getattr(run, "dir", directory))
+        # run.dir is the run's files/ folder; `wandb sync` takes the run folder above it
+        return str(Path(run.dir).parent) if getattr(run, "dir", None) else str(directory)
     finally:
         wandb.finish()
