@@ -10,8 +10,9 @@ Rows: Ordered Memory's reference path (``fused=False``: the readable Algorithm 1
 ``treernn.encoders.ordered_memory``, every slot at every step, plain autograd, fp32), its fused
 path (``treernn.encoders.ordered_memory_fused``: windowed slots, hand-written backward of the slot
 chain) in fp32 and in bf16-mixed (the model run under
-``torch.autocast("cpu", dtype=torch.bfloat16)``, as Lightning's ``precision=bf16-mixed`` does), and
-an LSTM of the same size in fp32 and bf16-mixed. Then the ratios: fused vs reference, each Ordered
+``torch.autocast("cpu", dtype=torch.bfloat16)``, as Lightning's ``precision=bf16-mixed`` does; on a
+CPU without bf16 kernels the fused path keeps fp32 products there), and an LSTM of the same size in
+fp32 and bf16-mixed. Then the ratios: fused vs reference, each Ordered
 Memory row vs the authors' 1.8k training tokens/s, and LSTM / Ordered Memory.
 
     python scripts/benchmark_ordered_memory.py --threads 2
@@ -103,7 +104,7 @@ def cpu_description() -> str:
         f"CPU {model}; flags {present}; torch CPU capability "
         f"{torch.backends.cpu.get_cpu_capability()}; oneDNN bf16 "
         f"{'yes' if gemm.onednn_available(torch.bfloat16) else 'no'} (where no, bf16 "
-        "products run without bf16 units)"
+        "products run without bf16 units, and the OM fused bf16-mixed row keeps fp32 products)"
     )
 
 

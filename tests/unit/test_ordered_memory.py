@@ -499,7 +499,9 @@ def test_slot_chain_gradcheck():
         )
 
 
-def test_bf16_autocast_trains_and_stays_close_to_fp32():
+def test_bf16_autocast_trains_and_stays_close_to_fp32(monkeypatch):
+    # bf16 products even where this CPU has no bf16 kernels (slow, but the arithmetic is the same)
+    monkeypatch.setattr(ordered_memory_fused, "_fast_bf16_products", lambda: True)
     torch.manual_seed(0)
     encoder = OrderedMemoryEncoder(
         16, 32, memory_slots=5, dropout=0.1, memory_dropout=0.1, bidirectional=True
@@ -525,6 +527,18 @@ def test_bf16_autocast_trains_and_stays_close_to_fp32():
     reference = OrderedMemoryEncoder(16, 32, memory_slots=5, fused=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert reference(x, mask).hidden.dtype == torch.float32
+
+
+def test_bf16_autocast_keeps_fp32_products_without_bf16_kernels(monkeypatch):
+    monkeypatch.setattr(ordered_memory_fused, "_fast_bf16_products", lambda: False)
+    torch.manual_seed(0)
+    encoder = OrderedMemoryEncoder(8, 16, memory_slots=4).eval()
+    x = torch.randn(3, 6, 8)
+    with torch.no_grad():
+        expected = encoder(x).hidden
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = encoder(x).hidden
+    torch.testing.assert_close(hidden, expected, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("backend", ["mkl", "onednn"])

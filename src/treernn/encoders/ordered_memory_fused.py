@@ -37,7 +37,9 @@ recurrence's matrix products (input, query, key and cell projections) run in bf1
 weights cast once per forward, and the attention softmax, gates, LayerNorms, memory state and
 outputs stay in fp32 (the outputs are fp32). As with autocast's linear layers, the cell's ReLU
 layer and the right half of its first layer are bf16, and so is the cell's hidden dropout mask
-(1 / keep rounded to bf16).
+(1 / keep rounded to bf16). On a CPU without bf16 matrix units (no oneDNN bf16 kernels, e.g.
+AVX2 only) torch's bf16 products are 50-100x slower than fp32 ones, so there the recurrence keeps
+fp32 products under bf16-mixed (logged once): the result is the fp32 one.
 
 Names: ``gemm_dtype`` is the dtype of the matrix products (bf16 under bf16-mixed, else the
 state's); ``*_gemm`` tensors are weights cast to it; ``window`` is the number of slots a step
@@ -47,6 +49,8 @@ read a token at a step; in :func:`slot_chain`, ``rows`` x ``width`` are those tw
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 from typing import TYPE_CHECKING
 
@@ -58,6 +62,8 @@ from treernn.encoders import gemm
 
 if TYPE_CHECKING:  # the model file imports this module; no import cycle at run time
     from treernn.encoders.ordered_memory import OrderedMemoryRecurrence, OrderedMemoryState
+
+log = logging.getLogger(__name__)
 
 
 def fused_ordered_memory(
@@ -284,11 +290,27 @@ def _reachable_window(mask_pointer: Tensor, threshold: float) -> int:
 
 # ----------------------------------------------------------------------------- precision
 def _autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The lower-precision dtype the caller asked for with ``torch.autocast``, else None."""
+    """The lower-precision dtype the caller asked for with ``torch.autocast``, else None (also
+    for bf16 on a CPU without fast bf16 products)."""
     if device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
         return None
     dtype = torch.get_autocast_dtype("cpu")
+    if dtype == torch.bfloat16 and not _fast_bf16_products():
+        return None
     return dtype if dtype != torch.float32 else None
+
+
+@functools.cache
+def _fast_bf16_products() -> bool:
+    """Whether this CPU has bf16 matrix kernels (oneDNN's); logs once where it has none."""
+    if gemm.onednn_available(torch.bfloat16):
+        return True
+    log.warning(
+        "Ordered Memory under bf16-mixed: this CPU has no bf16 matrix kernels (oneDNN bf16 needs "
+        "AVX512 or AMX), where bf16 products are 50-100x slower than fp32; the recurrence keeps "
+        "fp32 products (use precision=32 to silence this)"
+    )
+    return False
 
 
 def _linear(
