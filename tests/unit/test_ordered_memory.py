@@ -366,10 +366,17 @@ def assert_same_pass(first, second):
         torch.testing.assert_close(gradient, grads_b[name], **close, msg=name)
 
 
-@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize(
+    ("padding_side", "padding_mode"),
+    [("right", "invariant"), ("left", "invariant"), ("left", "authors_left")],
+)
 @pytest.mark.parametrize("training", [True, False])
-def test_hand_written_slot_chain_backward_matches_autograd(padding_side, training, monkeypatch):
-    fused, _ = fused_and_reference(padding_side=padding_side, memory_slots=4)
+def test_hand_written_slot_chain_backward_matches_autograd(
+    padding_side, padding_mode, training, monkeypatch
+):
+    fused, _ = fused_and_reference(
+        padding_side=padding_side, padding_mode=padding_mode, memory_slots=4
+    )
     fused.train(training)
     lengths = torch.tensor([[9], [6], [2], [1], [8]])
     positions = torch.arange(9)[None]
@@ -394,12 +401,17 @@ def test_hand_written_slot_chain_backward_matches_autograd_with_carried_state(mo
     assert_same_pass(*results)
 
 
-@pytest.mark.parametrize("padding_side", ["right", "left"])
-def test_fused_path_matches_the_reference_with_gradients(padding_side):
+@pytest.mark.parametrize(
+    ("padding_side", "padding_mode"),
+    [("right", "invariant"), ("left", "invariant"), ("left", "authors_left")],
+)
+def test_fused_path_matches_the_reference_with_gradients(padding_side, padding_mode):
     """Eval mode: in training the fused path hands the same dropout masks to rows in length
     order. ``state.memory`` stays out of the loss: the fused path leaves the memory of slots that
     were never attended as it was (they are never read), where eq. (5) copies M_hat into it."""
-    fused, reference = fused_and_reference(padding_side=padding_side, memory_slots=4)
+    fused, reference = fused_and_reference(
+        padding_side=padding_side, padding_mode=padding_mode, memory_slots=4
+    )
     fused.eval()
     reference.eval()
     lengths = torch.tensor([[9], [6], [2], [1], [8]])
