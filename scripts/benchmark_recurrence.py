@@ -8,7 +8,10 @@ In one run, times training steps (forward + backward) and inference of
 * ``ON-LSTM ref``: ``ONLSTMEncoder(impl="reference")``, the readable step-by-step cell;
 
 (``ON-LSTM fast:mkl``, ``:onednn``, ``:aten`` force the per-step GEMM backend of
-``treernn.encoders.gemm``; plain ``ON-LSTM fast`` lets it probe) for the recurrent stack alone and
+``treernn.encoders.gemm``; plain ``ON-LSTM fast`` lets it probe; ``ON-LSTM fast/torch-ops`` runs
+the fast recurrence without its compiled per-step kernel, as ``TREERNN_CPP_EXT=0`` does, e.g.
+``--models "nn.LSTM,ON-LSTM fast,ON-LSTM fast/torch-ops"`` for before and after in one run) for
+the recurrent stack alone and
 for a full language-model step (10k embedding, the stack, a tied
 decoder, 10k softmax and cross-entropy), at the paper size (400-1150-1150-400, chunk 10, batch 20,
 BPTT 70) and a small size (one layer of 256, chunk 8, batch 32, BPTT 35). Prints tokens per second
@@ -32,6 +35,7 @@ its recurrent shape (B, H) x (H, gates): an upper bound a step-by-step recurrenc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -46,7 +50,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from treernn.encoders import gemm  # noqa: E402
+from treernn.encoders import cpp_ext, gemm  # noqa: E402
 from treernn.encoders.onlstm import ONLSTMEncoder  # noqa: E402
 
 try:
@@ -90,15 +94,32 @@ class NNLSTMStack(nn.Module):
         return x
 
 
-class EncoderStack(nn.Module):
-    """Wraps a treernn encoder so that it returns the (B, T, H) hidden states."""
+@contextlib.contextmanager
+def cpp_extensions_off():
+    """``TREERNN_CPP_EXT=0`` for the duration (the encoders read it at each call)."""
+    before = os.environ.get(cpp_ext.ENV_VAR)
+    os.environ[cpp_ext.ENV_VAR] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[cpp_ext.ENV_VAR]
+        else:
+            os.environ[cpp_ext.ENV_VAR] = before
 
-    def __init__(self, encoder: nn.Module) -> None:
+
+class EncoderStack(nn.Module):
+    """Wraps a treernn encoder so that it returns the (B, T, H) hidden states; ``torch_ops``
+    runs it without the compiled kernels (its backward pass follows the forward's path)."""
+
+    def __init__(self, encoder: nn.Module, torch_ops: bool = False) -> None:
         super().__init__()
         self.encoder = encoder
+        self.torch_ops = torch_ops
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.encoder(x).hidden
+        with cpp_extensions_off() if self.torch_ops else contextlib.nullcontext():
+            return self.encoder(x).hidden
 
 
 def build_stack(model: str, size: Size, dropout: float, weight_drop: float) -> nn.Module:
@@ -115,11 +136,12 @@ def build_stack(model: str, size: Size, dropout: float, weight_drop: float) -> n
     if model == "LSTMEncoder":
         return EncoderStack(LSTMEncoder(**common))
     name, _, backend = model.partition(":")
+    name, _, variant = name.partition("/")
     impl = "fast" if name == "ON-LSTM fast" else "reference"
     encoder = ONLSTMEncoder(
         chunk_size=size.chunk_size, impl=impl, gemm_backend=backend or "auto", **common
     )
-    return EncoderStack(encoder)
+    return EncoderStack(encoder, torch_ops=variant == "torch-ops")
 
 
 def layer_sizes(size: Size) -> list[tuple[int, int]]:
@@ -360,7 +382,7 @@ def format_row(row: dict) -> str:
     memory = "-" if row["memory"] is None else f"{row['memory'] / 2**20:9.1f}"
     fraction = "-" if row["fraction"] is None else f"{row['fraction']:.2f}"
     return (
-        f"{row['size']:6s} {row['part']:6s} {row['mode']:6s} {row['model']:19s} "
+        f"{row['size']:6s} {row['part']:6s} {row['mode']:6s} {row['model']:22s} "
         f"{row['tokens_per_s']:11.0f} {row['ratio']:7.2f} {memory:>10s} {row['gflops']:8.1f} "
         f"{fraction:>8s}"
     )
@@ -442,7 +464,7 @@ def main(argv: list[str] | None = None) -> None:
         "allocated during one step."
     )
     print(
-        f"{'size':6s} {'part':6s} {'mode':6s} {'model':19s} {'tokens/s':>11s} {'ratio':>7s} "
+        f"{'size':6s} {'part':6s} {'mode':6s} {'model':22s} {'tokens/s':>11s} {'ratio':>7s} "
         f"{'peak MiB':>10s} {'GFLOP/s':>8s} {'of roof':>8s}"
     )
     for size in chosen:
