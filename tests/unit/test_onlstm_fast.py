@@ -398,3 +398,22 @@ def test_build_directory_is_keyed_by_source(tmp_path, monkeypatch: pytest.Monkey
     assert first != second
     assert first.parent == second.parent == tmp_path / "cpp_ext" / torch.__version__
     assert first.name.startswith("kernel-")
+
+
+def test_compile_error_is_one_warning_naming_the_error(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A source that does not compile (a real build through ninja and the compiler): None, and
+    one warning quoting the compiler's error line."""
+    monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cpp_ext, "SOURCE_DIR", tmp_path)
+    monkeypatch.setattr(cpp_ext, "_LOADED", {})
+    (tmp_path / "broken.cpp").write_text("int broken( {\n")
+    with caplog.at_level(logging.WARNING, logger=cpp_ext.__name__):
+        assert cpp_ext.load_extension("broken") is None
+        assert cpp_ext.load_extension("broken") is None
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "broken.cpp" in warnings[0] and "error:" in warnings[0], warnings[0]
+    assert "torch-ops path" in warnings[0]

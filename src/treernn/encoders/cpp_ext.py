@@ -83,16 +83,30 @@ def _build(name: str) -> ModuleType | None:
             build_directory=str(directory),
         )
     except (OSError, RuntimeError, ImportError, subprocess.CalledProcessError) as error:
-        # The compiler's own output has gone to stderr already; the last line says what failed.
-        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
         log.warning(
-            "C++ extension %s failed to build in %s (%s); %s.", name, directory, reason, fallback
+            "C++ extension %s failed to build in %s (%s); %s.",
+            name,
+            directory,
+            _reason(error),
+            fallback,
         )
+        log.debug("C++ extension %s build output:\n%s", name, error)
         return None
     log.info(
         "C++ extension %s ready in %.1f s (%s)", name, time.perf_counter() - started, directory
     )
     return module
+
+
+def _reason(error: BaseException) -> str:
+    """The first line of a build error and its compiler's first ``error:`` lines (torch puts the
+    whole compiler output in the exception; the debug log has it all)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    errors = [line for line in lines[1:] if "error:" in line][:2]
+    first = lines[0].split(": [", 1)[0]  # ninja's progress line follows with the whole command
+    return " | ".join([first, *errors])
 
 
 def _missing_tool() -> str | None:
