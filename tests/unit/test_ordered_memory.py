@@ -509,6 +509,19 @@ def test_slot_chain_gradcheck():
         assert torch.autograd.gradcheck(
             lambda *args, masks=masks: slot_chain(*args, *masks), inputs
         )
+        # overwrite_right (the encoder's call): the ReLU layers go into right_projected itself
+        results = []
+        for overwrite in (False, True):
+            copies = [t.detach().clone().requires_grad_() for t in inputs]
+            right = copies[2].detach().clone()  # a non-leaf the chain may overwrite
+            right.requires_grad_()
+            given = right * 1.0
+            out = slot_chain(*copies[:2], given, *copies[3:], *masks, overwrite_right=overwrite)
+            out.sin().sum().backward()
+            assert torch.equal(given, right) != overwrite  # written in place only when asked
+            results.append((out, right.grad, *(t.grad for t in copies if t.grad is not None)))
+        for first, second in zip(*results, strict=True):
+            torch.testing.assert_close(first, second, atol=1e-12, rtol=1e-12)
 
 
 def test_bf16_autocast_trains_and_stays_close_to_fp32(monkeypatch):

@@ -247,6 +247,7 @@ def _scheduled_forward(
                 step_hidden_mask,
                 norm.eps,
                 operands,
+                overwrite_right=True,  # right_projected is read nowhere else
             )
             output = slots[:, -1]  # slots (active, window, H); the output is the last, (active, H)
             if window_start == 0:  # the window is the whole memory: nothing to copy around it
@@ -384,6 +385,7 @@ def slot_chain(
     hidden_mask: Tensor | None = None,
     eps: float = 1e-5,
     operands: tuple | None = None,
+    overwrite_right: bool = False,
 ) -> Tensor:
     """Eqs. (6)-(7) for the slots k = 0..width-1 of one step, all candidates at once.
 
@@ -396,7 +398,9 @@ def slot_chain(
     candidates M_hat_t^k, (rows, width, H). ``operands`` (:func:`slot_chain_operands`, made once
     per forward) set the precision of the matrix products: with bf16 operands the products, the ReLU
     layer and ``right_projected`` are bf16 (as autocast's linear layers are); the gates, the
-    LayerNorm, the state and the output stay in the precision of ``x_t``.
+    LayerNorm, the state and the output stay in the precision of ``x_t``. ``overwrite_right``: the
+    caller hands ``right_projected`` over (nothing reads it afterwards, and autograd saved it
+    nowhere): the ReLU layers are computed in it, saving a copy per slot.
 
     The backward pass is written by hand (:class:`_SlotChain`): one loop over the slots in
     reverse with small, cache-resident operations, then the weight gradients as one matrix
@@ -416,7 +420,7 @@ def slot_chain(
         norm_bias,
     )
     if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
-        return _SlotChain.apply(*inputs, left_mask, hidden_mask, eps, operands)
+        return _SlotChain.apply(*inputs, left_mask, hidden_mask, eps, operands, overwrite_right)
     return _slot_chain_forward(
         x_t,
         memory,
@@ -429,6 +433,7 @@ def slot_chain(
         eps,
         operands,
         save=False,
+        overwrite_right=overwrite_right,
     )[0]
 
 
@@ -446,9 +451,11 @@ def slot_chain_autograd(
     hidden_mask: Tensor | None = None,
     eps: float = 1e-5,
     operands: tuple | None = None,
+    overwrite_right: bool = False,
 ) -> Tensor:
-    """:func:`slot_chain` with plain autograd ops (same arguments; ``operands`` is ignored and
-    the products run in the precision of ``x_t``): the check on the hand-written backward."""
+    """:func:`slot_chain` with plain autograd ops (same arguments; ``operands`` and
+    ``overwrite_right`` are ignored and the products run in the precision of ``x_t``): the check
+    on the hand-written backward."""
     size = x_t.size(-1)
     below = x_t  # M_hat_t^{k-1}, starting from x_t
     slots = []
@@ -480,6 +487,7 @@ def _slot_chain_forward(
     eps,
     operands,
     save,
+    overwrite_right=False,
 ):
     """The forward loop; returns the candidates (rows, width, H) and, if ``save``, what the
     backward pass needs."""
@@ -495,14 +503,18 @@ def _slot_chain_forward(
     # Per-slot views are made once (unbind), as Python-side indexing costs as much as small ops.
     slots = width if save else 1
     lefts = x_t.new_empty(slots, rows, size, dtype=gemm_dtype)
-    hiddens = x_t.new_empty(slots, rows, 4 * size, dtype=gemm_dtype)
+    # the ReLU layers: in ``right`` itself where the caller hands it over (addmm then adds the
+    # product in place instead of copying ``right`` into another buffer first)
+    in_place = overwrite_right and right is right_projected and right.is_contiguous()
+    hiddens = right if in_place else x_t.new_empty(slots, rows, 4 * size, dtype=gemm_dtype)
     seconds = x_t.new_empty(slots, rows, 4 * size)
     mixeds = x_t.new_empty(slots, rows, size)
+    rights, memories = right.unbind(0), memory.unbind(1)
+    hidden_views = rights if in_place else hiddens.unbind(0)
     views = [
         t.unbind(0)
         for t in (
             lefts,
-            hiddens,
             seconds,
             mixeds,
             seconds[..., : 3 * size],
@@ -512,16 +524,16 @@ def _slot_chain_forward(
             seconds[..., 3 * size :],
         )
     ]
-    rights, memories = right.unbind(0), memory.unbind(1)
     writes, outs = cumulative.unsqueeze(-1).unbind(1), out.unbind(1)
     normed, means, rstds = [], [], []
     gemm_in_state_dtype = gemm_dtype == x_t.dtype
     below = x_t
     for k in range(width):
         buffer_slot = k if save else 0
-        left, hidden, second, mixed, gates, vertical, horizontal, candidate_gate, candidate = (
+        left, second, mixed, gates, vertical, horizontal, candidate_gate, candidate = (
             view[buffer_slot] for view in views
         )
+        hidden = hidden_views[k if in_place else buffer_slot]
         if left_mask is None:
             left.copy_(below)
         else:
@@ -584,6 +596,7 @@ class _SlotChain(torch.autograd.Function):
         hidden_mask,
         eps,
         operands,
+        overwrite_right,
     ):
         out, saved = _slot_chain_forward(
             x_t,
@@ -597,6 +610,7 @@ class _SlotChain(torch.autograd.Function):
             eps,
             operands,
             save=True,
+            overwrite_right=overwrite_right,
         )
         *saved, hidden_scale = saved
         ctx.save_for_backward(x_t, memory, cumulative, norm_weight, out, *saved)
@@ -736,6 +750,7 @@ class _SlotChain(torch.autograd.Function):
             grad_bias_second,
             grad_norm_weight,
             grad_norm_bias,
+            None,
             None,
             None,
             None,
