@@ -262,7 +262,9 @@ def set_threads(threads: Any) -> None:
     if threads is None:
         return
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ConfigValueError(f"threads={threads!r} must be a positive integer or null; e.g. threads=1")
+        raise ConfigValueError(
+            f"threads={threads!r} must be a positive integer or null; e.g. threads=1"
+        )
     torch.set_num_threads(threads)
 
 

@@ -28,6 +28,21 @@ def test_each_model_trains_a_few_steps_on_ptb(model, tmp_path):
     assert 1 < metrics["test/ppl"] < 20_000
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["test/ppl"] > 1
+    if model == "onlstm":
+        # the tested weights are the validated ones (one epoch): the test-time scoreboard of the
+        # same 40 sentences gives the validation parse F1, and parse_eval.json has both columns
+        # with the trivial trees, as `python -m treernn parse` writes it
+        for layer in (1, 2):
+            key = f"parse_f1/layer{layer}"
+            assert metrics[f"test/{key}"] == pytest.approx(metrics[f"val/{key}"], abs=1e-4)
+            assert 0 < metrics[f"test/parse_f1_short/layer{layer}"] <= 100
+        tables = json.loads((tmp_path / "run" / "parse_eval.json").read_text())["tables"]
+        assert [table["gold"]["name"] for table in tables] == ["sample10", "sample"]
+        names = [row["name"] for row in tables[1]["rows"]]
+        assert names[:2] == ["ONLSTM layer 1", "ONLSTM layer 2"]
+        assert {"left_branching", "right_branching", "random", "balanced"} <= set(names)
+        layer2 = tables[1]["rows"][1]["corpus_f1"]["mean"]
+        assert 100 * layer2 == pytest.approx(metrics["test/parse_f1/layer2"], abs=1e-4)
 
 
 def test_unknown_model_lists_the_valid_choices(tmp_path):

@@ -15,7 +15,9 @@ from omegaconf import OmegaConf
 from tests.integration.helpers import CONF_DIR, REPO_ROOT, compose_config
 
 TABLES = sorted(
-    path.stem for path in (REPO_ROOT / "conf" / "table").glob("*.yaml") if not path.stem.startswith("_")
+    path.stem
+    for path in (REPO_ROOT / "conf" / "table").glob("*.yaml")
+    if not path.stem.startswith("_")
 )
 #: what the issue asks each table to compare
 MODELS = {
@@ -65,7 +67,9 @@ def test_a_table_compares_its_models_on_equal_terms(table, tmp_path: Path):
         seen = {
             "datamodule": OmegaConf.to_container(cfg.task.datamodule, resolve=False),
             "optimizer": OmegaConf.to_container(cfg.task.module.optimizer),
-            "scheduler": OmegaConf.to_container(cfg.task.module.get("scheduler") or OmegaConf.create()),
+            "scheduler": OmegaConf.to_container(
+                cfg.task.module.get("scheduler") or OmegaConf.create()
+            ),
             "embedding_size": cfg.task.module.embedding_size,
             "hidden_size": cfg.model.hidden_size,
             "max_steps": cfg.trainer.max_steps,

@@ -30,7 +30,12 @@ Where the gold trees come from (``gold``):
   would compute. ``treebank="auto"`` uses the full WSJ when ``wsj_dir`` holds its trees, else the
   nltk sample below ``data_dir``; ``split="test"`` / ``"short"`` pick the WSJ-test / WSJ10 columns
   (or the sample's ``sample`` / ``sample10``). With a wandb logger a table of a few induced trees
-  beside the gold ones is logged too.
+  beside the gold ones is logged too. With ``"test"`` in ``stages`` the tested weights are scored
+  after testing exactly as ``python -m treernn parse --ckpt`` scores a checkpoint: both columns of
+  Table 2 (WSJ10 and WSJ test, or sample10 and sample), one row per layer beside the trivial
+  trees, printed, logged as ``test/parse_f1/layer{k}`` (the test column) and
+  ``test/parse_f1_short/layer{k}`` (the short one), and written to ``<run dir>/parse_eval.json``
+  (what ``python -m treernn report table`` reads, baselines included).
 """
 
 from __future__ import annotations
@@ -57,6 +62,15 @@ from treernn.parsing.induce import (
     trees_from_signal,
 )
 from treernn.parsing.metrics import counts_from_spans, sentence_f1_from_spans
+from treernn.parsing.scoreboard import (
+    GoldSet,
+    load_gold,
+    model_name,
+    model_trees,
+    score_layers,
+    to_json,
+    to_text,
+)
 from treernn.parsing.trees import Tree, to_bracketed, tree_spans
 from treernn.parsing.wsj import (
     GoldSentence,
@@ -165,7 +179,7 @@ class TreeF1Callback(Callback):
         if every_n_epochs < 1:
             raise ConfigValueError(f"every_n_epochs={every_n_epochs} must be at least 1")
         self.gold = gold
-        self.stages = tuple(stages) if gold == "batch" else ("val",)
+        self.stages = tuple(stages)
         self.bracket_distances = bracket_distances
         self.output_dir = Path(output_dir) if output_dir else None
         self.treebank = treebank
@@ -274,6 +288,10 @@ class TreeF1Callback(Callback):
         self._update(pl_module, outputs, batch, first_group_only=True)
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.gold == "wsj":
+            if "test" in self.stages and trainer.is_global_zero and self._wsj_usable(pl_module):
+                self._test_scoreboards(trainer, pl_module)
+            return
         self._finish("test", pl_module)
         scores = self.results.get("test")
         if self.gold != "batch" or not scores or not trainer.is_global_zero:
@@ -286,6 +304,38 @@ class TreeF1Callback(Callback):
             path.write_text(json.dumps(data, indent=2))
 
     # ------------------------------------------------------------------ WSJ gold trees
+    def _test_scoreboards(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """The tested weights on both columns of Table 2, as ``python -m treernn parse``."""
+        kind = resolve_treebank(self.treebank, self.wsj_dir, self.data_dir)
+        record = []
+        for column, split in zip(("short", "test"), default_splits(kind)):
+            gold = load_gold(split, wsj_dir=self.wsj_dir, data_dir=self.data_dir)
+            if self.max_sentences is not None:
+                gold = GoldSet(gold.name, gold.sentences[: self.max_sentences], gold.skipped)
+            try:
+                trees, unknown = model_trees(pl_module, gold, self.batch_size)
+            except NoDistancesError as error:
+                self._skip(str(error))
+                return
+            board = score_layers([trees], gold, model_name([pl_module]), "the tested weights")
+            print("\n" + to_text(board), flush=True)
+            suffix = "" if column == "test" else "_short"
+            for layer, row in enumerate(board.rows[: len(trees)], start=1):
+                pl_module.log(
+                    f"test/parse_f1{suffix}/layer{layer}",
+                    100 * row.mean("corpus_f1"),
+                    rank_zero_only=True,
+                )
+                pl_module.log(
+                    f"test/parse_f1_sentence{suffix}/layer{layer}",
+                    100 * row.mean("sentence_f1"),
+                    rank_zero_only=True,
+                )
+            record.append(to_json(board) | {"unknown_word_rate": [unknown]})
+        path = Path(trainer.default_root_dir) / "parse_eval.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"tables": record}, indent=2))
+
     def _load(self) -> list[GoldSentence]:
         if self._sentences is None:
             kind = resolve_treebank(self.treebank, self.wsj_dir, self.data_dir)
@@ -322,7 +372,7 @@ class TreeF1Callback(Callback):
             return
         if trainer.sanity_checking or (trainer.current_epoch + 1) % self.every_n_epochs:
             return
-        if not self._wsj_usable(pl_module):
+        if "val" not in self.stages or not self._wsj_usable(pl_module):
             return
         shard = self._load()[trainer.global_rank :: trainer.world_size]
         vocab = pl_module.vocab

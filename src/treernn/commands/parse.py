@@ -37,7 +37,6 @@ from typing import Any
 
 from treernn.commands.common import default_device, load_language_model, run_directory
 from treernn.errors import ConfigValueError
-from treernn.parsing.induce import induce_distances, trees_from_distances
 from treernn.parsing.scoreboard import (
     KNOWN_SPLITS,
     PUNCTUATION_CHOICES,
@@ -46,14 +45,15 @@ from treernn.parsing.scoreboard import (
     Scoreboard,
     align,
     evaluate,
-    evaluate_runs,
     load_gold,
+    model_name,
+    model_trees,
+    score_layers,
     to_json,
     to_markdown,
     to_text,
 )
 from treernn.parsing.treefile import FORMATS, WRITE_FORMATS, read_trees, write_trees
-from treernn.parsing.trees import Tree
 
 OUTPUTS = ("text", "markdown", "json")
 PAPER = (
@@ -144,19 +144,14 @@ def run(args: argparse.Namespace) -> int:
         tick = time.perf_counter()
         per_checkpoint = [model_trees(task, gold, args.batch_size) for task in tasks]
         timing["induce"] += time.perf_counter() - tick
-        model = "/".join(sorted({encoder_name(task) for task in tasks}))
         layers = min(len(trees) for trees, _ in per_checkpoint)
-        runs = {
-            f"{model} layer {layer}": [trees[layer - 1] for trees, _ in per_checkpoint]
-            for layer in range(1, layers + 1)
-        }
         names = ", ".join(Path(c).name for c in args.ckpt)
-        descriptions = {
-            row: f"greedy trees of layer {row.rsplit(' ', 1)[1]}'s distances ({names})"
-            for row in runs
-        }
         tick = time.perf_counter()
-        boards.append(evaluate_runs(runs, gold, protocol=protocol, descriptions=descriptions))
+        boards.append(
+            score_layers(
+                [trees for trees, _ in per_checkpoint], gold, model_name(tasks), names, protocol
+            )
+        )
         timing["score"] += time.perf_counter() - tick
         extra.append(
             {
@@ -189,10 +184,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def encoder_name(task: Any) -> str:
-    return type(task.encoder).__name__.removesuffix("Encoder")
-
-
 def default_golds(wsj_dir: str | None) -> list[str]:
     """Table 2's two columns: the WSJ when there is one, else the nltk sample."""
     return ["wsj10", "wsj_test"] if wsj_dir else ["sample10", "sample"]
@@ -211,24 +202,6 @@ def read_gold(name: str, args: argparse.Namespace) -> GoldSet:
     if args.max_sentences is not None:
         gold = GoldSet(gold.name, gold.sentences[: args.max_sentences], gold.skipped)
     return gold
-
-
-def model_trees(task: Any, gold: GoldSet, batch_size: int) -> tuple[list[list[Tree]], float]:
-    """``trees[layer][sentence]`` of a language model over the gold sentences, and the fraction
-    of their words it reads as ``<unk>``."""
-    vocab = task.vocab
-    ids = [vocab.encode(sentence.words) for sentence in gold.sentences]
-    distances = induce_distances(
-        task.embedding,
-        task.encoder,
-        ids,
-        vocab.eos_index,
-        batch_size,
-        names=[sentence.source for sentence in gold.sentences],
-    )
-    words = sum(len(row) for row in ids)
-    unknown = sum(token == vocab.unk_index for row in ids for token in row)
-    return trees_from_distances(distances), unknown / max(words, 1)
 
 
 def save_path(path: str, gold_name: str, golds: int) -> Path:

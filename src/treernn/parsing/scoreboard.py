@@ -44,6 +44,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from treernn.parsing.baselines import (
     ALL_BASELINES,
@@ -51,6 +52,7 @@ from treernn.parsing.baselines import (
     DESCRIPTIONS,
     baseline_spans,
 )
+from treernn.parsing.induce import induce_distances, trees_from_distances
 from treernn.parsing.metrics import TABLE2_LABELS, ParseScores, score_spans
 from treernn.parsing.treefile import (
     PUNCTUATION_TOKENS,
@@ -540,3 +542,48 @@ __all__ = [
     "to_text",
     "word_key",
 ]
+
+
+def model_trees(task: Any, gold: GoldSet, batch_size: int = 64) -> tuple[list[list[Tree]], float]:
+    """``trees[layer][sentence]`` of a treernn language model (a task with ``embedding``,
+    ``encoder`` with syntactic distances, and ``vocab``) over the gold sentences, each read alone
+    as ``<eos> w_1 .. w_n <eos>``, and the fraction of their words it reads as ``<unk>``."""
+    vocab = task.vocab
+    ids = [vocab.encode(sentence.words) for sentence in gold.sentences]
+    distances = induce_distances(
+        task.embedding,
+        task.encoder,
+        ids,
+        vocab.eos_index,
+        batch_size,
+        names=[sentence.source for sentence in gold.sentences],
+    )
+    words = sum(len(row) for row in ids)
+    unknown = sum(token == vocab.unk_index for row in ids for token in row)
+    return trees_from_distances(distances), unknown / max(words, 1)
+
+
+def model_name(tasks: Sequence[Any]) -> str:
+    """The encoders' names for a scoreboard row ("ONLSTM")."""
+    return "/".join(sorted({type(task.encoder).__name__.removesuffix("Encoder") for task in tasks}))
+
+
+def score_layers(
+    per_model: Sequence[Sequence[Sequence[Tree]]],
+    gold: GoldSet,
+    model: str,
+    source: str,
+    protocol: Protocol | None = None,
+) -> Scoreboard:
+    """One row per layer (``"<model> layer <k>"``) over several models' trees
+    (``per_model[model][layer][sentence]``, e.g. one model per seed: mean, std and max), beside the
+    trivial trees. ``source`` names where the trees come from (checkpoint names)."""
+    layers = min(len(trees) for trees in per_model)
+    runs = {
+        f"{model} layer {layer}": [trees[layer - 1] for trees in per_model]
+        for layer in range(1, layers + 1)
+    }
+    descriptions = {
+        row: f"greedy trees of layer {row.rsplit(' ', 1)[1]}'s distances ({source})" for row in runs
+    }
+    return evaluate_runs(runs, gold, protocol=protocol, descriptions=descriptions)

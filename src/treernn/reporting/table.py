@@ -17,8 +17,9 @@ numbers (:mod:`treernn.reporting.paper`) as extra rows. Columns (``Column.key``)
   ``task.datamodule.split=A`` gives only this column (its other numbers are of a model trained
   on less data), and the split is not a row key, so one row holds a model's A, B and C;
 - ``parse_f1/layer<k>``, ``parse_f1_sentence/layer<k>``: corpus and sentence-averaged F1 (%) of
-  the k-th layer's induced trees (test; the validation value where a run has no test F1, as
-  PTB's WSJ parse F1); the trivial trees are rows of their own, the same number in each layer;
+  the k-th layer's induced trees (test; the validation value where a run has no test F1);
+  ``parse_f1_short/...``: the same on the short column (WSJ10 / sample10) of a language model's
+  test-time scoreboard; the trivial trees are rows of their own, the same number in each layer;
 - ``val_ppl``, ``ppl``: perplexity (language models); any other ``test/<name>`` as ``<name>``.
 """
 
@@ -339,7 +340,18 @@ def _column_order(key: str) -> tuple[int, float, str]:
     if number:
         return (0, int(number.group(1)), key)
     for rank, prefix in enumerate(
-        ("ops7-12", "acc/", "acc", "sysgen_", "parse_f1/", "parse_f1_sentence/", "val_ppl", "ppl"),
+        (
+            "ops7-12",
+            "acc/",
+            "acc",
+            "sysgen_",
+            "parse_f1/",
+            "parse_f1_sentence/",
+            "parse_f1_short/",
+            "parse_f1_sentence_short/",
+            "val_ppl",
+            "ppl",
+        ),  # fmt: skip
         start=1,
     ):
         if key == prefix or (prefix.endswith(("/", "_")) and key.startswith(prefix)):
@@ -355,6 +367,11 @@ def _column(key: str) -> Column:
         return Column(key, f"sent. F1 L{layer.group(1)}", 1)
     if key.startswith("parse_f1/") and layer:
         return Column(key, f"F1 L{layer.group(1)}", 1)
+    # the short column of Table 2 (WSJ10, or the sample's sentences of at most 10 words)
+    if key.startswith("parse_f1_sentence_short/") and layer:
+        return Column(key, f"sent. F1 (<=10) L{layer.group(1)}", 1)
+    if key.startswith("parse_f1_short/") and layer:
+        return Column(key, f"F1 (<=10) L{layer.group(1)}", 1)
     if key.startswith("sysgen_"):
         return Column(key, key.removeprefix("sysgen_"), 1)
     if key.startswith("acc/"):
