@@ -129,9 +129,15 @@ def _fused_forward_steps(
     else:
         masks, output_steps = step_mask.contiguous().unbind(0), outputs.unbind(0)
     for t, act in enumerate(acts):
-        recurrent.addmm(gate_inputs[t], h_steps[t], out=act)
+        if recurrent.backend == "aten":
+            recurrent.addmm(gate_inputs[t], h_steps[t], out=act)  # the add is inside the GEMM
+            product = added = None
+        else:  # the kernel adds the packed GEMM's product to the input projection
+            product, added = recurrent.mm(h_steps[t]), gate_inputs[t]
         kernel.forward_step(
             act,
+            product,
+            added,
             cumax_steps[t],
             c_steps[t],
             h_steps[t],

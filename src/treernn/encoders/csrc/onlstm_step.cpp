@@ -2,10 +2,11 @@
 // about twenty small torch ops (treernn/encoders/onlstm_fast.py, which builds and calls it; the
 // equations are in treernn/encoders/onlstm.py).
 //
-// forward_step: after the per-step product has written the pre-activations into ``act`` (B, G),
-// per batch row: both master gates' softmax and cumsum, the gate nonlinearities (written back into
-// ``act``, the master logits left as they are), the master-gate overlap, the new cell, its tanh,
-// the new hidden state and the step mask, into the same buffers the torch-ops path writes.
+// forward_step: after the per-step product has written the pre-activations into ``act`` (B, G)
+// (or, given ``product`` and ``added``, writing act = added + product first), per batch row: both
+// master gates' softmax and cumsum, the gate nonlinearities (written back into ``act``, the master
+// logits left as they are), the master-gate overlap, the new cell, its tanh, the new hidden state
+// and the step mask, into the same buffers the torch-ops path writes.
 //
 // backward_step: from the gradients reaching the step's h and c to the pre-activation gradients
 // (one row of grad_gates) and the gradient reaching the previous cell, recomputing what it needs
@@ -105,6 +106,8 @@ TREERNN_INLINE double exp_of(double x) { return std::exp(x); }
 template <typename scalar_t>
 struct ForwardArgs {
   scalar_t* act;             // (B, G): pre-activations in, gates out (master logits kept)
+  const scalar_t* product;   // (B, G) or null: h_prev @ W_hh^T, when act is still to be filled
+  const scalar_t* added;     // (B, G) or null: the input projection added to it
   scalar_t* cumax;           // (B, 2, n): cumsum of each master gate's softmax
   const scalar_t* c_prev;    // (B, H)
   const scalar_t* h_prev;    // (B, H)
@@ -168,6 +171,13 @@ TREERNN_INLINE void expand_masters(const scalar_t* cumax, int64_t n_chunk, int64
       overlap[j] = both;
     }
   }
+}
+
+// out = added + product, as torch.add(added, product) rounds it
+template <typename scalar_t>
+TREERNN_INLINE void add_rows(int64_t size, const scalar_t* __restrict added,
+                             const scalar_t* __restrict product, scalar_t* __restrict out) {
+  for (int64_t j = 0; j < size; ++j) out[j] = added[j] + product[j];
 }
 
 // The neuron loop of one row of forward_step (restrict parameters: the compiler may vectorise).
@@ -265,6 +275,7 @@ TREERNN_INLINE void forward_rows(const ForwardArgs<scalar_t>& a, int64_t begin, 
   scalar_t* spare_tanh = spare_c + hidden;  // inference: tanh(c) is not kept
   for (int64_t b = begin; b < end; ++b) {
     scalar_t* act = a.act + b * gates;
+    if (a.product != nullptr) add_rows(gates, a.added + b * gates, a.product + b * gates, act);
     scalar_t* cumax = a.cumax + b * 2 * n;
     softmax_cumsum(act, n, softmax, cumax);
     softmax_cumsum(act + n, n, softmax + n, cumax + n);
@@ -413,7 +424,9 @@ T* optional_pointer(const std::optional<at::Tensor>& tensor) {
   return tensor.has_value() ? tensor->data_ptr<T>() : nullptr;
 }
 
-void forward_step(const at::Tensor& act, const at::Tensor& cumax, const at::Tensor& c_prev,
+void forward_step(const at::Tensor& act, const std::optional<at::Tensor>& product,
+                  const std::optional<at::Tensor>& added, const at::Tensor& cumax,
+                  const at::Tensor& c_prev,
                   const at::Tensor& h_prev, const at::Tensor& c_new, const at::Tensor& h_new,
                   const std::optional<at::Tensor>& output,
                   const std::optional<at::Tensor>& tanh_cell,
@@ -426,6 +439,11 @@ void forward_step(const at::Tensor& act, const at::Tensor& cumax, const at::Tens
               "G = ", gates, " is not 2n + 4H for chunk_size ", chunk_size);
   const int64_t n_chunk = gates / (4 * chunk_size + 2), hidden = n_chunk * chunk_size;
   check(act, "act", act, batch, gates);
+  TORCH_CHECK(product.has_value() == added.has_value(), "give both product and added, or neither");
+  if (product.has_value()) {
+    check(*product, "product", act, batch, gates);
+    check(*added, "added", act, batch, gates);
+  }
   check(cumax, "cumax", act, batch, 2 * n_chunk);
   for (const auto* tensor : {&c_prev, &h_prev, &c_new, &h_new})
     check(*tensor, "state", act, batch, hidden);
@@ -433,7 +451,8 @@ void forward_step(const at::Tensor& act, const at::Tensor& cumax, const at::Tens
   if (tanh_cell.has_value()) check(*tanh_cell, "tanh_cell", act, batch, hidden);
   const bool* mask = mask_pointer(real, batch);
   AT_DISPATCH_FLOATING_TYPES(act.scalar_type(), "onlstm_forward_step", [&] {
-    const ForwardArgs<scalar_t> args{act.data_ptr<scalar_t>(), cumax.data_ptr<scalar_t>(),
+    const ForwardArgs<scalar_t> args{act.data_ptr<scalar_t>(), optional_pointer<scalar_t>(product),
+                                     optional_pointer<scalar_t>(added), cumax.data_ptr<scalar_t>(),
                                      c_prev.data_ptr<scalar_t>(), h_prev.data_ptr<scalar_t>(),
                                      c_new.data_ptr<scalar_t>(), h_new.data_ptr<scalar_t>(),
                                      optional_pointer<scalar_t>(output),
@@ -488,7 +507,8 @@ void backward_step(const at::Tensor& act, const at::Tensor& cumax, const at::Ten
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "The fused elementwise work of one ON-LSTM step (treernn.encoders.onlstm_fast).";
   m.def("forward_step", &forward_step, "One step's elementwise forward work, in place.",
-        pybind11::arg("act"), pybind11::arg("cumax"), pybind11::arg("c_prev"),
+        pybind11::arg("act"), pybind11::arg("product"), pybind11::arg("added"),
+        pybind11::arg("cumax"), pybind11::arg("c_prev"),
         pybind11::arg("h_prev"), pybind11::arg("c_new"), pybind11::arg("h_new"),
         pybind11::arg("output"), pybind11::arg("tanh_cell"), pybind11::arg("real"),
         pybind11::arg("chunk_size"));
