@@ -4,7 +4,9 @@ ListOps setting (Ordered Memory paper, REFERENCE.md): batch 128, 50 tokens, embe
 128, 21 slots, dropouts 0.1 (cell) / 0.3 (memory) / 0.1 (input) / 0.2 (output), a 10-way classifier
 on the pooled output, Adam. Training time covers forward, backward and the optimizer step; inference
 covers a ``torch.no_grad`` forward in eval mode. All models see the same random batches; each
-figure is the fastest of ``--repeats`` steps after a warm-up step.
+figure is the fastest of ``--repeats`` steps after a warm-up step. The rows are timed in turns
+(one step of each row per round), so that a change in the machine's load hits every row alike and
+the ratios printed at the end compare steps taken at the same time.
 
 Rows: Ordered Memory's reference path (``fused=False``: the readable Algorithm 1 of
 ``treernn.encoders.ordered_memory``, every slot at every step, plain autograd, fp32), its fused
@@ -16,7 +18,7 @@ fp32 and bf16-mixed. Then the ratios: fused vs reference, each Ordered
 Memory row vs the authors' 1.8k training tokens/s, and LSTM / Ordered Memory.
 
     python scripts/benchmark_ordered_memory.py --threads 2
-    python scripts/benchmark_ordered_memory.py --threads 1 --quick   # fewer steps, 25 tokens
+    python scripts/benchmark_ordered_memory.py --threads 1 --quick   # 2 rounds, 25 tokens
 
 Numbers from a shared machine vary with the load of other processes (printed); with more runnable
 processes than cores, ``--threads 1`` is much faster than 2 (OpenMP threads wait for each other).
@@ -52,15 +54,13 @@ class Classifier(nn.Module):
         return self.head(self.encoder(self.embedding(tokens), mask).pooled)  # (B, classes)
 
 
-def tokens_per_second(
-    model: Classifier, batch: int, length: int, repeats: int, train: bool, bf16: bool
-) -> float:
+def timed_step(model: Classifier, batch: int, length: int, train: bool, bf16: bool):
+    """One step of ``model`` on a fixed random batch (a closure), run once as a warm-up."""
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, 18, (batch, length), generator=generator)
     mask = torch.ones(batch, length, dtype=torch.bool)
     labels = torch.randint(0, 10, (batch,), generator=generator)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.0, 0.999), eps=1e-9)
-    model.train(train)
 
     def precision():
         if bf16:
@@ -68,6 +68,7 @@ def tokens_per_second(
         return contextlib.nullcontext()
 
     def step() -> None:
+        model.train(train)  # the row's model serves both its training and its inference steps
         if train:
             with precision():
                 logits = model(tokens, mask)
@@ -80,12 +81,7 @@ def tokens_per_second(
                 model(tokens, mask)
 
     step()  # warm-up
-    best = float("inf")  # the fastest step is the least disturbed by other processes
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - start)
-    return batch * length / best
+    return step
 
 
 def cpu_description() -> str:
@@ -117,7 +113,7 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=21)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--quick", action="store_true", help="one timed step per figure and 25 tokens (a smoke run)"
+        "--quick", action="store_true", help="two timed rounds and 25 tokens (a smoke run)"
     )
     parser.add_argument(
         "--backends",
@@ -126,7 +122,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.quick:
-        args.repeats, args.length = 1, min(args.length, 25)
+        args.repeats, args.length = 2, min(args.length, 25)
     torch.set_num_threads(args.threads)
     size = args.hidden
 
@@ -160,11 +156,20 @@ def main() -> None:
         f"{torch.get_num_threads()} threads, {os.cpu_count()} CPUs visible, load average "
         f"{os.getloadavg()[0]:.1f} (other processes compete for the cores when it exceeds them)"
     )
-    results = {}
+    steps = {}  # (row, training?) -> step
     for name, (factory, bf16) in rows.items():
         model = factory()
-        train = tokens_per_second(model, args.batch_size, args.length, args.repeats, True, bf16)
-        infer = tokens_per_second(model, args.batch_size, args.length, args.repeats, False, bf16)
+        for train in (True, False):
+            steps[name, train] = timed_step(model, args.batch_size, args.length, train, bf16)
+    best = dict.fromkeys(steps, float("inf"))  # the fastest step is the least disturbed
+    for _ in range(args.repeats):
+        for key, step in steps.items():
+            start = time.perf_counter()
+            step()
+            best[key] = min(best[key], time.perf_counter() - start)
+    results = {}
+    for name in rows:
+        train, infer = (args.batch_size * args.length / best[name, mode] for mode in (True, False))
         results[name] = (train, infer)
         print(f"{name:20s} training {train:8.0f} tokens/s   inference {infer:8.0f} tokens/s")
     print(f"load average at the end {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
