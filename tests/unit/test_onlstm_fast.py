@@ -335,9 +335,11 @@ def test_fast_path_under_bf16_autocast_runs_in_fp32() -> None:
 
 
 def test_environment_variable_forces_the_torch_ops_path(
-    extension: ModuleType, monkeypatch: pytest.MonkeyPatch
+    extension: ModuleType, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``TREERNN_CPP_EXT=0``: no kernel, the torch-ops steps run (forward and backward)."""
+    """``TREERNN_CPP_EXT=0``: no kernel, the torch-ops steps run (forward and backward), said
+    once at INFO level."""
+    monkeypatch.setattr(cpp_ext, "_SAID_OFF", set())
     calls = []
     for name in ("_torch_forward_steps", "_torch_backward_steps"):
         original = getattr(onlstm_fast, name)
@@ -348,9 +350,12 @@ def test_environment_variable_forces_the_torch_ops_path(
     fast_recurrence(gates, weight, state, state, None, 2)[0].sum().backward()
     assert calls == []  # the kernel ran
     monkeypatch.setenv(cpp_ext.ENV_VAR, "0")
-    assert fused_kernel(gates) is None
-    fast_recurrence(gates, weight, state, state, None, 2)[0].sum().backward()
+    with caplog.at_level(logging.INFO, logger=cpp_ext.__name__):
+        assert fused_kernel(gates) is None
+        fast_recurrence(gates, weight, state, state, None, 2)[0].sum().backward()
     assert calls == ["_torch_forward_steps", "_torch_backward_steps"]
+    said = [r.getMessage() for r in caplog.records if r.name == cpp_ext.__name__]
+    assert len(said) == 1 and "TREERNN_CPP_EXT=0" in said[0], said
 
 
 def test_no_kernel_for_other_dtypes_and_devices(extension: ModuleType) -> None:

@@ -37,6 +37,8 @@ CFLAGS = ["-O3", "-fno-trapping-math"]
 
 #: name -> the loaded module, or None after a build that failed (not retried in this process)
 _LOADED: dict[str, ModuleType | None] = {}
+#: names whose being turned off has been logged
+_SAID_OFF: set[str] = set()
 
 
 def enabled() -> bool:
@@ -55,8 +57,11 @@ def build_directory(name: str, source: Path) -> Path:
 
 def load_extension(name: str) -> ModuleType | None:
     """The compiled module of ``csrc/<name>.cpp``, or None (with one warning saying why) when it
-    cannot be built here; None without a warning when ``TREERNN_CPP_EXT=0``."""
+    cannot be built here; None (said once at INFO level) when ``TREERNN_CPP_EXT=0``."""
     if not enabled():
+        if name not in _SAID_OFF:
+            _SAID_OFF.add(name)
+            log.info("C++ extension %s off (%s=0): the torch-ops path is used.", name, ENV_VAR)
         return None
     if name not in _LOADED:
         _LOADED[name] = _build(name)
