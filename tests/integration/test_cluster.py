@@ -55,6 +55,7 @@ def test_torchrun_two_processes_share_one_run_directory_and_match_one_process(
         "checkpoints",
         "csv",
         "metrics.json",
+        "parse_eval.json",  # the test-time parse scoreboard, written by rank 0 only
         "status.json",
         "train.log",
     ]
