@@ -83,3 +83,7 @@ def test_a_table_compares_its_models_on_equal_terms(table, tmp_path: Path):
             assert seen == shared[key], (table, job)
         shared[key] = seen
         assert cfg.trainer.max_steps > 0 and cfg.trainer.max_time is None  # updates, not time
+        # the last update is validated wherever it falls in an epoch (the tested checkpoint can
+        # be the final weights, not those of the last full epoch)
+        assert cfg.trainer.check_val_every_n_epoch is None
+        assert cfg.trainer.max_steps % cfg.trainer.val_check_interval == 0
