@@ -424,6 +424,23 @@ T* optional_pointer(const std::optional<at::Tensor>& tensor) {
   return tensor.has_value() ? tensor->data_ptr<T>() : nullptr;
 }
 
+struct StepShape {
+  int64_t batch, gates, n_chunk, hidden;
+};
+
+// The sizes of one step from the pre-activations act (B, G = 2n + 4H), checked.
+StepShape step_shape(const at::Tensor& act, int64_t chunk_size) {
+  TORCH_CHECK(act.dim() == 2, "act must be (B, G)");
+  TORCH_CHECK(act.scalar_type() == at::kFloat || act.scalar_type() == at::kDouble,
+              "the fused ON-LSTM step runs float32 and float64 only");
+  const int64_t batch = act.size(0), gates = act.size(1);
+  TORCH_CHECK(chunk_size > 0 && gates % (4 * chunk_size + 2) == 0,
+              "G = ", gates, " is not 2n + 4H for chunk_size ", chunk_size);
+  const int64_t n_chunk = gates / (4 * chunk_size + 2);
+  check(act, "act", act, batch, gates);
+  return {batch, gates, n_chunk, n_chunk * chunk_size};
+}
+
 void forward_step(const at::Tensor& act, const std::optional<at::Tensor>& product,
                   const std::optional<at::Tensor>& added, const at::Tensor& cumax,
                   const at::Tensor& c_prev,
@@ -431,14 +448,9 @@ void forward_step(const at::Tensor& act, const std::optional<at::Tensor>& produc
                   const std::optional<at::Tensor>& output,
                   const std::optional<at::Tensor>& tanh_cell,
                   const std::optional<at::Tensor>& real, int64_t chunk_size) {
-  TORCH_CHECK(act.dim() == 2, "act must be (B, G)");
-  TORCH_CHECK(act.scalar_type() == at::kFloat || act.scalar_type() == at::kDouble,
-              "the fused ON-LSTM step runs float32 and float64 only");
-  const int64_t batch = act.size(0), gates = act.size(1);
-  TORCH_CHECK(chunk_size > 0 && gates % (4 * chunk_size + 2) == 0,
-              "G = ", gates, " is not 2n + 4H for chunk_size ", chunk_size);
-  const int64_t n_chunk = gates / (4 * chunk_size + 2), hidden = n_chunk * chunk_size;
-  check(act, "act", act, batch, gates);
+  const StepShape shape = step_shape(act, chunk_size);
+  const int64_t batch = shape.batch, gates = shape.gates, n_chunk = shape.n_chunk;
+  const int64_t hidden = shape.hidden;
   TORCH_CHECK(product.has_value() == added.has_value(), "give both product and added, or neither");
   if (product.has_value()) {
     check(*product, "product", act, batch, gates);
@@ -472,14 +484,9 @@ void backward_step(const at::Tensor& act, const at::Tensor& cumax, const at::Ten
                    const std::optional<at::Tensor>& grad_distance, const at::Tensor& grad_h,
                    const at::Tensor& grad_c, const at::Tensor& grad_act,
                    const std::optional<at::Tensor>& real, int64_t chunk_size) {
-  TORCH_CHECK(act.dim() == 2, "act must be (B, G)");
-  TORCH_CHECK(act.scalar_type() == at::kFloat || act.scalar_type() == at::kDouble,
-              "the fused ON-LSTM step runs float32 and float64 only");
-  const int64_t batch = act.size(0), gates = act.size(1);
-  TORCH_CHECK(chunk_size > 0 && gates % (4 * chunk_size + 2) == 0,
-              "G = ", gates, " is not 2n + 4H for chunk_size ", chunk_size);
-  const int64_t n_chunk = gates / (4 * chunk_size + 2), hidden = n_chunk * chunk_size;
-  check(act, "act", act, batch, gates);
+  const StepShape shape = step_shape(act, chunk_size);
+  const int64_t batch = shape.batch, gates = shape.gates, n_chunk = shape.n_chunk;
+  const int64_t hidden = shape.hidden;
   check(grad_act, "grad_act", act, batch, gates);
   check(cumax, "cumax", act, batch, 2 * n_chunk);
   for (const auto* tensor : {&tanh_cell, &c_prev, &grad_output, &grad_h, &grad_c})
