@@ -4,8 +4,9 @@ job failed.
 ``treernn.run.main`` records a failed job in its ``status.json`` and lets the sweep go on (Hydra's
 launcher then starts the next job); this Hydra callback reads those records when the sweep is over.
 When at least one job finished it prints the papers' comparison table of the sweep and writes
-``table.{md,csv,png}`` into the sweep directory (``python -m treernn report table``,
-:mod:`treernn.reporting.table`). Registered in ``conf/hydra/default.yaml``.
+``table.{md,csv,png}`` (``python -m treernn report table``, :mod:`treernn.reporting.table`) and
+the learning curves ``curves.{md,png}`` (``report curves``) into the sweep directory. Registered
+in ``conf/hydra/default.yaml``.
 
 The sweep directory (``hydra.sweep.dir``) names the task and model, so a sweep over
 ``model=lstm,onlstm`` puts its jobs in one directory per model; they share the last part of the
@@ -81,21 +82,30 @@ def _overrides(job_dir: Path) -> str:
 
 
 def report_sweep(job_dirs: list[Path], out_dir: Path) -> bool:
-    """Print and write the sweep's table; False if the report itself failed with a bug."""
-    from treernn.reporting.table import report_table, to_markdown, write_table
+    """Print and write the sweep's table, and write its learning curves (``curves.{md,png}``);
+    False if a report itself failed with a bug."""
+    from treernn.reporting import curves, table
 
-    try:
-        table = report_table(job_dirs)
-        print("\n" + to_markdown(table), end="", flush=True)
-        written = write_table(table, out_dir / "table")
-        print(f"wrote {', '.join(str(path) for path in written)}", flush=True)
-    except UserError as error:
-        print(f"sweep table: {error}", file=sys.stderr, flush=True)
-    except Exception:  # noqa: BLE001 - a bug in the report keeps its traceback, not the sweep's
-        # exit: the sweep's own summary above is what the user must see
-        traceback.print_exc()
-        return False
-    return True
+    def write_table() -> list[Path]:
+        report = table.report_table(job_dirs)
+        print("\n" + table.to_markdown(report), end="", flush=True)
+        return table.write_table(report, out_dir / "table")
+
+    def write_curves() -> list[Path]:
+        return curves.write_curves(curves.learning_curves(job_dirs), out_dir / "curves")
+
+    reported = True
+    for name, write in (("table", write_table), ("curves", write_curves)):
+        try:
+            written = write()
+            print(f"wrote {', '.join(str(path) for path in written)}", flush=True)
+        except UserError as error:
+            print(f"sweep {name}: {error}", file=sys.stderr, flush=True)
+        except Exception:  # noqa: BLE001 - a bug in a report keeps its traceback, not the
+            # sweep's exit: the sweep's own summary below is what the user must see
+            traceback.print_exc()
+            reported = False
+    return reported
 
 
 class SweepSummary(Callback):

@@ -494,6 +494,10 @@ def test_real_multirun_prints_and_writes_the_table(tmp_path, monkeypatch, capsys
     assert "| model=lstm | 2 |" in printed and "| model=onlstm | 2 |" in printed
     assert "| ON-LSTM (paper) | paper |" in printed
     assert {p.name for p in sweep.glob("table.*")} == {"table.md", "table.csv", "table.png"}
+    # and the learning curves of the same rows (smoke: validated once, at its last update)
+    curves = (sweep / "curves.md").read_text()
+    assert "| model=lstm | 2 |" in curves and "val/acc (%) by update" in curves
+    assert (sweep / "curves.png").is_file()
 
     # the command on the model directories' parent gives the same rows
     assert treernn_main(["report", "table", str(tmp_path / "multirun" / "logic")]) == 0

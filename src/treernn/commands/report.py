@@ -241,6 +241,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     table.set_defaults(run_report=table_report)
 
+    curves = reports.add_parser(
+        "curves",
+        help="learning curves of a sweep: a validation metric by update, mean ± std over seeds",
+        description="A validation metric by update from the runs' csv logger files, one row per "
+        "setting as in `report table` (a systematic-generalisation partition is a row of its "
+        "own); writes PREFIX.md and PREFIX.png.",
+    )
+    curves.add_argument(
+        "runs", nargs="+", type=Path, help="a multirun directory or run directories"
+    )
+    curves.add_argument(
+        "--metric", default="auto", help="a csv logger column (auto: val/acc, val/ppl or val/loss)"
+    )
+    curves.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="PREFIX",
+        help="PREFIX.md/.png (default: <dir>/curves, or in the directories' common parent)",
+    )
+    curves.set_defaults(run_report=curves_report)
+
     accuracy = reports.add_parser(
         "accuracy",
         help="per-length accuracy tables of runs and a Fig. 3-style plot",
@@ -357,13 +379,23 @@ def accuracy_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def default_prefix(paths: Sequence[Path]) -> Path:
-    """``<dir>/table`` for one directory, else in the directories' common parent."""
+def default_prefix(paths: Sequence[Path], name: str = "table") -> Path:
+    """``<dir>/<name>`` for one directory, else in the directories' common parent."""
     import os
 
     if len(paths) == 1:
-        return paths[0] / "table"
-    return Path(os.path.commonpath([path.resolve() for path in paths])) / "table"
+        return paths[0] / name
+    return Path(os.path.commonpath([path.resolve() for path in paths])) / name
+
+
+def curves_report(args: argparse.Namespace) -> int:
+    from treernn.reporting.curves import learning_curves, to_markdown, write_curves
+
+    curves = learning_curves(args.runs, args.metric)
+    print(to_markdown(curves), end="")
+    for path in write_curves(curves, args.out or default_prefix(args.runs, "curves")):
+        print(f"wrote {path}")
+    return 0
 
 
 def _importable(name: str) -> bool:

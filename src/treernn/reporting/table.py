@@ -380,15 +380,22 @@ def _column(key: str) -> Column:
     return Column(key, labels.get(key, key), 2 if "ppl" in key else 1)
 
 
-def build_table(runs: Sequence[Run], paper: str = "auto", skipped=()) -> Table:
-    """Rows of runs grouped by their differing overrides, then baselines, then the papers."""
-    keys = row_keys(runs)
+def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> dict[str, list[Run]]:
+    """The runs by row label: ``key=value`` of each of ``keys`` (the model's name, or the task's,
+    where there are none), in the order of the runs."""
     groups: dict[str, list[Run]] = {}
     for run in runs:
         label = " ".join(f"{k}={_override_value(run, k)}" for k in keys)
         groups.setdefault(label or str(_select(run.config, "model.name") or run.task), []).append(
             run
         )
+    return groups
+
+
+def build_table(runs: Sequence[Run], paper: str = "auto", skipped=()) -> Table:
+    """Rows of runs grouped by their differing overrides, then baselines, then the papers."""
+    keys = row_keys(runs)
+    groups = group_runs(runs, keys)
     rows = []
     for label, members in groups.items():
         column_keys = dict.fromkeys(k for run in members for k in run.values)
