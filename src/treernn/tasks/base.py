@@ -11,8 +11,11 @@ depends on which encoder it runs.
 Optimiser: ``optimizer`` and ``scheduler`` are partials from the task config (a task passes its
 own default optimiser). Every parameter group remembers the learning rate it was built with as
 ``base_lr``, so a task can rescale the rate per step (:meth:`Task.scale_learning_rate`, the
-language model's seq_len / bptt). A ``ReduceLROnPlateau`` scheduler steps once per epoch on
-``monitor``.
+language model's seq_len / bptt). A ``ReduceLROnPlateau`` scheduler steps on ``monitor`` at the
+end of each epoch in which a validation ran (patience counts such epochs): where the trainer
+validates every N updates (``trainer.val_check_interval=N``, ``check_val_every_n_epoch=null``)
+and N is longer than an epoch, an epoch that ends without a new validation does not step it
+again on the old value, and an epoch before the first validation does not step it at all.
 
 Validation vs test: an encoder with a ``validating`` attribute (Ordered Memory, whose eval mode
 uses more memory slots at test time than in validation) has it set to True for the validation
@@ -60,6 +63,9 @@ class Task(pl.LightningModule):
         self.optimizer_factory = factory
         self.scheduler_factory = scheduler
         self.monitor = monitor
+        # validations run (sanity checks aside), and how many the plateau scheduler has seen
+        self._validations = 0
+        self._plateau_validations = 0
 
     # ----------------------------------------------------------------- embed -> encode
     def encoder_inputs(self, batch: Any) -> EncoderInputs:
@@ -91,6 +97,8 @@ class Task(pl.LightningModule):
 
     def on_validation_end(self) -> None:
         self._set_validating(False)
+        if not self.trainer.sanity_checking:
+            self._validations += 1
 
     def on_test_start(self) -> None:
         self._set_validating(False)
@@ -112,7 +120,22 @@ class Task(pl.LightningModule):
         }
         if self.monitor is not None:
             scheduler["monitor"] = self.monitor
+            if self._validates_by_updates():
+                # an epoch may end before the first validation: no metric yet, no step (not an
+                # error); lr_scheduler_step skips the epochs without a new validation
+                scheduler["strict"] = False
         return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+    def _validates_by_updates(self) -> bool:
+        trainer = self._trainer
+        return trainer is not None and trainer.check_val_every_n_epoch is None
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        if metric is not None:  # a plateau scheduler: one step per new validation
+            if self._validations == self._plateau_validations:
+                return
+            self._plateau_validations = self._validations
+        super().lr_scheduler_step(scheduler, metric)
 
     def scale_learning_rate(self, factor: float) -> None:
         """Set every group's learning rate to ``base_lr * factor`` for the coming step."""
