@@ -222,6 +222,18 @@ def test_baselines_of_report_tree_f1_become_rows(tmp_path):
     assert row(table, "balanced trees").cells["parse_f1/layer1"].mean == 25.0
 
 
+def test_baselines_written_by_the_test_pass_become_rows(tmp_path):
+    # the tree-F1 callback's tree_f1.json (after testing) has the trivial trees of the same
+    # sentences; two runs' right-branching F1 (0.3, 0.5) give the row's mean 40 and std
+    sweep = logic_sweep(tmp_path)
+    for job, f1 in (("2", 0.3), ("3", 0.5)):
+        scores = {"corpus_f1": f1, "sentence_f1": f1, "sentences": 10}
+        data = {"test": {"layer1": scores}, "baselines": {"right_branching": scores}}
+        (sweep / job / "tree_f1.json").write_text(json.dumps(data))
+    cell = row(report_table([sweep], paper="none"), "right-branching").cells["parse_f1/layer1"]
+    assert cell.mean == pytest.approx(40.0) and cell.std == pytest.approx(14.142136)
+
+
 def test_sst_paper_follows_the_number_of_classes(tmp_path):
     for classes in (2, 5):
         root = tmp_path / str(classes)

@@ -4,6 +4,7 @@ callback's per-layer scores against hand-computed trees."""
 from __future__ import annotations
 
 import functools
+import json
 
 import lightning.pytorch as pl
 import pytest
@@ -174,7 +175,16 @@ def test_callback_logs_corpus_and_sentence_f1_per_layer(tmp_path):
     # test keeps the first group only: one NESTED and one FLAT -> the same F1 over 2 sentences
     assert tested["test/parse_f1/layer1"] == pytest.approx(200 / 3)
     assert callback.results["test"]["layer1"]["sentences"] == 2
-    assert (tmp_path / "tree_f1.json").is_file()
+    # beside them the trivial trees of the same 2 sentences: NESTED (0 (1 2)) is right-branching
+    # (2 of 2 brackets); left-branching ((0 1) 2) has 1 of 2 there (sentence F1 0); FLAT 1 of 1
+    written = json.loads((tmp_path / "tree_f1.json").read_text())
+    baselines = written["baselines"]
+    assert baselines["right_branching"]["corpus_f1"] == pytest.approx(1.0)
+    assert baselines["right_branching"]["sentence_f1"] == pytest.approx(1.0)
+    assert baselines["left_branching"]["corpus_f1"] == pytest.approx(2 / 3)
+    assert baselines["left_branching"]["sentence_f1"] == pytest.approx(0.5)
+    assert baselines["left_branching"]["sentences"] == 2
+    assert written["test"]["layer1"]["corpus_f1"] == pytest.approx(2 / 3)
 
 
 def test_callback_skips_models_without_distances():

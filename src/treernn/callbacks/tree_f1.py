@@ -20,7 +20,9 @@ Where the gold trees come from (``gold``):
   ``bracket_distances`` picks which distance a leaf gets (``"drop"``: its own; ``"max"``: the
   largest since the previous leaf, see :func:`treernn.parsing.induce.leaf_distances`). At test
   time only the first evaluation group is scored (the systematic-generalisation groups repeat its
-  sentences), and the per-layer table is printed and written to ``<output_dir>/tree_f1.json``.
+  sentences), and the per-layer table is printed beside the trivial trees of the same sentences
+  (left/right-branching, balanced, random) and written to ``<output_dir>/tree_f1.json`` (what
+  ``python -m treernn report table`` reads, baselines included).
   From a checkpoint: ``python -m treernn report tree-f1 --ckpt PATH``.
 - ``"wsj"`` (``conf/callbacks/parse_f1.yaml``; language-model training): every ``every_n_epochs``
   validation epochs, the sentences of a WSJ split run through the task
@@ -54,6 +56,7 @@ from treernn.data.batch import EncodedBatch
 from treernn.data.classification import ClassificationBatch
 from treernn.errors import ConfigValueError
 from treernn.metrics import BracketF1
+from treernn.parsing.baselines import BASELINES, baseline_trees
 from treernn.parsing.induce import (
     BRACKET_DISTANCES,
     BracketDistances,
@@ -71,7 +74,7 @@ from treernn.parsing.scoreboard import (
     to_json,
     to_text,
 )
-from treernn.parsing.trees import Tree, to_bracketed, tree_spans
+from treernn.parsing.trees import Tree, leaves, to_bracketed, tree_spans
 from treernn.parsing.wsj import (
     GoldSentence,
     TreebankError,
@@ -195,6 +198,9 @@ class TreeF1Callback(Callback):
         self._disabled = False
         self._active = False  # scoring the current evaluation epoch (gold="batch")
         self._metrics: list[BracketF1] = []
+        #: the trivial trees of the test sentences (gold="batch"), by baseline name
+        self._baselines: dict[str, BracketF1] = {}
+        self._baseline_sentences = 0  # sentences so far: the random trees' seed per batch
         #: the last scores per stage: {stage: {"layer1": {"corpus_f1": .., ...}, ...}}
         self.results: dict[str, dict[str, dict[str, float]]] = {}
 
@@ -209,28 +215,29 @@ class TreeF1Callback(Callback):
         self._disabled = True
 
     def _log_scores(self, stage: str, pl_module: pl.LightningModule) -> None:
-        scores: dict[str, dict[str, float]] = {}
-        for layer, metric in enumerate(self._metrics, start=1):
-            values = metric.compute()  # summed over processes
-            with metric.sync_context():  # the total, not this process's share
-                sentences = int(metric.sentences)
-            scores[f"layer{layer}"] = {
-                "corpus_f1": float(values["corpus_f1"]),
-                "sentence_f1": float(values["sentence_f1"]),
-                "sentences": sentences,
-            }
+        scores = {
+            f"layer{layer}": _scores(metric) for layer, metric in enumerate(self._metrics, start=1)
+        }
+        for layer, values in enumerate(scores.values(), start=1):
             # already reduced and equal on every process; sync_dist keeps Lightning quiet.
             # Logged in percent, the unit of the papers' tables and of `python -m treernn parse`
             # (tree_f1.json keeps fractions).
             for key, name in (("parse_f1", "corpus_f1"), ("parse_f1_sentence", "sentence_f1")):
-                percent = 100.0 * values[name].float()
+                percent = 100.0 * values[name]
                 pl_module.log(f"{stage}/{key}/layer{layer}", percent, sync_dist=True)
         self.results[stage] = scores
+        if self._baselines:
+            self.results[f"{stage}_baselines"] = {
+                name: _scores(metric) for name, metric in self._baselines.items()
+            }
         self._metrics = []
+        self._baselines = {}
 
     # ------------------------------------------------------------------ gold trees of the batch
     def _start(self, stage: str, trainer: pl.Trainer) -> None:
         self._metrics = []
+        self._baselines = {}
+        self._baseline_sentences = 0
         self._active = (
             self.gold == "batch"
             and stage in self.stages
@@ -265,6 +272,16 @@ class TreeF1Callback(Callback):
             pl_module, batch, rows, self.bracket_distances, encoded=outputs
         )
         update_bracket_f1(self._metrics, trees, gold)
+        if first_group_only:  # testing: the trivial trees of the same sentences
+            if not self._baselines:
+                self._baselines = {name: BracketF1().to(pl_module.device) for name in BASELINES}
+            lengths = [len(leaves(tree)) for tree in gold]
+            seed, self._baseline_sentences = (
+                self._baseline_sentences,
+                self._baseline_sentences + len(gold),
+            )
+            baseline = [baseline_trees(name, lengths, seed) for name in self._baselines]
+            update_bracket_f1(list(self._baselines.values()), baseline, gold)
 
     def _finish(self, stage: str, pl_module: pl.LightningModule) -> None:
         active, self._active = self._active, False
@@ -296,11 +313,17 @@ class TreeF1Callback(Callback):
         scores = self.results.get("test")
         if self.gold != "batch" or not scores or not trainer.is_global_zero:
             return
-        print("\n" + format_tree_f1(scores, "induced trees vs gold trees (test)"), flush=True)
+        baselines = self.results.get("test_baselines", {})
+        title = "induced trees vs gold trees (test)"
+        print("\n" + format_tree_f1({**scores, **baselines}, title), flush=True)
         if self.output_dir is not None:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             path = self.output_dir / "tree_f1.json"
-            data = {"bracket_distances": self.bracket_distances, "test": scores}
+            data = {
+                "bracket_distances": self.bracket_distances,
+                "test": scores,
+                "baselines": baselines,
+            }
             path.write_text(json.dumps(data, indent=2))
 
     # ------------------------------------------------------------------ WSJ gold trees
@@ -413,6 +436,18 @@ class TreeF1Callback(Callback):
                 columns=["epoch", "sentence", "layer", "induced", "gold"],
                 data=rows,
             )
+
+
+def _scores(metric: BracketF1) -> dict[str, Any]:
+    """Corpus and sentence F1 (fractions) and the sentence count, summed over processes."""
+    values = metric.compute()
+    with metric.sync_context():  # the total, not this process's share
+        sentences = int(metric.sentences)
+    return {
+        "corpus_f1": float(values["corpus_f1"]),
+        "sentence_f1": float(values["sentence_f1"]),
+        "sentences": sentences,
+    }
 
 
 def format_tree_f1(scores: dict[str, dict[str, Any]], title: str = "") -> str:

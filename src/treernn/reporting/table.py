@@ -3,8 +3,9 @@
 A run directory (``python train.py``, or one job of ``python train.py -m``) holds
 ``.hydra/{config,overrides}.yaml``, ``status.json`` (:mod:`treernn.runs`), ``metrics.json`` (the
 final metrics; ``csv/metrics.csv`` where it is missing), ``tree_f1.json`` (parse F1 of a logic /
-ListOps model's induced trees) and, after ``python -m treernn report tree-f1`` or ``python -m
-treernn parse``, ``tree_f1_{val,test}.json`` / ``parse_eval.json`` with the trivial-tree baselines.
+ListOps model's induced trees and of the trivial trees of the same sentences) and, after
+``python -m treernn report tree-f1`` or ``python -m treernn parse``, ``tree_f1_{val,test}.json`` /
+``parse_eval.json`` with the trivial-tree baselines.
 
 :func:`load_runs` reads them (runs that did not finish are set aside with the reason);
 :func:`build_table` groups the runs into rows by the overrides that differ between them, seed
@@ -224,7 +225,7 @@ def metric_columns(metrics: Mapping[str, float]) -> dict[str, float]:
 def _baselines(run_dir: Path) -> dict[str, float]:
     """Trivial-tree corpus F1 (%) from ``report tree-f1`` / ``parse`` files in the run."""
     found: dict[str, float] = {}
-    for path in sorted(run_dir.glob("tree_f1_*.json")):
+    for path in sorted([*run_dir.glob("tree_f1_*.json"), *run_dir.glob("tree_f1.json")]):
         data = json.loads(path.read_text())
         for name, scores in (data.get("baselines") or {}).items():
             if name in BASELINE_ROWS and "corpus_f1" in scores:
