@@ -97,7 +97,8 @@ class Task(pl.LightningModule):
 
     def on_validation_end(self) -> None:
         self._set_validating(False)
-        if not self.trainer.sanity_checking:
+        trainer = getattr(self, "_trainer", None)  # None: the hooks called without a trainer
+        if trainer is not None and not trainer.sanity_checking:
             self._validations += 1
 
     def on_test_start(self) -> None:
