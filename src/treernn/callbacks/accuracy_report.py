@@ -108,13 +108,7 @@ def plot_accuracy_by_length(
     axis.set_xlabel("number of operators")
     axis.set_ylabel("test accuracy (%)")
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def plot_accuracy_by_bucket(results: Mapping[str, Any], path: str | Path, label: str) -> Path:
@@ -130,9 +124,17 @@ def plot_accuracy_by_bucket(results: Mapping[str, Any], path: str | Path, label:
     axis.bar(names, [100 * summary["buckets"][n]["acc"] for n in names], label=label)
     axis.set_xlabel("length bucket (tokens)")
     axis.set_ylabel("test accuracy (%)")
-    axis.legend(fontsize=7)
+    return save_figure(figure, path)
+
+
+def save_figure(figure: Any, path: str | Path) -> Path:
+    """Legend, tight layout, ``path`` written at 120 dpi (its folder made), figure closed."""
+    import matplotlib.pyplot as plt
+
+    figure.axes[0].legend(fontsize=7)
     figure.tight_layout()
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path

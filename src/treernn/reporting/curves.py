@@ -112,6 +112,8 @@ def plot(curves: Curves, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from treernn.callbacks.accuracy_report import save_figure
+
     figure, axis = plt.subplots(figsize=(6, 4))
     for label, row in curves.rows.items():
         steps = sorted(row)
@@ -124,12 +126,7 @@ def plot(curves: Curves, path: str | Path) -> Path:
     axis.set_xlabel("update")
     axis.set_ylabel(curves.metric + (" (%)" if _percent(curves.metric) else ""))
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
-    figure.tight_layout()
-    path = Path(path)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def write_curves(curves: Curves, prefix: str | Path) -> list[Path]:
