@@ -29,10 +29,11 @@ MODEST_EPOCHS = 4
 
 
 def _split_name(preset: str) -> tuple[str, str, str, bool]:
-    """``om/tree_lstm_listops_small`` -> ("om", "tree_lstm", "listops", True)."""
+    """``om/tree_lstm_listops_small`` -> ("om", "tree_lstm", "listops", True); a table's scaled
+    variant (``om/transformer_listops_half``) is its preset's model and task."""
     paper, name = preset.split("/")
     small = name.endswith("_small")
-    name = name.removesuffix("_small")
+    name = name.removesuffix("_small").removesuffix("_half")
     model = max((m for m in MODELS if name.startswith(m + "_")), key=len)
     return paper, model, name[len(model) + 1 :], small
 
