@@ -200,7 +200,7 @@ class TreeF1Callback(Callback):
         self._metrics: list[BracketF1] = []
         #: the trivial trees of the test sentences (gold="batch"), by baseline name
         self._baselines: dict[str, BracketF1] = {}
-        self._baseline_sentences = 0  # sentences so far: the random trees' seed per batch
+        self._baseline_sentences = 0  # test sentences scored so far
         #: the last scores per stage: {stage: {"layer1": {"corpus_f1": .., ...}, ...}}
         self.results: dict[str, dict[str, dict[str, float]]] = {}
 
@@ -276,10 +276,8 @@ class TreeF1Callback(Callback):
             if not self._baselines:
                 self._baselines = {name: BracketF1().to(pl_module.device) for name in BASELINES}
             lengths = [len(leaves(tree)) for tree in gold]
-            seed, self._baseline_sentences = (
-                self._baseline_sentences,
-                self._baseline_sentences + len(gold),
-            )
+            seed = self._baseline_sentences  # random trees: a different seed for each batch
+            self._baseline_sentences += len(gold)
             baseline = [baseline_trees(name, lengths, seed) for name in self._baselines]
             update_bracket_f1(list(self._baselines.values()), baseline, gold)
 

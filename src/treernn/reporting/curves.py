@@ -51,14 +51,11 @@ def _percent(metric: str) -> bool:
 def learning_curves(paths: Iterable[str | Path], metric: str = "auto") -> Curves:
     """The curves of the finished runs below ``paths`` (see the module docstring)."""
     runs, _ = load_runs(paths)
-    curves = {run.path: {} for run in runs}
-    chosen = metric
-    for candidate in AUTO_METRICS if metric == "auto" else (metric,):
-        curves = {run.path: run_curve(run.path, candidate) for run in runs}
-        chosen = candidate
+    for chosen in AUTO_METRICS if metric == "auto" else (metric,):
+        curves = {run.path: run_curve(run.path, chosen) for run in runs}
         if any(curves.values()):
             break
-    if not any(curves.values()):
+    else:
         wanted = ", ".join(AUTO_METRICS) if metric == "auto" else metric
         raise UserError(
             f"no run logged {wanted} to its csv logger (csv/**/metrics.csv): give --metric one of "
