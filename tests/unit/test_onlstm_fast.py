@@ -400,14 +400,17 @@ def test_failed_build_falls_back_with_one_warning(
 
 
 def test_build_directory_is_keyed_by_source(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An edited source builds in a new directory, under the torch version, in the cache dir."""
+    """An edited source (or header beside it) builds in a new directory, under the torch version,
+    in the cache dir."""
     monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
     source = tmp_path / "kernel.cpp"
     source.write_text("int a;")
     first = cpp_ext.build_directory("kernel", source)
     source.write_text("int b;")
     second = cpp_ext.build_directory("kernel", source)
-    assert first != second
+    (tmp_path / "shared.h").write_text("int c;")  # a header beside it is part of the key
+    third = cpp_ext.build_directory("kernel", source)
+    assert len({first, second, third}) == 3
     assert first.parent == second.parent == tmp_path / "cpp_ext" / torch.__version__
     assert first.name.startswith("kernel-")
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from treernn.encoders import gemm, ordered_memory_fused
+from treernn.encoders import cpp_ext, gemm, ordered_memory_fused
 from treernn.encoders.ordered_memory import (
     GatedRecursiveCell,
     OrderedMemoryEncoder,
@@ -342,6 +342,22 @@ def run_with_autograd_slot_chain(monkeypatch, *args, **kwargs):
         return run_with_gradients(*args, **kwargs)
 
 
+@pytest.fixture(params=["kernel", "torch"])
+def chain_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test twice: the slot chain's elementwise work on the compiled kernels
+    (``csrc/om_chain.cpp``, which must build wherever the tests run: a failed build is a bug, not a
+    skip), and on torch ops (``TREERNN_CPP_EXT=0``)."""
+    if request.param == "kernel":
+        monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
+        assert ordered_memory_fused.chain_kernel(torch.zeros(1)) is not None, (
+            "the om_chain C++ extension did not build; see the log"
+        )
+    else:
+        monkeypatch.setenv(cpp_ext.ENV_VAR, "0")
+        assert ordered_memory_fused.chain_kernel(torch.zeros(1)) is None
+    return request.param
+
+
 def fused_and_reference(**kwargs):
     torch.manual_seed(0)
     options = {"input_size": 5, "hidden_size": 6, "memory_slots": 3, "dropout": 0.2}
@@ -372,7 +388,7 @@ def assert_same_pass(first, second):
 )
 @pytest.mark.parametrize("training", [True, False])
 def test_hand_written_slot_chain_backward_matches_autograd(
-    padding_side, padding_mode, training, monkeypatch
+    padding_side, padding_mode, training, monkeypatch, chain_path
 ):
     fused, _ = fused_and_reference(
         padding_side=padding_side, padding_mode=padding_mode, memory_slots=4
@@ -388,7 +404,7 @@ def test_hand_written_slot_chain_backward_matches_autograd(
     )
 
 
-def test_hand_written_slot_chain_backward_matches_autograd_with_carried_state(monkeypatch):
+def test_hand_written_slot_chain_backward_matches_autograd_with_carried_state(monkeypatch, chain_path):
     fused, _ = fused_and_reference(memory_slots=3)
     x = torch.randn(3, 7, 5, dtype=torch.float64)
     mask = torch.arange(7)[None] < torch.tensor([[7], [4], [6]])
@@ -405,7 +421,7 @@ def test_hand_written_slot_chain_backward_matches_autograd_with_carried_state(mo
     ("padding_side", "padding_mode"),
     [("right", "invariant"), ("left", "invariant"), ("left", "authors_left")],
 )
-def test_fused_path_matches_the_reference_with_gradients(padding_side, padding_mode):
+def test_fused_path_matches_the_reference_with_gradients(padding_side, padding_mode, chain_path):
     """Eval mode: in training the fused path hands the same dropout masks to rows in length
     order. ``state.memory`` stays out of the loss: the fused path leaves the memory of slots that
     were never attended as it was (they are never read), where eq. (5) copies M_hat into it."""
@@ -425,7 +441,7 @@ def test_fused_path_matches_the_reference_with_gradients(padding_side, padding_m
 
 
 @pytest.mark.parametrize("training", [True, False])
-def test_fused_path_skips_unreachable_slots_exactly(training, monkeypatch):
+def test_fused_path_skips_unreachable_slots_exactly(training, monkeypatch, chain_path):
     """Sharp attention leaves mask values below the authors' threshold, so some steps' windows
     shrink (no composition where every row's cp is exactly 0). The outputs and gradients stay
     those of the reference (eval) and of the autograd slot chain (training, with dropout)."""
@@ -484,7 +500,7 @@ def test_fused_inference_path_equals_the_autograd_path():
     torch.testing.assert_close(fused(x.requires_grad_()).hidden, expected, atol=0, rtol=0)
 
 
-def test_slot_chain_gradcheck():
+def test_slot_chain_gradcheck(chain_path):
     torch.manual_seed(0)
     rows, width, size = 3, 3, 2
 
@@ -567,7 +583,7 @@ def test_bf16_autocast_keeps_fp32_products_without_bf16_kernels(monkeypatch):
 
 
 @pytest.mark.parametrize("backend", ["mkl", "onednn"])
-def test_fused_path_per_gemm_backend_float32(backend, monkeypatch):
+def test_fused_path_per_gemm_backend_float32(backend, monkeypatch, chain_path):
     """Each packed-GEMM backend forced for the slot chain's products (float32, training, with
     dropout and padding) against the aten products: the same outputs, attention and gradients to
     float32 rounding (1e-5); and in eval against the readable reference to 1e-5."""

@@ -3,11 +3,12 @@
 :func:`load_extension` compiles ``csrc/<name>.cpp`` (shipped with the package) with
 ``torch.utils.cpp_extension.load`` the first time a process asks for it, and returns the module,
 or None where it cannot be had; the caller then runs its torch-ops path, which computes the same
-numbers more slowly. Builds are kept in ``$TREERNN_CACHE_DIR/cpp_ext/<torch version>/`` (default
-``~/.cache/treernn``), one directory per source hash, Python version and flags, so an edited
-source rebuilds and later processes load the build in a second. The flags are portable (``-O3``
-and ``-fno-trapping-math``, no ``-march=native``): a cache shared by machines with different CPUs
-stays valid, and the sources pick their vector instructions at run time.
+numbers more slowly. Builds are kept in ``$TREERNN_CACHE_DIR/cpp_ext/<torch version>/``
+(default ``~/.cache/treernn``), one directory per hash of the source and the headers beside it,
+Python version and flags, so an edited source rebuilds and later processes load the build in a
+second. The flags are portable (``-O3`` and ``-fno-trapping-math``, no ``-march=native``): a
+cache shared by machines with different CPUs stays valid, and the sources pick their vector
+instructions at run time.
 
 ``TREERNN_CPP_EXT=0`` turns the extensions off (every caller then runs its torch-ops path).
 Building needs a C++ compiler and ``ninja`` (a dependency of this package).
@@ -47,9 +48,11 @@ def enabled() -> bool:
 
 
 def build_directory(name: str, source: Path) -> Path:
-    """Where ``name`` is built: one directory per torch version, and below it per source hash,
-    Python version and flags."""
+    """Where ``name`` is built: one directory per torch version, and below it per hash of the
+    source and the shared headers, Python version and flags."""
     digest = hashlib.sha256(source.read_bytes())
+    for header in sorted(source.parent.glob("*.h")):
+        digest.update(header.read_bytes())
     digest.update(f"{sys.version_info[:2]} {CFLAGS}".encode())
     root = Path(os.environ.get("TREERNN_CACHE_DIR", "~/.cache/treernn")).expanduser()
     return root / "cpp_ext" / torch.__version__ / f"{name}-{digest.hexdigest()[:16]}"

@@ -29,6 +29,12 @@ This module computes the same function (tests compare the two in float64) faster
   small, cache-resident operations, and the weight gradients of W_left, W2, b2 and the LayerNorm
   are computed once per step over all slots' rows (one matrix product each) instead of once per
   slot. :func:`slot_chain_autograd` is the same chain with autograd's backward, the check on it.
+* Between the chain's matrix products, the elementwise work of a slot (the ReLU layer, the gates,
+  the mix, the LayerNorm and eq. 7 forward; their gradients backward) is one pass over each row
+  in a compiled kernel (``csrc/om_chain.cpp``, built on first use by
+  :mod:`treernn.encoders.cpp_ext`) instead of about ten torch ops forward and fifteen backward;
+  float32 and float64 on the CPU. The torch-ops path stays for CUDA, bf16 products, machines
+  without a compiler and ``TREERNN_CPP_EXT=0``; the tests run both.
 * Dropout masks are sampled once per sequence (after sorting the rows), see the model file.
 
 Precision: fp32 by default (exact). Deviation, only when asked for: under
@@ -59,6 +65,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from treernn.encoders import gemm
+from treernn.encoders.cpp_ext import load_extension
 
 if TYPE_CHECKING:  # the model file imports this module; no import cycle at run time
     from treernn.encoders.ordered_memory import OrderedMemoryRecurrence, OrderedMemoryState
@@ -336,6 +343,15 @@ def _linear(
 
 
 # ----------------------------------------------------------------------------- the slot chain
+def chain_kernel(like: Tensor):
+    """The compiled elementwise kernels of the chain (``csrc/om_chain.cpp``) where they can run
+    tensors like ``like`` (CPU, float32 or float64) and the extension is built; None otherwise
+    (the torch-ops path then runs: CUDA, bf16 products, no compiler, or ``TREERNN_CPP_EXT=0``)."""
+    if like.device.type != "cpu" or like.dtype not in (torch.float32, torch.float64):
+        return None
+    return load_extension("om_chain")
+
+
 def slot_chain_operands(
     weight_left: Tensor,
     weight_second: Tensor,
@@ -525,8 +541,13 @@ def _slot_chain_forward(
         )
     ]
     writes, outs = cumulative.unsqueeze(-1).unbind(1), out.unbind(1)
-    normed, means, rstds = [], [], []
     gemm_in_state_dtype = gemm_dtype == x_t.dtype
+    kernel = chain_kernel(x_t) if gemm_in_state_dtype else None
+    if kernel is None:
+        normed, means, rstds = [], [], []
+    else:  # the kernel writes the LayerNorm's output and statistics into these
+        normed_buffer, stats = x_t.new_empty(slots, rows, size), x_t.new_empty(2, slots, rows, 1)
+        normed, means, rstds = normed_buffer.unbind(0), *(t.unbind(0) for t in stats)
     below = x_t
     for k in range(width):
         buffer_slot = k if save else 0
@@ -534,23 +555,36 @@ def _slot_chain_forward(
             view[buffer_slot] for view in views
         )
         hidden = hidden_views[k if in_place else buffer_slot]
-        if left_mask is None:
-            left.copy_(below)
-        else:
-            torch.mul(below, left_mask, out=left)
+        if k == 0 or kernel is None:  # with the kernel, the slot below wrote this slot's left
+            if left_mask is None:
+                left.copy_(below)
+            else:
+                torch.mul(below, left_mask, out=left)
         if packed is None:
             torch.addmm(rights[k], left, left_t, out=hidden)
         else:
             packed[0].addmm(rights[k], left, out=hidden)
-        if hidden_scale is not None:  # relu(a) * m == relu(a * m) for m >= 0
-            hidden.mul_(hidden_scale)
-        hidden.relu_()
+        if kernel is not None:
+            kernel.relu_scale(hidden, hidden_scale)
+        else:
+            if hidden_scale is not None:  # relu(a) * m == relu(a * m) for m >= 0
+                hidden.mul_(hidden_scale)
+            hidden.relu_()
         if packed is not None:
             packed[1].addmm(second_bias.expand(rows, -1), hidden, out=second)
         elif gemm_in_state_dtype:
             torch.addmm(second_bias, hidden, second_t, out=second)
         else:
             second.copy_(torch.addmm(second_bias, hidden, second_t))
+        if kernel is not None:
+            last = k == width - 1
+            kernel.compose_forward(
+                second, below, memories[k], x_t, writes[k], norm_weight, norm_bias, eps,
+                mixed, normed[buffer_slot], means[buffer_slot], rstds[buffer_slot], outs[k],
+                None if last else views[0][k + 1 if save else 0], None if last else left_mask,
+            )
+            below = outs[k]
+            continue
         gates.sigmoid_()
         torch.mul(vertical, below, out=mixed)
         mixed.addcmul_(horizontal, memories[k]).addcmul_(candidate_gate, candidate)
@@ -564,16 +598,9 @@ def _slot_chain_forward(
             rstds.append(rstd)
     if not save:
         return out, None
-    saved = (
-        lefts,
-        hiddens,
-        seconds,
-        mixeds,
-        torch.stack(normed),
-        torch.stack(means),
-        torch.stack(rstds),
-        hidden_scale,
-    )
+    if kernel is None:
+        normed_buffer, stats = torch.stack(normed), (torch.stack(means), torch.stack(rstds))
+    saved = (lefts, hiddens, seconds, mixeds, normed_buffer, *stats, hidden_scale)
     return out, saved
 
 
@@ -665,9 +692,45 @@ class _SlotChain(torch.autograd.Function):
         writes, belows = cumulative.unsqueeze(-1).unbind(1), (x_t, *out.unbind(1))
         mixed_k, mean_k, rstd_k = mixeds.unbind(0), means.unbind(0), rstds.unbind(0)
         hidden_k = hiddens.unbind(0)
-        grad_mixed = []
-        carry = None
+        kernel = chain_kernel(x_t) if gemm_in_state_dtype else None
+        if kernel is not None:
+            grad_mixed = x_t.new_empty(width, rows, size)  # d loss / d LN input, per slot
+            d_mixeds, verticals = grad_mixed.unbind(0), gates[1]
+        else:
+            grad_mixed = []
+        carry = d_left = None
         for k in range(width - 1, -1, -1):
+            if kernel is not None:
+                above = k < width - 1
+                kernel.compose_backward(
+                    grad_outs[k],
+                    d_mixeds[k + 1] if above else None,
+                    verticals[k + 1] if above else None,
+                    d_left if above else None,
+                    left_mask if above else None,
+                    writes[k],
+                    mixed_k[k],
+                    mean_k[k],
+                    rstd_k[k],
+                    norm_weight,
+                    seconds[k],
+                    belows[k],
+                    memories[k],
+                    grad_belows[k],
+                    grad_normeds[k],
+                    d_mixeds[k],
+                    grad_seconds[k],
+                )
+                if packed is None:
+                    d_hidden = torch.mm(grad_seconds[k], weight_second_gemm)  # (rows, 4H)
+                else:
+                    d_hidden = packed[2].mm(grad_seconds[k])
+                kernel.relu_backward(d_hidden, hidden_k[k], hidden_scale, grad_firsts[k])
+                if packed is None:
+                    d_left = torch.mm(grad_firsts[k], weight_left_gemm)  # (rows, H)
+                else:
+                    d_left = packed[3].mm(grad_firsts[k])
+                continue
             if carry is None:
                 grad_belows[k].copy_(grad_outs[k])
             else:
@@ -711,7 +774,11 @@ class _SlotChain(torch.autograd.Function):
                 d_left = packed[3].mm(grad_firsts[k])
             carry = d_mixed * vertical
             carry = carry.addcmul_(d_left, left_mask) if left_mask is not None else carry + d_left
-        grad_mixed = torch.stack(grad_mixed[::-1])  # (width, rows, H)
+        if kernel is not None:  # what the first slot sends back to x_t through its left input
+            carry = d_mixeds[0] * verticals[0]
+            carry = carry.addcmul_(d_left, left_mask) if left_mask is not None else carry + d_left
+        else:
+            grad_mixed = torch.stack(grad_mixed[::-1])  # (width, rows, H)
         cumulative_t = cumulative.t().unsqueeze(-1)  # (width, rows, 1)
         needs = ctx.needs_input_grad
         grad_x = None

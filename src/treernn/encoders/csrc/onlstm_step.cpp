@@ -14,7 +14,7 @@
 //
 // float32 and float64 CPU contiguous tensors, rows split over threads with at::parallel_for.
 // float64 uses libm's exp and tanh (the float64 tests compare with the reference to 1e-10);
-// float32 uses the polynomial approximations below (within a few ulp of libm), written so that the
+// float32 uses the polynomial approximations of fast_math.h (within a few ulp of libm), so that the
 // compiler vectorises the loops. The row loops are compiled twice on x86-64, for AVX2 + FMA and for
 // the baseline ISA, and the AVX2 copy is chosen at run time where the CPU has it (the build itself
 // never uses -march=native, so a build cache can be shared between different CPUs).
@@ -31,74 +31,9 @@
 #include <optional>
 #include <vector>
 
+#include "fast_math.h"
+
 namespace {
-
-#if defined(__GNUC__) || defined(__clang__)
-#define TREERNN_INLINE inline __attribute__((always_inline))
-#else
-#define TREERNN_INLINE inline
-#endif
-
-// ---- float32 approximations -------------------------------------------------------------------
-// exp(y) = 2^k (1 + expm1(r)), y = k ln2 + r, |r| <= ln2 / 2; expm1(r) by its Taylor series to r^7
-// (truncation error below 2e-8 relative). ln2 is split in two parts so that k * ln2_high is exact.
-
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2High = 0.693145751953125f;
-constexpr float kLn2Low = 1.42860682030941723e-06f;
-constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds
-
-struct Reduced {
-  float scale;  // 2^k
-  float expm1;  // e^r - 1
-};
-
-TREERNN_INLINE Reduced reduce_exp(float y) {
-  const float k = (y * kLog2e + kRoundMagic) - kRoundMagic;
-  const float r = (y - k * kLn2High) - k * kLn2Low;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(k) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return {scale, p * r};
-}
-
-// y in [-87, 87] (callers clamp): 2^k stays a normal number.
-TREERNN_INLINE float exp_clamped(float y) {
-  const Reduced e = reduce_exp(y);
-  return e.scale * e.expm1 + e.scale;
-}
-
-TREERNN_INLINE float clamp(float x, float low, float high) {
-  x = x < low ? low : x;
-  return x > high ? high : x;
-}
-
-TREERNN_INLINE float sigmoid_of(float x) {
-  return 1.0f / (1.0f + exp_clamped(clamp(-x, -87.0f, 87.0f)));
-}
-
-// tanh(x) = u / (u + 2) with u = e^(2x) - 1: no cancellation near 0 (u is computed as expm1), and
-// tanh(+-10) already rounds to +-1 in float32.
-TREERNN_INLINE float tanh_of(float x) {
-  const Reduced e = reduce_exp(2.0f * clamp(x, -10.0f, 10.0f));
-  const float u = e.scale * e.expm1 + (e.scale - 1.0f);
-  return u / (u + 2.0f);
-}
-
-TREERNN_INLINE float exp_of(float x) { return exp_clamped(clamp(x, -87.0f, 87.0f)); }
-
-// ---- float64: libm ----------------------------------------------------------------------------
-
-TREERNN_INLINE double sigmoid_of(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-TREERNN_INLINE double tanh_of(double x) { return std::tanh(x); }
-TREERNN_INLINE double exp_of(double x) { return std::exp(x); }
 
 // ---- one step ---------------------------------------------------------------------------------
 
@@ -373,7 +308,6 @@ TREERNN_INLINE void backward_rows(const BackwardArgs<scalar_t>& a, int64_t begin
 // ---- the row loops, compiled for AVX2 + FMA and for the baseline ISA ---------------------------
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TREERNN_HAS_AVX2_COPY 1
 template <typename scalar_t>
 __attribute__((target("avx2,fma"))) void forward_rows_avx2(const ForwardArgs<scalar_t>& a,
                                                            int64_t begin, int64_t end) {
@@ -383,10 +317,6 @@ template <typename scalar_t>
 __attribute__((target("avx2,fma"))) void backward_rows_avx2(const BackwardArgs<scalar_t>& a,
                                                             int64_t begin, int64_t end) {
   backward_rows(a, begin, end);
-}
-bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
 }
 #endif
 
