@@ -9,8 +9,10 @@ In one run, times training steps (forward + backward) and inference of
 
 (``ON-LSTM fast:mkl``, ``:onednn``, ``:aten`` force the per-step GEMM backend of
 ``treernn.encoders.gemm``; plain ``ON-LSTM fast`` lets it probe; ``ON-LSTM fast/torch-ops`` runs
-the fast recurrence without its compiled per-step kernel, as ``TREERNN_CPP_EXT=0`` does, e.g.
-``--models "nn.LSTM,ON-LSTM fast,ON-LSTM fast/torch-ops"`` for before and after in one run) for
+the fast recurrence without its compiled per-step kernel, as ``TREERNN_CPP_EXT=0`` does, and
+``ON-LSTM fast/plain-projection`` with its input projection on ``F.linear`` instead of the probed
+backend, e.g. ``--models "nn.LSTM,ON-LSTM fast,ON-LSTM fast/torch-ops"`` for before and after in
+one run) for
 the recurrent stack alone and
 for a full language-model step (10k embedding, the stack, a tied
 decoder, 10k softmax and cross-entropy), at the paper size (400-1150-1150-400, chunk 10, batch 20,
@@ -108,17 +110,37 @@ def cpp_extensions_off():
             os.environ[cpp_ext.ENV_VAR] = before
 
 
+@contextlib.contextmanager
+def plain_input_projection():
+    """ON-LSTM's input projection as ``F.linear`` (aten) for the duration, instead of the probed
+    GEMM backend of ``gemm.linear`` (the backward pass follows the forward's choice)."""
+    probed = gemm.linear
+    gemm.linear = lambda x, weight, bias=None, backend="auto": F.linear(x, weight, bias)
+    try:
+        yield
+    finally:
+        gemm.linear = probed
+
+
 class EncoderStack(nn.Module):
     """Wraps a treernn encoder so that it returns the (B, T, H) hidden states; ``torch_ops``
-    runs it without the compiled kernels (its backward pass follows the forward's path)."""
+    runs it without the compiled kernels, ``plain_projection`` with ``F.linear`` as the input
+    projection (the backward pass follows the forward's path)."""
 
-    def __init__(self, encoder: nn.Module, torch_ops: bool = False) -> None:
+    def __init__(
+        self, encoder: nn.Module, torch_ops: bool = False, plain_projection: bool = False
+    ) -> None:
         super().__init__()
         self.encoder = encoder
         self.torch_ops = torch_ops
+        self.plain_projection = plain_projection
 
     def forward(self, x: Tensor) -> Tensor:
-        with cpp_extensions_off() if self.torch_ops else contextlib.nullcontext():
+        with contextlib.ExitStack() as stack:
+            if self.torch_ops:
+                stack.enter_context(cpp_extensions_off())
+            if self.plain_projection:
+                stack.enter_context(plain_input_projection())
             return self.encoder(x).hidden
 
 
@@ -141,7 +163,9 @@ def build_stack(model: str, size: Size, dropout: float, weight_drop: float) -> n
     encoder = ONLSTMEncoder(
         chunk_size=size.chunk_size, impl=impl, gemm_backend=backend or "auto", **common
     )
-    return EncoderStack(encoder, torch_ops=variant == "torch-ops")
+    return EncoderStack(
+        encoder, torch_ops=variant == "torch-ops", plain_projection=variant == "plain-projection"
+    )
 
 
 def layer_sizes(size: Size) -> list[tuple[int, int]]:
@@ -382,7 +406,7 @@ def format_row(row: dict) -> str:
     memory = "-" if row["memory"] is None else f"{row['memory'] / 2**20:9.1f}"
     fraction = "-" if row["fraction"] is None else f"{row['fraction']:.2f}"
     return (
-        f"{row['size']:6s} {row['part']:6s} {row['mode']:6s} {row['model']:22s} "
+        f"{row['size']:6s} {row['part']:6s} {row['mode']:6s} {row['model']:30s} "
         f"{row['tokens_per_s']:11.0f} {row['ratio']:7.2f} {memory:>10s} {row['gflops']:8.1f} "
         f"{fraction:>8s}"
     )
@@ -464,7 +488,7 @@ def main(argv: list[str] | None = None) -> None:
         "allocated during one step."
     )
     print(
-        f"{'size':6s} {'part':6s} {'mode':6s} {'model':22s} {'tokens/s':>11s} {'ratio':>7s} "
+        f"{'size':6s} {'part':6s} {'mode':6s} {'model':30s} {'tokens/s':>11s} {'ratio':>7s} "
         f"{'peak MiB':>10s} {'GFLOP/s':>8s} {'of roof':>8s}"
     )
     for size in chosen:

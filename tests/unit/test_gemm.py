@@ -41,6 +41,35 @@ def test_products_equal_plain_matmul(backend: str) -> None:
     torch.testing.assert_close(linear_t.mm(added), added @ weight, **tolerance)
 
 
+@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn"])
+def test_large_linear_equals_f_linear_with_gradients(backend: str) -> None:
+    """``gemm.linear`` (the ON-LSTM input projection: one product over all steps) on each backend:
+    the output and the gradients of input, weight and bias equal ``F.linear``'s to float32
+    rounding; a (T, B, K) input whose rows are not contiguous (the layers' transposed inputs)."""
+    if backend != "aten" and backend not in PACKED:
+        pytest.skip(f"this torch build cannot run the {backend} packed GEMM")
+    torch.manual_seed(0)
+    x = torch.randn(6, 9, 33).transpose(0, 1).requires_grad_()  # (T=9, B=6, K=33), strided
+    weight = torch.randn(40, 33, requires_grad=True)
+    bias = torch.randn(40, requires_grad=True)
+    expected = torch.nn.functional.linear(x, weight, bias)
+    grad = torch.randn_like(expected)
+    expected_grads = torch.autograd.grad(expected, (x, weight, bias), grad)
+    out = gemm.linear(x, weight, bias, backend)
+    assert out.shape == (9, 6, 40)
+    tolerance = {"rtol": 1e-5, "atol": 1e-5}
+    torch.testing.assert_close(out, expected, **tolerance)
+    for got, want in zip(torch.autograd.grad(out, (x, weight, bias), grad), expected_grads):
+        torch.testing.assert_close(got, want, **tolerance)
+    # float64 is F.linear itself, whichever backend is asked for
+    x64, weight64 = x.detach().double(), weight.detach().double()
+    assert torch.equal(gemm.linear(x64, weight64, None, backend), x64 @ weight64.t())
+
+
+def test_rows_bucket_is_the_power_of_two_below() -> None:
+    assert [gemm.rows_bucket(n) for n in (1, 2, 3, 1400, 2048, 2800)] == [1, 2, 2, 1024, 2048, 2048]
+
+
 @pytest.mark.parametrize("backend", ["auto", "mkl", "onednn", "aten"])
 def test_float64_and_other_devices_run_on_aten(backend: str) -> None:
     assert gemm.resolve(backend, 3, 5, 7, CPU, torch.float64) == "aten"

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from treernn.errors import ConfigValueError
@@ -240,13 +241,13 @@ class PackedLinear:
         elif self.backend == "onednn":
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), batch)
 
-    def mm(self, x: Tensor) -> Tensor:
-        """``x @ weight.T``: x (B, K) -> (B, N)."""
+    def mm(self, x: Tensor, bias: Tensor | None = None) -> Tensor:
+        """``x @ weight.T`` (``+ bias``, (N,), if given): x (B, K) -> (B, N)."""
         if self.backend == "mkl":
-            return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, None, self.batch)
+            return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, bias, self.batch)
         if self.backend == "onednn":
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
-        return x @ self.weight.t()
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
+        return x @ self.weight.t() if bias is None else torch.addmm(bias, x, self.weight.t())
 
     def addmm(self, added: Tensor, x: Tensor, out: Tensor | None = None) -> Tensor:
         """``added + x @ weight.T`` with x (B, K) and added (B, N), written to ``out`` if given."""
@@ -257,3 +258,59 @@ class PackedLinear:
             result = torch.ops.mkldnn._linear_pointwise.binary(x, added, self.packed, None, "add")
             return result if out is None else out.copy_(result)
         return torch.add(added, self.mm(x), out=out)
+
+
+# ----------------------------------------------------------------------------- large products
+def rows_bucket(rows: int) -> int:
+    """The row count a large product is probed at: the power of two at or below ``rows`` (the
+    rows of an input projection, T * B, change with the sequence length of each batch; one probe
+    per octave keeps that to a few probes per machine)."""
+    return 1 << max(0, rows.bit_length() - 1)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, backend: str = "auto") -> Tensor:
+    """``F.linear(x, weight, bias)`` for one large product over all rows of ``x`` (e.g. the input
+    projection of every step of a sequence at once), forward and input gradient on the backend
+    chosen for the shape (:func:`resolve`, probed at :func:`rows_bucket` rows; the weight packed
+    once per call), the weight gradient on aten. Where the backend is aten (float64, CUDA, a
+    probe that finds it fastest) this is ``F.linear`` itself."""
+    in_features, out_features = weight.size(1), weight.size(0)
+    rows = x.numel() // max(1, in_features)
+    if resolve(backend, rows_bucket(rows), in_features, out_features, x.device, x.dtype) == "aten":
+        return F.linear(x, weight, bias)
+    return _Linear.apply(x, weight, bias, backend)
+
+
+class _Linear(torch.autograd.Function):
+    """:func:`linear` off aten: the backward's input gradient on the backend chosen for its own
+    shape (rows x out_features) @ (out_features x in_features)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, backend):  # type: ignore[override]
+        in_features, out_features = weight.size(1), weight.size(0)
+        flat = x.reshape(-1, in_features)
+        rows = flat.size(0)
+        chosen = resolve(backend, rows_bucket(rows), in_features, out_features, x.device, x.dtype)
+        out = PackedLinear(weight, rows, chosen).mm(flat, bias)
+        ctx.save_for_backward(flat, weight)
+        ctx.backend, ctx.shape, ctx.has_bias = backend, x.shape, bias is not None
+        return out.view(*x.shape[:-1], out_features)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):  # type: ignore[override]
+        flat, weight = ctx.saved_tensors
+        in_features, out_features = weight.size(1), weight.size(0)
+        grad = grad.reshape(-1, out_features)
+        rows = grad.size(0)
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            chosen = resolve(
+                ctx.backend, rows_bucket(rows), out_features, in_features, grad.device, grad.dtype
+            )
+            grad_x = PackedLinear(weight.t(), rows, chosen).mm(grad).view(ctx.shape)
+        if ctx.needs_input_grad[1]:
+            grad_weight = grad.t() @ flat
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad.sum(0)
+        return grad_x, grad_weight, grad_bias, None

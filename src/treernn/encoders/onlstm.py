@@ -24,8 +24,9 @@ Two implementations of the recurrence compute the same numbers:
 
 * ``impl="reference"``: :func:`onlstm_step` applied step by step with autograd. Read this one.
 * ``impl="fast"`` (default): the same recurrence as one hand-written autograd node per layer
-  (:mod:`treernn.encoders.onlstm_fast`, tested equal to the reference), its per-step products on
-  the GEMM backend ``gemm_backend`` (:mod:`treernn.encoders.gemm`).
+  (:mod:`treernn.encoders.onlstm_fast`, tested equal to the reference), its per-step products and
+  its input projection (one product over all steps) on the GEMM backend ``gemm_backend``
+  (:mod:`treernn.encoders.gemm`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from treernn.encoders.base import (
     check_dropout,
     last_real_step,
 )
+from treernn.encoders import gemm
 from treernn.encoders.gemm import GemmBackend, check_backend
 from treernn.encoders.onlstm_fast import fast_recurrence
 from treernn.errors import ConfigValueError
@@ -195,7 +197,7 @@ class ONLSTMEncoder(Encoder):
     Locked (variational) dropout ``dropout`` is applied to every layer's output except the last,
     as in the authors' ``ONLSTMStack``; ``weight_drop`` is DropConnect on the recurrent weights.
     ``impl`` picks the recurrence: ``"fast"`` (default) or the step-by-step ``"reference"``;
-    ``gemm_backend`` the library of the fast recurrence's per-step products
+    ``gemm_backend`` the library of the fast recurrence's per-step products and input projection
     (:mod:`treernn.encoders.gemm`: ``auto`` probes MKL, oneDNN and aten once per shape).
     """
 
@@ -266,9 +268,10 @@ class ONLSTMEncoder(Encoder):
                 with torch.autocast(x.device.type, enabled=False):
                     if layer_input.dtype in (torch.float16, torch.bfloat16):
                         layer_input = layer_input.float()
-                    # Both biases are constant over time: fold b_hh into the input projection.
+                    # Both biases are constant over time: fold b_hh into the input projection,
+                    # one large product over all steps on the machine's fastest GEMM library.
                     bias = layer.ih.bias + layer.hh.bias
-                    input_gates = F.linear(layer_input, layer.ih.weight, bias)
+                    input_gates = gemm.linear(layer_input, layer.ih.weight, bias, self.gemm_backend)
                     outputs, h, c, forget_distance, input_distance = fast_recurrence(
                         input_gates, weight, h0, c0, step_mask, layer.chunk_size, self.gemm_backend
                     )
