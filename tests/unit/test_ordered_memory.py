@@ -404,7 +404,9 @@ def test_hand_written_slot_chain_backward_matches_autograd(
     )
 
 
-def test_hand_written_slot_chain_backward_matches_autograd_with_carried_state(monkeypatch, chain_path):
+def test_hand_written_slot_chain_backward_matches_autograd_with_carried_state(
+    monkeypatch, chain_path
+):
     fused, _ = fused_and_reference(memory_slots=3)
     x = torch.randn(3, 7, 5, dtype=torch.float64)
     mask = torch.arange(7)[None] < torch.tensor([[7], [4], [6]])

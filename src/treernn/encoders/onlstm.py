@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from treernn.encoders import gemm
 from treernn.encoders.base import (
     Encoder,
     EncoderOutput,
@@ -45,7 +46,6 @@ from treernn.encoders.base import (
     check_dropout,
     last_real_step,
 )
-from treernn.encoders import gemm
 from treernn.encoders.gemm import GemmBackend, check_backend
 from treernn.encoders.onlstm_fast import fast_recurrence
 from treernn.errors import ConfigValueError

@@ -579,9 +579,21 @@ def _slot_chain_forward(
         if kernel is not None:
             last = k == width - 1
             kernel.compose_forward(
-                second, below, memories[k], x_t, writes[k], norm_weight, norm_bias, eps,
-                mixed, normed[buffer_slot], means[buffer_slot], rstds[buffer_slot], outs[k],
-                None if last else views[0][k + 1 if save else 0], None if last else left_mask,
+                second,
+                below,
+                memories[k],
+                x_t,
+                writes[k],
+                norm_weight,
+                norm_bias,
+                eps,
+                mixed,
+                normed[buffer_slot],
+                means[buffer_slot],
+                rstds[buffer_slot],
+                outs[k],
+                None if last else views[0][k + 1 if save else 0],
+                None if last else left_mask,
             )
             below = outs[k]
             continue
