@@ -616,6 +616,13 @@ def _slot_chain_forward(
     return out, saved
 
 
+def _left_carry(d_mixed: Tensor, vertical: Tensor, d_left: Tensor, left_mask: Tensor | None):
+    """d loss / d M_hat^{k-1} through slot k: its vertical gate's product and its left input
+    (after that input's dropout mask)."""
+    carry = d_mixed * vertical
+    return carry.addcmul_(d_left, left_mask) if left_mask is not None else carry + d_left
+
+
 class _SlotChain(torch.autograd.Function):
     """:func:`slot_chain` with a hand-written backward pass."""
 
@@ -712,6 +719,7 @@ class _SlotChain(torch.autograd.Function):
             grad_mixed = []
         carry = d_left = None
         for k in range(width - 1, -1, -1):
+            # from d loss / d M_hat^k to d loss / d [v, h, c, u] (grad_seconds[k])
             if kernel is not None:
                 above = k < width - 1
                 kernel.compose_backward(
@@ -733,62 +741,55 @@ class _SlotChain(torch.autograd.Function):
                     d_mixeds[k],
                     grad_seconds[k],
                 )
-                if packed is None:
-                    d_hidden = torch.mm(grad_seconds[k], weight_second_gemm)  # (rows, 4H)
-                else:
-                    d_hidden = packed[2].mm(grad_seconds[k])
-                kernel.relu_backward(d_hidden, hidden_k[k], hidden_scale, grad_firsts[k])
-                if packed is None:
-                    d_left = torch.mm(grad_firsts[k], weight_left_gemm)  # (rows, H)
-                else:
-                    d_left = packed[3].mm(grad_firsts[k])
-                continue
-            if carry is None:
-                grad_belows[k].copy_(grad_outs[k])
             else:
-                torch.add(grad_outs[k], carry, out=grad_belows[k])
-            torch.mul(grad_belows[k], writes[k], out=grad_normeds[k])  # lerp's o cp
-            d_mixed = torch.ops.aten.native_layer_norm_backward(
-                grad_normeds[k],
-                mixed_k[k],
-                [size],
-                mean_k[k],
-                rstd_k[k],
-                norm_weight,
-                None,
-                [True, False, False],
-            )[0]
-            grad_mixed.append(d_mixed)
-            buffer_slot = k if gemm_in_state_dtype else 0
-            d_second, d_vertical, d_horizontal, d_candidate_gate, d_candidate, d_gates = (
-                view[buffer_slot] for view in d_seconds
-            )
-            gate, vertical, candidate_gate, candidate = (v[k] for v in gates)
-            torch.mul(d_mixed, belows[k], out=d_vertical)
-            torch.mul(d_mixed, memories[k], out=d_horizontal)
-            torch.mul(d_mixed, candidate, out=d_candidate_gate)
-            torch.ops.aten.sigmoid_backward.grad_input(d_gates, gate, grad_input=d_gates)
-            torch.mul(d_mixed, candidate_gate, out=d_candidate)
-            if not gemm_in_state_dtype:
-                grad_seconds[k].copy_(d_second)
+                if carry is None:
+                    grad_belows[k].copy_(grad_outs[k])
+                else:
+                    torch.add(grad_outs[k], carry, out=grad_belows[k])
+                torch.mul(grad_belows[k], writes[k], out=grad_normeds[k])  # lerp's o cp
+                d_mixed = torch.ops.aten.native_layer_norm_backward(
+                    grad_normeds[k],
+                    mixed_k[k],
+                    [size],
+                    mean_k[k],
+                    rstd_k[k],
+                    norm_weight,
+                    None,
+                    [True, False, False],
+                )[0]
+                grad_mixed.append(d_mixed)
+                buffer_slot = k if gemm_in_state_dtype else 0
+                d_second, d_vertical, d_horizontal, d_candidate_gate, d_candidate, d_gates = (
+                    view[buffer_slot] for view in d_seconds
+                )
+                gate, vertical, candidate_gate, candidate = (v[k] for v in gates)
+                torch.mul(d_mixed, belows[k], out=d_vertical)
+                torch.mul(d_mixed, memories[k], out=d_horizontal)
+                torch.mul(d_mixed, candidate, out=d_candidate_gate)
+                torch.ops.aten.sigmoid_backward.grad_input(d_gates, gate, grad_input=d_gates)
+                torch.mul(d_mixed, candidate_gate, out=d_candidate)
+                if not gemm_in_state_dtype:
+                    grad_seconds[k].copy_(d_second)
             if packed is None:
                 d_hidden = torch.mm(grad_seconds[k], weight_second_gemm)  # (rows, 4H)
             else:
                 d_hidden = packed[2].mm(grad_seconds[k])
-            torch.ops.aten.threshold_backward.grad_input(
-                d_hidden, hidden_k[k], 0, grad_input=grad_firsts[k]
-            )
-            if hidden_scale is not None:
-                grad_firsts[k].mul_(hidden_scale)
+            if kernel is not None:
+                kernel.relu_backward(d_hidden, hidden_k[k], hidden_scale, grad_firsts[k])
+            else:
+                torch.ops.aten.threshold_backward.grad_input(
+                    d_hidden, hidden_k[k], 0, grad_input=grad_firsts[k]
+                )
+                if hidden_scale is not None:
+                    grad_firsts[k].mul_(hidden_scale)
             if packed is None:
                 d_left = torch.mm(grad_firsts[k], weight_left_gemm)  # (rows, H)
             else:
                 d_left = packed[3].mm(grad_firsts[k])
-            carry = d_mixed * vertical
-            carry = carry.addcmul_(d_left, left_mask) if left_mask is not None else carry + d_left
+            if kernel is None:  # the kernel adds this into the next slot's pass itself
+                carry = _left_carry(d_mixed, vertical, d_left, left_mask)
         if kernel is not None:  # what the first slot sends back to x_t through its left input
-            carry = d_mixeds[0] * verticals[0]
-            carry = carry.addcmul_(d_left, left_mask) if left_mask is not None else carry + d_left
+            carry = _left_carry(d_mixeds[0], verticals[0], d_left, left_mask)
         else:
             grad_mixed = torch.stack(grad_mixed[::-1])  # (width, rows, H)
         cumulative_t = cumulative.t().unsqueeze(-1)  # (width, rows, 1)
