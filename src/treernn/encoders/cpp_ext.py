@@ -35,6 +35,14 @@ SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
 # -fno-trapping-math changes no result (it says that floating-point exceptions never trap) and lets
 # the compiler vectorise loops with clamps and float -> int conversions
 CFLAGS = ["-O3", "-fno-trapping-math"]
+# at::parallel_for splits the kernels' rows over torch's OpenMP threads only in code compiled with
+# OpenMP (without it, it runs the whole range on the calling thread). The extension then links the
+# libgomp.so.1 that torch has already loaded (same soname), so there is one thread pool.
+OPENMP_FLAGS = (
+    ["-fopenmp"]
+    if torch.backends.openmp.is_available() and sys.platform.startswith("linux")
+    else []
+)
 
 #: name -> the loaded module, or None after a build that failed (not retried in this process)
 _LOADED: dict[str, ModuleType | None] = {}
@@ -53,7 +61,7 @@ def build_directory(name: str, source: Path) -> Path:
     digest = hashlib.sha256(source.read_bytes())
     for header in sorted(source.parent.glob("*.h")):
         digest.update(header.read_bytes())
-    digest.update(f"{sys.version_info[:2]} {CFLAGS}".encode())
+    digest.update(f"{sys.version_info[:2]} {CFLAGS} {OPENMP_FLAGS}".encode())
     root = Path(os.environ.get("TREERNN_CACHE_DIR", "~/.cache/treernn")).expanduser()
     return root / "cpp_ext" / torch.__version__ / f"{name}-{digest.hexdigest()[:16]}"
 
@@ -87,7 +95,8 @@ def _build(name: str) -> ModuleType | None:
         module = cpp_extension.load(
             name=f"treernn_{name}",
             sources=[str(source)],
-            extra_cflags=CFLAGS,
+            extra_cflags=CFLAGS + OPENMP_FLAGS,
+            extra_ldflags=OPENMP_FLAGS,
             build_directory=str(directory),
         )
     except (OSError, RuntimeError, ImportError, subprocess.CalledProcessError) as error:

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from treernn.encoders.weight_ops import transposed
 from treernn.errors import ConfigValueError
 
 log = logging.getLogger(__name__)
@@ -236,10 +237,10 @@ class PackedLinear:
         self.weight = weight
         self.packed = None
         if self.backend == "mkl":
-            self.weight = weight.contiguous()
+            self.weight = _contiguous(weight)
             self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, batch)
         elif self.backend == "onednn":
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), batch)
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(_contiguous(weight), batch)
 
     def mm(self, x: Tensor, bias: Tensor | None = None) -> Tensor:
         """``x @ weight.T`` (``+ bias``, (N,), if given): x (B, K) -> (B, N)."""
@@ -258,6 +259,14 @@ class PackedLinear:
             result = torch.ops.mkldnn._linear_pointwise.binary(x, added, self.packed, None, "add")
             return result if out is None else out.copy_(result)
         return torch.add(added, self.mm(x), out=out)
+
+
+def _contiguous(weight: Tensor) -> Tensor:
+    """``weight.contiguous()``, by the tiled transpose where ``weight`` is a transposed view (the
+    backward passes pack ``weight.t()``)."""
+    if weight.is_contiguous() or weight.dim() != 2 or not weight.t().is_contiguous():
+        return weight.contiguous()
+    return transposed(weight.t())
 
 
 # ----------------------------------------------------------------------------- large products

@@ -27,6 +27,7 @@ from treernn.encoders.base import (
     check_dropout,
     last_real_step,
 )
+from treernn.encoders.weight_ops import dropconnect
 from treernn.errors import ConfigValueError
 
 LSTMState = list[tuple[Tensor, Tensor]]  # per layer (h, c), each (B, H_l)
@@ -72,9 +73,7 @@ class LSTMEncoder(Encoder):
         h0, c0 = (s.unsqueeze(0).contiguous() for s in state)  # (1, B, H)
         if self.weight_drop > 0 and self.training:
             raw = layer.weight_hh_l0
-            # F.dropout semantics (rescaled by 1/(1-p)); rand_like + compare draws the mask faster
-            keep = torch.rand_like(raw) >= self.weight_drop
-            weight = raw * keep / (1 - self.weight_drop)
+            weight = dropconnect(raw, self.weight_drop, rescale=True)  # F.dropout's scaling
             run = lambda inputs, hx: functional_call(layer, {"weight_hh_l0": weight}, (inputs, hx))  # noqa: E731
         else:
             run = layer

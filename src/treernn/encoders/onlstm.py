@@ -48,6 +48,7 @@ from treernn.encoders.base import (
 )
 from treernn.encoders.gemm import GemmBackend, check_backend
 from treernn.encoders.onlstm_fast import fast_recurrence
+from treernn.encoders.weight_ops import dropconnect
 from treernn.errors import ConfigValueError
 
 LayerState = tuple[Tensor, Tensor]  # (h, c), each (B, H)
@@ -182,9 +183,7 @@ class ONLSTMLayer(nn.Module):
         if self.weight_drop == 0.0:
             return weight
         if self.training:
-            # rand < 1 - p is a Bernoulli(1 - p) keep mask, sampled ~5x faster than bernoulli_.
-            keep = torch.rand_like(weight) < 1.0 - self.weight_drop
-            return weight * keep
+            return dropconnect(weight, self.weight_drop, rescale=False)
         return weight * (1.0 - self.weight_drop)
 
     def extra_repr(self) -> str:
