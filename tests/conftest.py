@@ -11,6 +11,18 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``-n 2``, the README's test command) the workers share the cores: each
+    worker, and the ``train.py`` processes its tests start, gets cores / workers threads, so that
+    no OpenMP thread waits for a core another worker holds."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        os.environ["OMP_NUM_THREADS"] = threads
+        os.environ["MKL_NUM_THREADS"] = threads
+        torch.set_num_threads(int(threads))
+
+
 @pytest.fixture(autouse=True)
 def _torch_defaults():
     torch.manual_seed(0)
