@@ -232,3 +232,22 @@ def test_baselines_on_the_sample(sample):
     assert baseline_trees("random", lengths[:50], 3) == baseline_trees("random", lengths[:50], 3)
     again = score_trees(baseline_trees("random", lengths, 0), gold)
     assert again.corpus_f1 == random_runs.runs[0].corpus_f1
+
+
+def test_in_memory_reading_gives_nltk_corpus_reader_trees(data_dir: Path):
+    """Every tree of every sample file, as nltk's corpus reader returns it."""
+    from nltk.corpus.reader import BracketParseCorpusReader
+
+    from treernn.parsing.wsj import _nltk_may_read, _parsed_sents
+
+    directory = sample_directory(data_dir)
+    files = find_tree_files(directory)
+    with _nltk_may_read(directory):
+        names = [str(path.resolve().relative_to(directory.resolve())) for path in files]
+        reader = BracketParseCorpusReader(str(directory.resolve()), names)
+        total = 0
+        for path, name in zip(files, names):
+            trees = _parsed_sents(reader, path)
+            assert trees == list(reader.parsed_sents(name)), path.name
+            total += len(trees)
+    assert total == 3914
