@@ -321,9 +321,12 @@ def test_fast_recurrence_all_rows_padded_keeps_state() -> None:
     assert (outputs == 0).all() and (forget_d == 0).all() and (input_d == 0).all()
 
 
-def test_fast_path_under_bf16_autocast_runs_in_fp32() -> None:
-    """bf16-mixed: the fast recurrence (no bf16 path yet) runs in fp32, forward and backward, and
-    gives the fp32 results."""
+def test_fast_path_under_bf16_autocast_keeps_fp32_without_bf16_kernels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """bf16-mixed on a CPU without bf16 matrix kernels: the fast recurrence keeps fp32 products,
+    forward and backward, and gives the fp32 results."""
+    monkeypatch.setattr(gemm, "_cpu_has_fast_bf16", lambda model: False)
     torch.manual_seed(0)
     encoder = ONLSTMEncoder(input_size=5, hidden_size=12, num_layers=2, chunk_size=4)
     x = torch.randn(3, 6, 5)
@@ -332,6 +335,41 @@ def test_fast_path_under_bf16_autocast_runs_in_fp32() -> None:
     assert out.hidden.dtype == torch.float32
     out.hidden.sum().backward()
     torch.testing.assert_close(out.hidden, encoder(x).hidden, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("path", ["fused", "torch"])
+def test_bf16_products_under_autocast_stay_close_to_fp32(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bf16-mixed where bf16 products are fast (forced here: this CPU computes them slowly, with
+    the same arithmetic): input projection, per-step products and the recurrent weight gradient
+    in bf16 with fp32 accumulation, everything else fp32. Outputs, distances and gradients within
+    a few bf16 roundings of fp32 (relative error < 5e-2), and not equal to them (bf16 ran)."""
+    monkeypatch.setattr(gemm, "_cpu_has_fast_bf16", lambda model: True)
+    _use_path(path, monkeypatch)
+    torch.manual_seed(0)
+    encoder = ONLSTMEncoder(
+        input_size=6, hidden_size=16, num_layers=2, chunk_size=4, dropout=0.2, weight_drop=0.3
+    ).train()
+    x = torch.randn(3, 7, 6)
+    mask = torch.arange(7)[None] < torch.tensor([[7], [5], [2]])
+    results = []
+    for bf16 in (False, True):
+        encoder.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = encoder(x, mask)
+        assert out.hidden.dtype == torch.float32 and out.tree_signal.values.dtype == torch.float32
+        (out.hidden.pow(2).sum() + out.tree_signal.values.sum()).backward()
+        grads = {name: p.grad.clone() for name, p in encoder.named_parameters()}
+        results.append((out.hidden.detach(), out.tree_signal.values.detach(), grads))
+    (hidden, distances, grads), (hidden_bf16, distances_bf16, grads_bf16) = results
+    assert not torch.equal(hidden, hidden_bf16)
+    assert (hidden_bf16 - hidden).norm() / hidden.norm() < 5e-2
+    assert (distances_bf16 - distances).norm() / distances.norm() < 5e-2
+    for name, grad in grads.items():
+        assert torch.isfinite(grads_bf16[name]).all()
+        assert (grads_bf16[name] - grad).norm() / grad.norm() < 5e-2, name
 
 
 def test_environment_variable_forces_the_torch_ops_path(

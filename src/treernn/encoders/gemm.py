@@ -228,8 +228,14 @@ class PackedLinear:
     as it is (no autograd through this object: the callers' backward passes are written by hand).
     """
 
-    def __init__(self, weight: Tensor, batch: int, backend: str = "auto") -> None:
+    def __init__(
+        self, weight: Tensor, batch: int, backend: str = "auto", dtype: torch.dtype | None = None
+    ) -> None:
         out_features, in_features = weight.shape
+        # dtype: run the products in it (bf16 under bf16-mixed), results in the input's dtype
+        self.casts = dtype is not None and dtype != weight.dtype
+        if self.casts:
+            weight = weight.to(dtype)
         self.backend = resolve(
             backend, batch, in_features, out_features, weight.device, weight.dtype
         )
@@ -244,6 +250,12 @@ class PackedLinear:
 
     def mm(self, x: Tensor, bias: Tensor | None = None) -> Tensor:
         """``x @ weight.T`` (``+ bias``, (N,), if given): x (B, K) -> (B, N)."""
+        if self.casts:  # the product in the weight's dtype, the bias added in x's
+            product = self._mm(x.to(self.weight.dtype), None).to(x.dtype)
+            return product if bias is None else product + bias
+        return self._mm(x, bias)
+
+    def _mm(self, x: Tensor, bias: Tensor | None) -> Tensor:
         if self.backend == "mkl":
             return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, bias, self.batch)
         if self.backend == "onednn":
@@ -252,6 +264,8 @@ class PackedLinear:
 
     def addmm(self, added: Tensor, x: Tensor, out: Tensor | None = None) -> Tensor:
         """``added + x @ weight.T`` with x (B, K) and added (B, N), written to ``out`` if given."""
+        if self.casts:
+            return torch.add(added, self.mm(x), out=out)
         if self.backend == "aten":
             return torch.addmm(added, x, self.weight.t(), out=out)
         if self.backend == "onednn":
@@ -267,6 +281,36 @@ def _contiguous(weight: Tensor) -> Tensor:
     if weight.is_contiguous() or weight.dim() != 2 or not weight.t().is_contiguous():
         return weight.contiguous()
     return transposed(weight.t())
+
+
+# ----------------------------------------------------------------------------- mixed precision
+def autocast_product_dtype(device: torch.device, model: str) -> torch.dtype | None:
+    """The dtype a recurrence runs its matrix products in under ``torch.autocast`` with bf16
+    (Lightning's ``precision="bf16-mixed"``): bf16 on GPUs and on CPUs with bf16 matrix kernels
+    (oneDNN's: AVX512-BF16 or AMX); None (fp32 products) otherwise: without autocast, under fp16
+    autocast (``16-mixed``: the recurrences keep fp32, as fp16 products of a long recurrence can
+    overflow), and on CPUs without bf16 kernels, where torch's bf16 products are 50-100x slower
+    than fp32 ones (logged once per ``model``). Gates, states and accumulations stay fp32."""
+    if not torch.is_autocast_enabled(device.type):
+        return None
+    if torch.get_autocast_dtype(device.type) != torch.bfloat16:
+        return None
+    if device.type == "cpu" and not _cpu_has_fast_bf16(model):
+        return None
+    return torch.bfloat16
+
+
+@functools.cache
+def _cpu_has_fast_bf16(model: str) -> bool:
+    if onednn_available(torch.bfloat16):
+        return True
+    log.warning(
+        "%s under bf16-mixed: this CPU has no bf16 matrix kernels (oneDNN bf16 needs AVX512 or "
+        "AMX), where bf16 products are 50-100x slower than fp32; the recurrence keeps fp32 "
+        "products (use precision=32 to silence this)",
+        model,
+    )
+    return False
 
 
 # ----------------------------------------------------------------------------- large products

@@ -262,17 +262,32 @@ class ONLSTMEncoder(Encoder):
         for index, (layer, (h0, c0)) in enumerate(zip(self.layers, state)):
             weight = layer.recurrent_weight()  # one DropConnect mask for the whole call
             if self.impl == "fast":
-                # The hand-written recurrence has no bf16 path yet: under autocast (bf16-mixed)
-                # it runs in fp32, as it would otherwise mix bf16 gates with the fp32 weight.
+                # Under autocast (bf16-mixed) the matrix products run in bf16 where that is fast
+                # (GPUs, CPUs with bf16 matrix kernels), with fp32 accumulation; the gates,
+                # states, distances and the recurrence's elementwise work stay fp32.
+                product_dtype = gemm.autocast_product_dtype(x.device, "ON-LSTM")
                 with torch.autocast(x.device.type, enabled=False):
                     if layer_input.dtype in (torch.float16, torch.bfloat16):
                         layer_input = layer_input.float()
                     # Both biases are constant over time: fold b_hh into the input projection,
                     # one large product over all steps on the machine's fastest GEMM library.
                     bias = layer.ih.bias + layer.hh.bias
-                    input_gates = gemm.linear(layer_input, layer.ih.weight, bias, self.gemm_backend)
+                    if product_dtype is None:
+                        input_gates = gemm.linear(
+                            layer_input, layer.ih.weight, bias, self.gemm_backend
+                        )
+                    else:
+                        low = (layer_input.to(product_dtype), layer.ih.weight.to(product_dtype))
+                        input_gates = F.linear(*low).float() + bias
                     outputs, h, c, forget_distance, input_distance = fast_recurrence(
-                        input_gates, weight, h0, c0, step_mask, layer.chunk_size, self.gemm_backend
+                        input_gates,
+                        weight,
+                        h0,
+                        c0,
+                        step_mask,
+                        layer.chunk_size,
+                        self.gemm_backend,
+                        product_dtype,
                     )
             else:
                 input_gates = F.linear(layer_input, layer.ih.weight, layer.ih.bias)  # (T, B, G)

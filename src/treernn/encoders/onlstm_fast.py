@@ -129,7 +129,7 @@ def _fused_forward_steps(
     else:
         masks, output_steps = step_mask.contiguous().unbind(0), outputs.unbind(0)
     for t, act in enumerate(acts):
-        if recurrent.backend == "aten":
+        if recurrent.backend == "aten" and not recurrent.casts:
             recurrent.addmm(gate_inputs[t], h_steps[t], out=act)  # the add is inside the GEMM
             product = added = None
         else:  # the kernel adds the packed GEMM's product to the input projection
@@ -160,18 +160,21 @@ def _fast_forward(
     save_for_backward: bool,
     gemm_backend: str = "auto",
     kernel: ModuleType | None = None,
+    product_dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Tensor]]:
     """The forward loop of :class:`ONLSTMRecurrence`, writing every step into preallocated buffers.
 
     input_gates: (T, B, G) already holding both biases; weight: (G, H); ``kernel`` the fused
-    per-step kernel (:func:`fused_kernel`) or None for the torch-ops steps.
+    per-step kernel (:func:`fused_kernel`) or None for the torch-ops steps; ``product_dtype`` the
+    dtype of the per-step products (bf16 under bf16-mixed; None: the inputs').
     Returns outputs (T, B, H), h_last, c_last (B, H), distances (T, B, 2) = (input, forget) and,
     when ``save_for_backward``, what the backward pass needs.
     """
     steps, batch, num_gates = input_gates.shape
     hidden = weight.size(1)
     n_chunk = hidden // chunk_size
-    recurrent = PackedLinear(weight, batch, gemm_backend)  # h (B, H) -> h @ weight.T (B, G)
+    # h (B, H) -> h @ weight.T (B, G)
+    recurrent = PackedLinear(weight, batch, gemm_backend, product_dtype)
     # Carried states: hs[t] and cs[t] are the state before step t, hs[T] and cs[T] the last one.
     hs = input_gates.new_empty(steps + 1, batch, hidden)
     cs = input_gates.new_empty(steps + 1, batch, hidden)
@@ -216,13 +219,33 @@ class ONLSTMRecurrence(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, input_gates, weight, h0, c0, step_mask, chunk_size, gemm_backend="auto"):  # type: ignore[override]
+    def forward(  # type: ignore[override]
+        ctx,
+        input_gates,
+        weight,
+        h0,
+        c0,
+        step_mask,
+        chunk_size,
+        gemm_backend="auto",
+        product_dtype=None,
+    ):
         kernel = fused_kernel(input_gates)
         outputs, h_last, c_last, distances, saved = _fast_forward(
-            input_gates, weight, h0, c0, step_mask, chunk_size, True, gemm_backend, kernel
+            input_gates,
+            weight,
+            h0,
+            c0,
+            step_mask,
+            chunk_size,
+            True,
+            gemm_backend,
+            kernel,
+            product_dtype,
         )
         ctx.chunk_size = chunk_size
         ctx.gemm_backend = gemm_backend
+        ctx.product_dtype = product_dtype
         ctx.kernel = kernel  # the backward pass takes the same path
         ctx.save_for_backward(weight, step_mask, *saved.values())
         # Outputs must not be views of the saved buffers (an in-place change would corrupt them).
@@ -238,7 +261,7 @@ class ONLSTMRecurrence(torch.autograd.Function):
         hidden = weight.size(1)
         n_chunk = hidden // ctx.chunk_size
         # (B, G) -> (B, H): grad_row @ weight
-        to_hidden = PackedLinear(weight.t(), batch, ctx.gemm_backend)
+        to_hidden = PackedLinear(weight.t(), batch, ctx.gemm_backend, ctx.product_dtype)
         distance_grads = None
         if grad_distances is not None:
             # both distances are 1 - sum(cumsum) / n (zeroed at padded steps)
@@ -267,12 +290,17 @@ class ONLSTMRecurrence(torch.autograd.Function):
         grad_weight = None
         if ctx.needs_input_grad[1]:
             # One (G, T*B) x (T*B, H) product instead of T rank-B updates.
-            grad_weight = grad_gates.view(-1, num_gates).t() @ hs[:-1].reshape(-1, hidden)
+            left, right = grad_gates.view(-1, num_gates).t(), hs[:-1].reshape(-1, hidden)
+            if ctx.product_dtype is None:
+                grad_weight = left @ right
+            else:
+                grad_weight = (left.to(ctx.product_dtype) @ right.to(ctx.product_dtype)).float()
         return (
             grad_gates if ctx.needs_input_grad[0] else None,
             grad_weight,
             grad_h if ctx.needs_input_grad[2] else None,
             grad_c if ctx.needs_input_grad[3] else None,
+            None,
             None,
             None,
             None,
@@ -442,17 +470,27 @@ def fast_recurrence(
     step_mask: Tensor | None,
     chunk_size: int,
     gemm_backend: str = "auto",
+    product_dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The results of :func:`reference_recurrence`, computed by :class:`ONLSTMRecurrence` (or by
     its forward loop alone when no gradient is needed). ``input_gates`` (T, B, G) already holds
     the recurrent bias too (it is constant over time, so it folds into the input projection).
-    ``gemm_backend`` names the per-step products' backend (:mod:`treernn.encoders.gemm`)."""
+    ``gemm_backend`` names the per-step products' backend (:mod:`treernn.encoders.gemm`);
+    ``product_dtype`` (bf16 under bf16-mixed) the dtype they run in, everything else staying in
+    the inputs' dtype (fp32)."""
     needs_grad = torch.is_grad_enabled() and any(
         tensor.requires_grad for tensor in (input_gates, recurrent_weight, h0, c0)
     )
     if needs_grad:
         outputs, h, c, distances = ONLSTMRecurrence.apply(
-            input_gates.contiguous(), recurrent_weight, h0, c0, step_mask, chunk_size, gemm_backend
+            input_gates.contiguous(),
+            recurrent_weight,
+            h0,
+            c0,
+            step_mask,
+            chunk_size,
+            gemm_backend,
+            product_dtype,
         )
     else:
         with torch.no_grad():
@@ -466,5 +504,6 @@ def fast_recurrence(
                 False,
                 gemm_backend,
                 fused_kernel(input_gates),
+                product_dtype,
             )
     return outputs, h, c, distances[..., 1], distances[..., 0]

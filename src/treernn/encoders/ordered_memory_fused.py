@@ -55,8 +55,6 @@ read a token at a step; in :func:`slot_chain`, ``rows`` x ``width`` are those tw
 
 from __future__ import annotations
 
-import functools
-import logging
 import math
 from typing import TYPE_CHECKING
 
@@ -69,8 +67,6 @@ from treernn.encoders.cpp_ext import load_extension
 
 if TYPE_CHECKING:  # the model file imports this module; no import cycle at run time
     from treernn.encoders.ordered_memory import OrderedMemoryRecurrence, OrderedMemoryState
-
-log = logging.getLogger(__name__)
 
 
 def fused_ordered_memory(
@@ -298,27 +294,10 @@ def _reachable_window(mask_pointer: Tensor, threshold: float) -> int:
 
 # ----------------------------------------------------------------------------- precision
 def _autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The lower-precision dtype the caller asked for with ``torch.autocast``, else None (also
-    for bf16 on a CPU without fast bf16 products)."""
-    if device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
-        return None
-    dtype = torch.get_autocast_dtype("cpu")
-    if dtype == torch.bfloat16 and not _fast_bf16_products():
-        return None
-    return dtype if dtype != torch.float32 else None
-
-
-@functools.cache
-def _fast_bf16_products() -> bool:
-    """Whether this CPU has bf16 matrix kernels (oneDNN's); logs once where it has none."""
-    if gemm.onednn_available(torch.bfloat16):
-        return True
-    log.warning(
-        "Ordered Memory under bf16-mixed: this CPU has no bf16 matrix kernels (oneDNN bf16 needs "
-        "AVX512 or AMX), where bf16 products are 50-100x slower than fp32; the recurrence keeps "
-        "fp32 products (use precision=32 to silence this)"
-    )
-    return False
+    """The dtype of the recurrence's matrix products under ``torch.autocast``: the autocast dtype
+    on GPUs and on CPUs with bf16 matrix kernels, else None (fp32;
+    :func:`treernn.encoders.gemm.autocast_product_dtype`)."""
+    return gemm.autocast_product_dtype(device, "Ordered Memory")
 
 
 def _linear(
