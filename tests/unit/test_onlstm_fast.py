@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 import torch
 
+from tests.fixtures.precision import fp32_and_bf16_runs
 from treernn.encoders import cpp_ext, gemm, onlstm_fast
 from treernn.encoders.onlstm import ONLSTMEncoder
 from treernn.encoders.onlstm_fast import (
@@ -353,15 +354,12 @@ def test_bf16_products_under_autocast_stay_close_to_fp32(
     ).train()
     x = torch.randn(3, 7, 6)
     mask = torch.arange(7)[None] < torch.tensor([[7], [5], [2]])
+    runs = fp32_and_bf16_runs(
+        encoder, x, mask, lambda out: out.hidden.pow(2).sum() + out.tree_signal.values.sum()
+    )
     results = []
-    for bf16 in (False, True):
-        encoder.zero_grad(set_to_none=True)
-        torch.manual_seed(1)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            out = encoder(x, mask)
+    for out, grads in runs:
         assert out.hidden.dtype == torch.float32 and out.tree_signal.values.dtype == torch.float32
-        (out.hidden.pow(2).sum() + out.tree_signal.values.sum()).backward()
-        grads = {name: p.grad.clone() for name, p in encoder.named_parameters()}
         results.append((out.hidden.detach(), out.tree_signal.values.detach(), grads))
     (hidden, distances, grads), (hidden_bf16, distances_bf16, grads_bf16) = results
     assert not torch.equal(hidden, hidden_bf16)

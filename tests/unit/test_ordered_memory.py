@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.fixtures.precision import fp32_and_bf16_runs
 from treernn.encoders import cpp_ext, gemm, ordered_memory_fused
 from treernn.encoders.ordered_memory import (
     GatedRecursiveCell,
@@ -552,14 +553,8 @@ def test_bf16_autocast_trains_and_stays_close_to_fp32(monkeypatch):
     x = torch.randn(4, 9, 16)
     mask = torch.arange(9)[None] < torch.tensor([[9], [7], [3], [9]])
     results = []
-    for bf16 in (False, True):
-        encoder.zero_grad(set_to_none=True)
-        torch.manual_seed(1)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            out = encoder(x, mask)
+    for out, grads in fp32_and_bf16_runs(encoder, x, mask, lambda out: out.pooled.pow(2).sum()):
         assert out.hidden.dtype == torch.float32 and out.pooled.dtype == torch.float32
-        out.pooled.pow(2).sum().backward()
-        grads = {name: p.grad.clone() for name, p in encoder.named_parameters()}
         assert all(torch.isfinite(g).all() for g in grads.values())
         results.append((out.hidden.detach(), grads))
     (hidden, grads), (hidden_bf16, grads_bf16) = results

@@ -213,35 +213,19 @@ class ONLSTMRecurrence(torch.autograd.Function):
     :func:`reference_recurrence`).
 
     Inputs: input_gates (T, B, G) holding W_ih x + b_ih + b_hh, weight (G, H) the DropConnect-ed
-    recurrent weight, h0 and c0 (B, H), step_mask (T, B) bool or None, chunk_size, gemm_backend
-    (the per-step products' backend, :mod:`treernn.encoders.gemm`).
+    recurrent weight, h0 and c0 (B, H), step_mask (T, B) bool or None, then chunk_size,
+    gemm_backend (the per-step products' backend, :mod:`treernn.encoders.gemm`) and product_dtype
+    (bf16 under bf16-mixed, else None).
     Outputs: outputs (T, B, H), h_last, c_last (B, H), distances (T, B, 2) = (input, forget).
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx,
-        input_gates,
-        weight,
-        h0,
-        c0,
-        step_mask,
-        chunk_size,
-        gemm_backend="auto",
-        product_dtype=None,
-    ):
+    def forward(ctx, input_gates, weight, h0, c0, step_mask, *options):  # type: ignore[override]
+        chunk_size, gemm_backend, product_dtype = options  # as fast_recurrence passes them
         kernel = fused_kernel(input_gates)
+        inputs = (input_gates, weight, h0, c0, step_mask, chunk_size)
         outputs, h_last, c_last, distances, saved = _fast_forward(
-            input_gates,
-            weight,
-            h0,
-            c0,
-            step_mask,
-            chunk_size,
-            True,
-            gemm_backend,
-            kernel,
-            product_dtype,
+            *inputs, True, gemm_backend, kernel, product_dtype
         )
         ctx.chunk_size = chunk_size
         ctx.gemm_backend = gemm_backend
@@ -482,15 +466,9 @@ def fast_recurrence(
         tensor.requires_grad for tensor in (input_gates, recurrent_weight, h0, c0)
     )
     if needs_grad:
+        inputs = (input_gates.contiguous(), recurrent_weight, h0, c0, step_mask)
         outputs, h, c, distances = ONLSTMRecurrence.apply(
-            input_gates.contiguous(),
-            recurrent_weight,
-            h0,
-            c0,
-            step_mask,
-            chunk_size,
-            gemm_backend,
-            product_dtype,
+            *inputs, chunk_size, gemm_backend, product_dtype
         )
     else:
         with torch.no_grad():
