@@ -208,6 +208,13 @@ def _fast_forward(
     return outputs, hs[steps], cs[steps], distances, saved
 
 
+def _options(
+    chunk_size: int, gemm_backend: str = "auto", product_dtype: torch.dtype | None = None
+) -> tuple[int, str, torch.dtype | None]:
+    """The non-tensor inputs of :class:`ONLSTMRecurrence` after the step mask, with defaults."""
+    return chunk_size, gemm_backend, product_dtype
+
+
 class ONLSTMRecurrence(torch.autograd.Function):
     """The ON-LSTM recurrence of one layer as one autograd node (the same numbers as
     :func:`reference_recurrence`).
@@ -221,7 +228,7 @@ class ONLSTMRecurrence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input_gates, weight, h0, c0, step_mask, *options):  # type: ignore[override]
-        chunk_size, gemm_backend, product_dtype = options  # as fast_recurrence passes them
+        chunk_size, gemm_backend, product_dtype = _options(*options)
         kernel = fused_kernel(input_gates)
         inputs = (input_gates, weight, h0, c0, step_mask, chunk_size)
         outputs, h_last, c_last, distances, saved = _fast_forward(
