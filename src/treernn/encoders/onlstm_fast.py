@@ -208,13 +208,6 @@ def _fast_forward(
     return outputs, hs[steps], cs[steps], distances, saved
 
 
-def _options(
-    chunk_size: int, gemm_backend: str = "auto", product_dtype: torch.dtype | None = None
-) -> tuple[int, str, torch.dtype | None]:
-    """The non-tensor inputs of :class:`ONLSTMRecurrence` after the step mask, with defaults."""
-    return chunk_size, gemm_backend, product_dtype
-
-
 class ONLSTMRecurrence(torch.autograd.Function):
     """The ON-LSTM recurrence of one layer as one autograd node (the same numbers as
     :func:`reference_recurrence`).
@@ -227,8 +220,10 @@ class ONLSTMRecurrence(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, input_gates, weight, h0, c0, step_mask, *options):  # type: ignore[override]
-        chunk_size, gemm_backend, product_dtype = _options(*options)
+    def forward(  # type: ignore[override]
+        ctx, input_gates, weight, h0, c0, step_mask, chunk_size, gemm_backend="auto",
+        product_dtype=None,
+    ):  # fmt: skip
         kernel = fused_kernel(input_gates)
         inputs = (input_gates, weight, h0, c0, step_mask, chunk_size)
         outputs, h_last, c_last, distances, saved = _fast_forward(

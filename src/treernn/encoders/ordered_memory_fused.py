@@ -79,8 +79,9 @@ def fused_ordered_memory(
 ) -> tuple[Tensor, Tensor, OrderedMemoryState]:
     """What :meth:`OrderedMemoryRecurrence.forward` returns, computed the fast way: hidden
     (B, T, H), attention (B, T, N), final state. Under ``torch.autocast`` (bf16-mixed) the
-    matrix products run in the autocast dtype and everything else in fp32."""
-    gemm_dtype = _autocast_dtype(x.device)
+    matrix products run in bf16 where that is fast (:func:`gemm.autocast_product_dtype`) and
+    everything else in fp32."""
+    gemm_dtype = gemm.autocast_product_dtype(x.device, "Ordered Memory")
     with torch.autocast(x.device.type, enabled=False):
         if x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()
@@ -293,13 +294,6 @@ def _reachable_window(mask_pointer: Tensor, threshold: float) -> int:
 
 
 # ----------------------------------------------------------------------------- precision
-def _autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The dtype of the recurrence's matrix products under ``torch.autocast``: the autocast dtype
-    on GPUs and on CPUs with bf16 matrix kernels, else None (fp32;
-    :func:`treernn.encoders.gemm.autocast_product_dtype`)."""
-    return gemm.autocast_product_dtype(device, "Ordered Memory")
-
-
 def _linear(
     x: Tensor,
     weight: Tensor,

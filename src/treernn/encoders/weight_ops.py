@@ -104,7 +104,7 @@ class _MaskedScale(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):  # type: ignore[override]
-        return ctx.kernel.masked_scale(grad.contiguous(), *ctx.arguments), None, None, None, None
+        return ctx.kernel.masked_scale(grad, *ctx.arguments), None, None, None, None
 
 
 def transposed(matrix: Tensor) -> Tensor:
