@@ -44,7 +44,13 @@ def test_parse_sentiment_tree_hand_case():
 
 
 def test_sst2_phrases_drop_neutral_and_map_labels(tmp_path):
-    module = SSTDataModule(write_sst(tmp_path), num_classes=2, train_subtrees=True, download=False)
+    module = SSTDataModule(
+        write_sst(tmp_path),
+        num_classes=2,
+        train_subtrees=True,
+        download=False,
+        verify_checksums=False,
+    )
     module.setup()
     train = module.splits["train"]
     # sentence 1: root 3 -> pos, "The" 2 dropped, (good Film) 4 -> pos, good 3 -> pos, Film dropped
@@ -62,7 +68,13 @@ def test_sst2_phrases_drop_neutral_and_map_labels(tmp_path):
 
 
 def test_sst5_sentences_only(tmp_path):
-    module = SSTDataModule(write_sst(tmp_path), num_classes=5, train_subtrees=False, download=False)
+    module = SSTDataModule(
+        write_sst(tmp_path),
+        num_classes=5,
+        train_subtrees=False,
+        download=False,
+        verify_checksums=False,
+    )
     module.setup()
     assert [example.label for example in module.splits["train"]] == [3, 1, 2]
     assert [example.label for example in module.splits["val"]] == [4, 2]
@@ -73,13 +85,13 @@ def test_malformed_sst_line_names_file_and_line(tmp_path):
     root = write_sst(tmp_path)
     (root / "sst" / "trees" / "train.txt").write_text("(3 (2 a) (2 b))\n(3 (2 oops)\n")
     with pytest.raises(DataFormatError, match=r"train.txt:2: not an SST tree"):
-        SSTDataModule(root, download=False).setup()
+        SSTDataModule(root, download=False, verify_checksums=False).setup()
 
 
 def test_missing_files_say_where_to_put_them(tmp_path, monkeypatch):
     monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(FileNotFoundError, match="trainDevTestTrees_PTB.zip"):
-        SSTDataModule(tmp_path, download=False).prepare_data()
+        SSTDataModule(tmp_path, download=False, verify_checksums=False).prepare_data()
 
 
 # ----------------------------------------------------------------------------- GloVe
@@ -135,14 +147,18 @@ def test_datamodule_with_glove_adds_covered_dev_words_and_checks_size(tmp_path):
     root = write_sst(tmp_path)
     glove = tmp_path / "glove.txt"
     glove.write_text(GLOVE)
-    module = SSTDataModule(root, glove_path=glove, embedding_size=3, download=False)
+    module = SSTDataModule(
+        root, glove_path=glove, embedding_size=3, download=False, verify_checksums=False
+    )
     module.setup()
     assert "fun" in module.vocab and "meh" not in module.vocab  # dev word with / without vector
     weights = module.task_kwargs()["pretrained_embeddings"]
     assert weights.shape == (len(module.vocab), 3)
     torch.testing.assert_close(weights[module.vocab.stoi["good"]], torch.tensor([1.0, 2.0, 3.0]))
     with pytest.raises(EmbeddingFormatError, match="embedding size is 300"):
-        SSTDataModule(root, glove_path=glove, embedding_size=300, download=False).setup()
+        SSTDataModule(
+            root, glove_path=glove, embedding_size=300, download=False, verify_checksums=False
+        ).setup()
 
 
 # ----------------------------------------------------------------------------- real data

@@ -28,9 +28,10 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
-from torch.utils.data import BatchSampler, DataLoader, Sampler
+from torch.utils.data import DataLoader, Sampler, SequentialSampler
 
 from treernn.data.batch import EncoderInputs, missing_view
+from treernn.data.sampling import EpochShuffle, LengthBucketBatchSampler, ResumableTrainBatches
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.tree_batch import TreeBatch
 from treernn.errors import DataError
@@ -239,45 +240,7 @@ def _pad_with_lengths(sequences: Sequence[Sequence[int]], pad_index: int) -> tup
     return ids, mask
 
 
-class LengthBucketBatchSampler(BatchSampler):
-    """Batches of similar length: draw ``pool_batches`` batches' worth of indices from ``sampler``,
-    sort them by length, cut into batches, and yield the batches in random order.
-
-    Takes ``sampler`` as its first argument so Lightning can swap in a DistributedSampler.
-    """
-
-    def __init__(
-        self,
-        sampler: Sampler[int] | Sequence[int],
-        batch_size: int,
-        drop_last: bool = False,
-        lengths: Sequence[int] = (),
-        pool_batches: int = 50,
-        shuffle_batches: bool = True,
-    ) -> None:
-        super().__init__(sampler, batch_size, drop_last)
-        self.lengths = list(lengths)
-        self.pool_batches = pool_batches
-        self.shuffle_batches = shuffle_batches
-
-    def __iter__(self) -> Iterator[list[int]]:
-        indices = list(iter(self.sampler))
-        pool_size = self.batch_size * self.pool_batches
-        batches: list[list[int]] = []
-        for start in range(0, len(indices), pool_size):
-            pool = sorted(indices[start : start + pool_size], key=self.lengths.__getitem__)
-            for offset in range(0, len(pool), self.batch_size):
-                batch = pool[offset : offset + self.batch_size]
-                if len(batch) == self.batch_size or not self.drop_last:
-                    batches.append(batch)
-        if self.shuffle_batches:
-            # torch's generator, so seed_everything makes the order reproducible
-            order = torch.randperm(len(batches)).tolist()
-            batches = [batches[i] for i in order]
-        yield from batches
-
-
-class ClassificationDataModule(pl.LightningDataModule):
+class ClassificationDataModule(ResumableTrainBatches, pl.LightningDataModule):
     """Base DataModule: subclasses fill ``self.splits`` ({"train", "val", "test"} -> examples)
     in ``setup`` and define the fixed vocabulary, label, bucket and group names."""
 
@@ -325,27 +288,28 @@ class ClassificationDataModule(pl.LightningDataModule):
             raise RuntimeError(f"{type(self).__name__}: call setup() before {stage} data")
         examples = self.splits[stage]
         batch_size = self.batch_size if stage == "train" else self.eval_batch_size
-        collate = Collator(self.vocab.pad_index)
-        common = {"num_workers": self.num_workers, "collate_fn": collate}
-        if self.length_bucketing:
-            lengths = [example.length for example in examples]
-            # RandomSampler draws from torch's global generator, which seed_everything seeds
-            sampler: Sampler[int] = (
-                torch.utils.data.RandomSampler(examples)
-                if shuffle
-                else torch.utils.data.SequentialSampler(examples)
-            )
-            batch_sampler = LengthBucketBatchSampler(
-                sampler,
-                batch_size,
-                drop_last=False,
-                lengths=lengths,
-                # evaluation: one pool over everything, kept in sorted order
-                pool_batches=50 if shuffle else max(1, len(examples)),
-                shuffle_batches=shuffle,
-            )
-            return DataLoader(examples, batch_sampler=batch_sampler, **common)
-        return DataLoader(examples, batch_size=batch_size, shuffle=shuffle, **common)
+        sampler: Sampler[int] = (
+            EpochShuffle(len(examples)) if shuffle else SequentialSampler(examples)
+        )
+        batch_sampler = LengthBucketBatchSampler(
+            sampler,
+            batch_size,
+            drop_last=False,
+            lengths=[example.length for example in examples] if self.length_bucketing else (),
+            # evaluation: one pool over everything, kept in sorted order
+            pool_batches=50 if shuffle else max(1, len(examples)),
+            shuffle_batches=shuffle and self.length_bucketing,
+        )
+        if shuffle:
+            batch_sampler = self._resumable(batch_sampler)
+        return DataLoader(
+            examples,
+            batch_sampler=batch_sampler,
+            num_workers=self.num_workers,
+            collate_fn=Collator(self.vocab.pad_index),
+            # the loader's own generator: iterating data never draws from torch's global one
+            generator=torch.Generator(),
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

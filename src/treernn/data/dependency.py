@@ -37,9 +37,11 @@ import conllu
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, SequentialSampler
 
 from treernn.data.batch import EncoderInputs, missing_view
+from treernn.data.download import RemoteFile, resolve_data_file
+from treernn.data.sampling import EpochShuffle, LengthBucketBatchSampler, ResumableTrainBatches
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.td_treelstm import EDGE_TYPES, LEFT, NX_LEFT, NX_RIGHT, RIGHT, TopDownTree
 from treernn.errors import DataError
@@ -492,15 +494,37 @@ def collate_trees(examples: Sequence[EncodedTree], pad_index: int = 0) -> Depend
 
 
 # ----------------------------------------------------------------------------- DataModule
+EWT_DATASET = "ud_english_ewt"
+EWT_URL = "https://raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/r2.16/"
+#: UD English-EWT r2.16, the default treebank: downloaded when missing, checked by sha256
+EWT_FILES = {
+    f"{EWT_DATASET}/{name}": RemoteFile(name, EWT_URL + name, sha256)
+    for name, sha256 in (
+        (
+            "en_ewt-ud-train.conllu",
+            "3fb78e2b55482c8ee00caa653af436c88c9e5bc9a73ce26e4ae3ddc79d2b7e7b",
+        ),
+        (
+            "en_ewt-ud-dev.conllu",
+            "531a54ff90d6ab12201c5a50c3e78e6ddac4de69abc4bce5d275d3cd29efe2b6",
+        ),
+        (
+            "en_ewt-ud-test.conllu",
+            "e266e515a0a7547657ed3d90d9ba46487d6bd251f27ad4269d4e8a427c8555cd",
+        ),
+    )
+}
 
 
-class DependencyDataModule(pl.LightningDataModule):
+class DependencyDataModule(ResumableTrainBatches, pl.LightningDataModule):
     """CoNLL-U/CoNLL-X treebank splits for dependency language modelling.
 
     Files are relative to ``data_dir``. ``unk_threshold``: training words seen that many times or
     fewer become ``<unk>`` (paper: 5 on MSR, 1 on PTB reranking). ``max_length``: longer sentences
     are dropped (paper: 100). ``on_error``/``projective_only``: see the module docstring.
-    ``max_sentences`` caps each split (for quick CPU runs); the cap is logged.
+    ``max_sentences`` caps each split (for quick CPU runs); the cap is logged. The UD English-EWT
+    r2.16 files (the default) are downloaded when missing (``download``) and checked against their
+    published sha256 (``verify_checksums``); other treebanks are read as they are.
     """
 
     def __init__(
@@ -520,6 +544,8 @@ class DependencyDataModule(pl.LightningDataModule):
         batch_size: int = 64,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
+        download: bool = True,
+        verify_checksums: bool = True,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(logger=False)
@@ -528,12 +554,27 @@ class DependencyDataModule(pl.LightningDataModule):
         self.reports: dict[str, ReadReport] = {}
         self.datasets: dict[str, list[EncodedTree]] = {}
 
+    def _path(self, name: str, download: bool) -> Path:
+        hp = self.hparams
+        remote = EWT_FILES.get(name)
+        if remote is None:
+            return Path(hp.data_dir) / name
+        return resolve_data_file(
+            EWT_DATASET, remote, hp.data_dir, download=download, verify=hp.verify_checksums
+        )
+
+    def prepare_data(self) -> None:
+        hp = self.hparams
+        for name in (hp.train_file, hp.val_file, hp.test_file):
+            if name is not None:
+                self._path(name, download=hp.download)
+
     def _read(self, split: str, name: str | None) -> list[DependencyTree]:
         if name is None:
             return []
         hp = self.hparams
         trees, report = read_dependency_file(
-            Path(hp.data_dir) / name, hp.on_error, hp.projective_only, hp.max_length
+            self._path(name, download=False), hp.on_error, hp.projective_only, hp.max_length
         )
         self.reports[split] = report
         if not report.skipped:
@@ -581,12 +622,20 @@ class DependencyDataModule(pl.LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         size = self.hparams.batch_size if shuffle else self.hparams.eval_batch_size
+        dataset = self.datasets[split]
+        sampler = EpochShuffle(len(dataset)) if shuffle else SequentialSampler(dataset)
+        batch_sampler = LengthBucketBatchSampler(
+            sampler, size or self.hparams.batch_size, shuffle_batches=False
+        )
+        if shuffle:
+            batch_sampler = self._resumable(batch_sampler)
         return DataLoader(
-            self.datasets[split],
-            batch_size=size or self.hparams.batch_size,
-            shuffle=shuffle,
+            dataset,
+            batch_sampler=batch_sampler,
             collate_fn=partial(collate_trees, pad_index=self.vocab.pad_index),
             num_workers=self.hparams.num_workers,
+            # the loader's own generator: iterating data never draws from torch's global one
+            generator=torch.Generator(),
         )
 
     def train_dataloader(self) -> DataLoader:

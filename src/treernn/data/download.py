@@ -131,7 +131,8 @@ def resolve_data_file(
         return local
     cached = cache_dir() / dataset / remote.relpath
     if cached.is_file():
-        verify_once(remote, cached)
+        if verify:
+            verify_once(remote, cached)
         return cached
     error = None
     if download:

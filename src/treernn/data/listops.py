@@ -120,6 +120,7 @@ class ListOpsDataModule(ClassificationDataModule):
         train_limit: keep this many training examples (seeded subset), e.g. 90k for OM Fig. 3b.
         standin_size / standin_seed / standin_max_tokens: the generated stand-in's size and seed.
         length_edges: lower edges of the test length buckets.
+        verify_checksums: check the local files against their published git blob ids.
     """
 
     num_sentences = 1
@@ -138,6 +139,7 @@ class ListOpsDataModule(ClassificationDataModule):
         length_edges: tuple[int, ...] | list[int] = DEFAULT_LENGTH_EDGES,
         check_labels: bool = True,
         download: bool = True,
+        verify_checksums: bool = True,
         batch_size: int = 128,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
@@ -165,6 +167,7 @@ class ListOpsDataModule(ClassificationDataModule):
         self.length_edges = edges
         self.check_labels = check_labels
         self.download = download
+        self.verify_checksums = verify_checksums
         self.subset_seed = subset_seed
         self.vocab = Vocabulary(LISTOPS_TOKENS, specials=("<pad>",))
         self.label_names = list(DIGITS)
@@ -180,7 +183,13 @@ class ListOpsDataModule(ClassificationDataModule):
 
     def _train_path(self) -> Path:
         if self.train_source == "download":
-            return resolve_data_file(DATASET, TRAIN_FILE, self.data_dir, download=self.download)
+            return resolve_data_file(
+                DATASET,
+                TRAIN_FILE,
+                self.data_dir,
+                download=self.download,
+                verify=self.verify_checksums,
+            )
         path = self._standin_path()
         if not path.is_file():
             log.warning(
@@ -193,9 +202,9 @@ class ListOpsDataModule(ClassificationDataModule):
         return path
 
     def _test_path(self) -> Path:
-        path = resolve_data_file(DATASET, TEST_FILE, self.data_dir, download=self.download)
-        TEST_FILE.verify(path)
-        return path
+        return resolve_data_file(
+            DATASET, TEST_FILE, self.data_dir, download=self.download, verify=self.verify_checksums
+        )
 
     def prepare_data(self) -> None:
         self._train_path()

@@ -159,7 +159,9 @@ class StreamLoader(DataLoader):
     """
 
     def __init__(self, stream: BPTTStream) -> None:
-        super().__init__(stream, batch_size=None, num_workers=0)
+        # the loader's own generator: iterating data never draws from torch's global one (a
+        # resumed run restores that one from its checkpoint)
+        super().__init__(stream, batch_size=None, num_workers=0, generator=torch.Generator())
         self.stream = stream
 
     def epoch_length(self) -> int:

@@ -41,9 +41,11 @@ from treernn.data.classification import (
 from treernn.data.download import (
     ChecksumError,
     DatasetNotFoundError,
+    RemoteFile,
     cache_dir,
     default_data_dir,
     file_digest,
+    verify_once,
 )
 from treernn.data.embeddings import PretrainedVectors, load_vectors
 from treernn.data.vocab import Vocabulary
@@ -161,6 +163,7 @@ class SSTDataModule(ClassificationDataModule):
         lowercase: lower-case words (as the authors' torchtext field does).
         train_limit: keep the first n training sentences (before subtrees), for quick runs.
         download: fetch the zip from the canonical URL in ``prepare_data`` if the files are missing.
+        verify_checksums: check the local files against their published sha256.
     """
 
     num_sentences = 1
@@ -175,6 +178,7 @@ class SSTDataModule(ClassificationDataModule):
         lowercase: bool = True,
         train_limit: int | None = None,
         download: bool = True,
+        verify_checksums: bool = True,
         batch_size: int = 128,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
@@ -190,6 +194,7 @@ class SSTDataModule(ClassificationDataModule):
         self.lowercase = lowercase
         self.train_limit = train_limit
         self.download = download
+        self.verify_checksums = verify_checksums
         self.label_names = SST2_LABELS if num_classes == 2 else SST5_LABELS
         self.bucket_names = BUCKET_NAMES
         self.group_names = ["test"]
@@ -204,6 +209,10 @@ class SSTDataModule(ClassificationDataModule):
         for folder in (local, cached):
             paths = {split: folder / f"{split}.txt" for split in SST_SHA256}
             if all(path.is_file() for path in paths.values()):
+                if self.verify_checksums:
+                    for split, path in paths.items():
+                        remote = RemoteFile(f"trees/{split}.txt", SST_URL, SST_SHA256[split])
+                        verify_once(remote, path)
                 return paths
         raise DatasetNotFoundError(
             f"SST trees not found in {local} or {cached}: download {SST_URL}, unzip it and put "

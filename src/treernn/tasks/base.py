@@ -30,6 +30,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from torch import Tensor, nn
+from torchmetrics import Metric
 
 from treernn.data.batch import EncodedBatch, EncoderInputs
 from treernn.encoders.base import Encoder, EncoderOutput
@@ -138,7 +139,45 @@ class Task(pl.LightningModule):
             self._plateau_validations = self._validations
         super().lr_scheduler_step(scheduler, metric)
 
+    # ----------------------------------------------------------------- checkpoints
+    def _train_metrics(self) -> dict[str, Metric]:
+        return {
+            name: module
+            for name, module in self.named_children()
+            if name.startswith("train_") and isinstance(module, Metric)
+        }
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # what a run resumed in the middle of an epoch needs to continue exactly: the scheduler's
+        # count of validations, and the training metrics accumulated over the epoch so far
+        checkpoint["task_progress"] = {
+            "validations": self._validations,
+            "plateau_validations": self._plateau_validations,
+            "train_metrics": {
+                name: {key: _copy_state(value) for key, value in metric.metric_state.items()}
+                for name, metric in self._train_metrics().items()
+            },
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        progress = checkpoint.get("task_progress")
+        if not progress:
+            return
+        self._validations = progress["validations"]
+        self._plateau_validations = progress["plateau_validations"]
+        metrics = self._train_metrics()
+        for name, states in progress["train_metrics"].items():
+            if name in metrics:
+                for key, value in states.items():
+                    setattr(metrics[name], key, _copy_state(value))
+
     def scale_learning_rate(self, factor: float) -> None:
         """Set every group's learning rate to ``base_lr * factor`` for the coming step."""
         for group in self.optimizers().param_groups:
             group["lr"] = group["base_lr"] * factor
+
+
+def _copy_state(value: Any) -> Any:
+    if isinstance(value, list):
+        return [item.detach().clone() for item in value]
+    return value.detach().clone()

@@ -220,12 +220,14 @@ class LanguageModelTask(Task):
 
     # ----------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
         # the carried hidden state, so a run resumed mid-epoch continues exactly
         checkpoint["carried_state"] = self._state
         if self.vocab is not None:
             checkpoint["vocab"] = self.vocab.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
         self._state = checkpoint.get("carried_state")
         if "vocab" in checkpoint and self.vocab is None:
             self.vocab = Vocabulary.from_state_dict(checkpoint["vocab"])
