@@ -1,21 +1,46 @@
-"""Type and range checks of the numeric config values, before anything is built.
+"""Checks of the config before anything is built or any data is read.
 
-A value of the wrong type would otherwise fail deep inside a constructor (``model.num_layers=2.5``:
-``can't multiply sequence by non-int``) or after minutes of data loading. The rules go by key name,
-so they cover every model and task: sizes and counts are positive integers, dropouts are
-probabilities, learning rates are positive, and the trainer's counters are integers. Each failure
-names the key, the value and a valid example.
+- Numbers: a value of the wrong type would otherwise fail deep inside a constructor
+  (``model.num_layers=2.5``: ``can't multiply sequence by non-int``) or after minutes of data
+  loading. The rules go by key name, so they cover every model and task: sizes and counts are
+  positive integers, dropouts are probabilities, learning rates are positive, and the trainer's
+  counters are integers.
+- Choices: the run's own switches (``mode``, ``test_ckpt``, ``task.mode``, ``requeue_signal``) and
+  every constructor argument whose annotation lists its values (``Literal["fast", "reference"]``)
+  in the model, task, data and trainer configs.
+- Keys: a key that the class named by ``_target_`` does not take (``model.weight_drop`` on an
+  encoder without DropConnect) instead of a ``TypeError`` from its constructor.
+
+Each failure names the key, the value and what would be valid.
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import inspect
 import math
+import signal
+import typing
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from treernn.errors import ConfigValueError
+
+#: the run's own switches (conf/config.yaml, conf/task/*.yaml) and their values
+CHOICES: dict[str, tuple[Any, ...]] = {
+    "mode": ("fit+test", "fit", "test"),
+    "test_ckpt": ("best", "last"),
+    "task.mode": ("min", "max"),
+}
+
+#: keys of a model config that describe it rather than construct it (see treernn.checkpoints)
+NOT_CONSTRUCTOR_KEYS = ("name",)
+
+#: config nodes whose ``_target_`` constructors are checked, with their nested partials
+TARGET_NODES = ("model", "task.module", "task.datamodule", "trainer")
 
 Check = Callable[[Any], bool]
 
@@ -109,7 +134,112 @@ def _walk(node: Any, prefix: str) -> Iterator[tuple[str, str, Any]]:
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Raise :class:`ConfigValueError` for the first value of the wrong type or range."""
+    """Raise :class:`ConfigValueError` for the first value of the wrong type, range or choice."""
+    check_choices(cfg)
+    check_numbers(cfg)
+    for section in TARGET_NODES:
+        node = OmegaConf.select(cfg, section)
+        if isinstance(node, DictConfig):
+            check_targets(node, section)
+
+
+def check_choices(cfg: DictConfig) -> None:
+    for key, allowed in CHOICES.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in allowed:
+            raise ConfigValueError(_choice_message(key, value, allowed))
+    requeue = cfg.get("requeue_signal")
+    if requeue is not None:
+        name = f"SIG{str(requeue).upper().removeprefix('SIG')}"
+        if name not in signal.Signals.__members__:
+            raise ConfigValueError(
+                f"requeue_signal={requeue!r} is not a signal; use USR1, USR2 or null (no requeue)"
+            )
+
+
+def _choice_message(key: str, value: Any, allowed: tuple[Any, ...]) -> str:
+    shown = ", ".join(str(v) for v in allowed)
+    close = difflib.get_close_matches(str(value), [str(v) for v in allowed], n=1)
+    hint = f"; did you mean {key}={close[0]}?" if close else f"; e.g. {key}={allowed[0]}"
+    return f"{key}={value!r} is not one of {shown}{hint}"
+
+
+def check_targets(node: DictConfig, where: str) -> None:
+    """The keys and choices of the constructor ``node._target_`` names, and of nested partials
+    (an optimizer, a scheduler)."""
+    for key in node:
+        child = node[key]
+        if isinstance(child, DictConfig) and "_target_" in child:
+            check_targets(child, f"{where}.{key}")
+    target = node.get("_target_")
+    if not isinstance(target, str):
+        return
+    cls = _import(target)
+    if cls is None:
+        return  # Hydra's instantiate reports a missing class itself
+    try:
+        parameters = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    hints = _literal_hints(cls)
+    for key in node:
+        if str(key).startswith("_") or (where == "model" and key in NOT_CONSTRUCTOR_KEYS):
+            continue
+        if key not in parameters and not takes_any:
+            close = difflib.get_close_matches(str(key), list(parameters), n=1)
+            hint = f"did you mean {where}.{close[0]}? " if close else ""
+            raise ConfigValueError(
+                f"{where}.{key} is not a setting of {cls.__name__} ({target}); {hint}remove it "
+                f"(~{where}.{key} on the command line) or use one of: "
+                f"{', '.join(name for name in parameters if name not in ('self', 'kwargs'))}"
+            )
+        allowed = hints.get(str(key))
+        value = OmegaConf.select(node, str(key), throw_on_missing=False)
+        if allowed is not None and value not in allowed:
+            raise ConfigValueError(_choice_message(f"{where}.{key}", value, allowed))
+
+
+def _import(target: str) -> Any:
+    module_name, _, name = target.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+def _literal_hints(cls: Any) -> dict[str, tuple[Any, ...]]:
+    """Constructor arguments annotated with ``Literal[...]`` (or ``Literal[...] | None``) and
+    their allowed values."""
+    function = cls.__init__ if inspect.isclass(cls) else cls
+    try:
+        hints = typing.get_type_hints(function)
+    except (NameError, TypeError, AttributeError):
+        return {}
+    choices = {}
+    for name, hint in hints.items():
+        values = _literal_values(hint)
+        if values:
+            choices[name] = values
+    return choices
+
+
+def _literal_values(hint: Any) -> tuple[Any, ...]:
+    if typing.get_origin(hint) is typing.Literal:
+        return typing.get_args(hint)
+    values: tuple[Any, ...] = ()
+    for arg in typing.get_args(hint):
+        if arg is type(None):
+            values += (None,)
+        else:
+            inner = _literal_values(arg)
+            if not inner:
+                return ()  # a free-form alternative (an int, a str): not a list of choices
+            values += inner
+    return values if any(v is not None for v in values) else ()
+
+
+def check_numbers(cfg: DictConfig) -> None:
     checks: list[tuple[str, Any, str]] = []
     for section in ("model", "task.module", "task.datamodule"):
         node = OmegaConf.select(cfg, section)

@@ -9,18 +9,18 @@ from typing import Any
 from treernn.errors import CheckpointError
 
 
-def load_language_model(ckpt: str | Path, device: str, need_distances: bool) -> Any:
+def load_language_model(ckpt: str | Path, device: str, need_distances: bool, command: str) -> Any:
     """The task of a treernn language-model checkpoint, in eval mode on ``device``."""
-    from treernn.run import load_task
+    from treernn.checkpoints import load_trained
+    from treernn.tasks.language_model import LanguageModelTask
 
     path = Path(ckpt)
-    task = load_task(path)
-    for attribute in ("embedding", "encoder", "vocab"):
-        if getattr(task, attribute, None) is None:
-            raise CheckpointError(
-                f"checkpoint {path}: the {type(task).__name__} has no {attribute}; "
-                "this command needs a language model (task=ptb)"
-            )
+    task = load_trained(
+        path,
+        kind=LanguageModelTask,
+        command=command,
+        hint="a language model's checkpoint (task=ptb)",
+    ).task
     if "<eos>" not in task.vocab:
         raise CheckpointError(f"checkpoint {path}: the vocabulary has no <eos> token")
     if need_distances and task.encoder.tree_signal_kind != "distances":

@@ -259,21 +259,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from treernn.checkpoints import load_trained
     from treernn.commands.msr import read_conll
     from treernn.data.download import default_data_dir
     from treernn.errors import CheckpointError
-    from treernn.run import load_task
+    from treernn.tasks.dependency_lm import DependencyLanguageModel
 
-    torch.manual_seed(args.seed)
-    task = load_task(args.ckpt)
+    hint = "a tree language model's checkpoint (task=dependency_lm, td_treelstm or ld_treelstm)"
+    trained = load_trained(args.ckpt, kind=DependencyLanguageModel, command="generate", hint=hint)
+    task = trained.task
     if task.encoder.input_view != "dependency_tree":
-        raise CheckpointError(
-            f"{args.ckpt}: tree generation needs a tree model (td_treelstm or ld_treelstm)"
-        )
+        raise CheckpointError(f"generate: {args.ckpt} is a sequence model; generate needs {hint}")
+    torch.manual_seed(args.seed)
     train_file = args.train_file
     if train_file is None:
         data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
-        train_file = data_dir / task.treernn_config.task.datamodule.train_file
+        train_file = data_dir / trained.config.task.datamodule.train_file
     trees, _ = read_conll(train_file, "skip", projective_only=True, max_length=100)
     trees = trees[: args.max_train_sentences]
     held_out = max(1, len(trees) // 10)

@@ -406,12 +406,19 @@ def format_report(kind: str, report: dict[str, float | None], ties: str, seed: i
 
 
 def run(args: argparse.Namespace) -> int:
+    from treernn.checkpoints import load_trained
     from treernn.data.download import default_data_dir
-    from treernn.run import load_task
+    from treernn.tasks.dependency_lm import DependencyLanguageModel
 
+    task = load_trained(
+        args.ckpt,
+        kind=DependencyLanguageModel,
+        command="msr",
+        hint="a dependency language model's checkpoint (task=dependency_lm, e.g. "
+        "experiment=tdlstm/ld_treelstm_ewt_small)",
+    ).task
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     questions = read_msr(data_dir / QUESTIONS_FILE, data_dir / ANSWERS_FILE)
-    task = load_task(args.ckpt)
     result = evaluate(
         task,
         questions,

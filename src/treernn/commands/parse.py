@@ -121,7 +121,9 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     # the quick checks first: a malformed tree file or checkpoint fails before the treebank is read
     tree_file = read_trees(args.pred, args.format) if args.pred is not None else None
-    tasks = [] if tree_file else [load_language_model(c, args.device, True) for c in args.ckpt]
+    tasks = (
+        [] if tree_file else [load_language_model(c, args.device, True, "parse") for c in args.ckpt]
+    )
     boards: list[Scoreboard] = []
     extra: list[dict[str, Any]] = []
     timing = {"read": 0.0, "induce": 0.0, "score": 0.0}

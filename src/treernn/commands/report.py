@@ -53,7 +53,7 @@ import lightning.pytorch as pl
 
 from treernn.callbacks.accuracy_report import accuracy_table, length_curve, plot_accuracy_by_length
 from treernn.callbacks.tree_f1 import format_tree_f1, induce_batch_trees, scored_rows
-from treernn.errors import CheckpointError, ConfigValueError
+from treernn.errors import ConfigValueError
 from treernn.parsing.baselines import BASELINES, baseline_trees
 from treernn.parsing.induce import BRACKET_DISTANCES, BracketDistances
 from treernn.parsing.metrics import score_trees
@@ -89,17 +89,19 @@ def tree_f1_from_checkpoint(
     import hydra
     from omegaconf import open_dict
 
-    from treernn.run import load_task
+    from treernn.checkpoints import load_trained
+    from treernn.tasks.classification import ClassificationTask
 
     if split not in ("val", "test"):
         raise ConfigValueError(f"--split {split}: use val or test")
-    task = load_task(ckpt)
-    if not hasattr(task, "classify") or getattr(task, "vocab", None) is None:
-        raise CheckpointError(
-            f"{ckpt}: a {type(task).__name__} checkpoint; this command needs a classification "
-            "run (task=logic or task=listops)"
-        )
-    config = task.treernn_config.task.datamodule
+    trained = load_trained(
+        ckpt,
+        kind=ClassificationTask,
+        command="report tree-f1",
+        hint="a classification run's checkpoint (task=logic or task=listops)",
+    )
+    task = trained.task
+    config = trained.config.task.datamodule
     with open_dict(config):
         if data_dir is not None:
             config.data_dir = str(data_dir)
@@ -333,7 +335,8 @@ def throughput_report(args: argparse.Namespace) -> int:
     import hydra
     from hydra import compose, initialize_config_dir
 
-    from treernn.run import build_task, register_resolvers
+    from treernn.checkpoints import build_task
+    from treernn.run import register_resolvers
 
     register_resolvers()
     with initialize_config_dir(str(args.config_dir.resolve()), version_base="1.3"):

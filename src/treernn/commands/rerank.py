@@ -159,23 +159,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     make.add_argument("--seed", type=int, default=0)
 
 
+TREE_MODEL = (
+    "a tree language model's checkpoint (task=dependency_lm, model=td_treelstm or ld_treelstm)"
+)
+
+
 def run(args: argparse.Namespace) -> int:
+    task = None
+    if args.action == "score":  # the checkpoint is checked before any data is read
+        from treernn.checkpoints import load_trained
+        from treernn.tasks.dependency_lm import DependencyLanguageModel
+
+        task = load_trained(
+            args.ckpt, kind=DependencyLanguageModel, command="rerank", hint=TREE_MODEL
+        ).task
+        if task.encoder.input_view != "dependency_tree":
+            raise CheckpointError(
+                f"rerank: {args.ckpt} is a sequence model; rerank needs {TREE_MODEL}"
+            )
     gold, report = read_conll(args.gold, on_error="skip")
     if report.skipped:
         print(f"warning: {report.summary()}", file=sys.stderr)
-    if args.action == "make-candidates":
+    if task is None:  # make-candidates
         rng = random.Random(args.seed)
         trees = [c for g in gold for c in perturbed_candidates(g, args.k, args.changes, rng)]
         write_conllu(trees, args.output)
         print(f"wrote {len(trees)} candidate trees for {len(gold)} sentences to {args.output}")
         return 0
-    from treernn.run import load_task
-
-    task = load_task(args.ckpt)
-    if task.encoder.input_view != "dependency_tree":
-        raise CheckpointError(
-            f"{args.ckpt}: reranking needs a tree model (td_treelstm or ld_treelstm)"
-        )
     candidates, _ = read_conll(args.candidates)
     groups = group_candidates(candidates)
     flat_scores = score_trees(task, candidates, args.batch_size).tolist()

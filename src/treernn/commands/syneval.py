@@ -402,7 +402,7 @@ def run(args: argparse.Namespace) -> int:
 
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     test_sets = load_test_sets(args.syneval_dir or data_dir / "syneval", args.template_set)
-    task = load_language_model(args.ckpt, args.device, need_distances=False)
+    task = load_language_model(args.ckpt, args.device, need_distances=False, command="syneval")
     result = evaluate_syneval(
         task,
         test_sets,

@@ -38,7 +38,7 @@ def induced_trees(
             raise ConfigValueError(
                 f"sentence {number} ({sentence!r}) has no words after dropping punctuation"
             )
-    task = load_language_model(ckpt, device, need_distances=True)
+    task = load_language_model(ckpt, device, need_distances=True, command="trees")
     vocab = task.vocab
     distances = induce_distances(
         task.embedding,

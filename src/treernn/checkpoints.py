@@ -1,0 +1,347 @@
+"""Checkpoints are data: reading them safely, what they hold, rebuilding the task they trained, and
+writing them atomically.
+
+- Reading: every checkpoint is opened with ``torch.load(weights_only=True)``, which unpickles only
+  tensors and plain containers; a file whose pickle names anything else (a function to call, a
+  class to build) is refused with one line and nothing in it runs. Genuine treernn checkpoints hold
+  nothing else (the vocabulary is stored as a plain dict).
+- Rebuilding: the config stored in a checkpoint is instantiated only when every ``_target_`` in it
+  is a class of treernn, of ``torch.optim`` or of ``lightning.pytorch`` (more module prefixes can
+  be trusted with ``TREERNN_TRUSTED_MODULES=mypkg.models,otherpkg``: a model of your own package).
+- Writing: :class:`AtomicCheckpointIO` writes each checkpoint to a temporary file in its own
+  directory, flushes it to disk and renames it into place, so a kill or a full disk leaves the
+  previous file whole and no partial file. A full disk is one line (:class:`StorageError`).
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import inspect
+import io
+import os
+import pickle
+import re
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins import TorchCheckpointIO
+from omegaconf import DictConfig, OmegaConf
+
+from treernn.errors import CheckpointError, StorageError
+
+#: module prefixes whose classes a stored config may name as ``_target_``
+TRUSTED_PREFIXES = ("treernn.", "torch.optim.", "lightning.pytorch.")
+TRUSTED_ENV = "TREERNN_TRUSTED_MODULES"
+
+#: errno values that mean "no room to write"
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+
+# ----------------------------------------------------------------------------- reading
+def read_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
+    """A treernn checkpoint's contents, loaded as data only; one-line errors for a missing,
+    damaged, hostile or foreign file."""
+    path = Path(path)
+    checkpoint = load_data(path, mmap=mmap)
+    if not isinstance(checkpoint, dict) or "treernn" not in checkpoint:
+        raise CheckpointError(
+            f"{path} is not a treernn checkpoint (it has no run information); give a checkpoint "
+            "written by python train.py"
+        )
+    return checkpoint
+
+
+def load_data(path: str | Path, mmap: bool = False) -> Any:
+    """``torch.load(path, weights_only=True)``: tensors and plain containers only."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as error:
+        text = str(error)
+        if "Weights only load failed" not in text:
+            raise _damaged(path, error) from error
+        found = re.search(r"GLOBAL ([\w.]+)", text)
+        what = found.group(1) if found else "an object that is not a tensor or a plain container"
+        raise CheckpointError(
+            f"checkpoint {path} refused: its pickle names {what}, which is not data; treernn "
+            "loads checkpoints as data only and runs nothing from them. Use a checkpoint "
+            "written by python train.py"
+        ) from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile) as error:
+        raise _damaged(path, error) from error
+
+
+def _damaged(path: Path, error: BaseException) -> CheckpointError:
+    text = str(error).strip() or type(error).__name__
+    first_line = text.splitlines()[0].split(". ")[0]
+    return CheckpointError(
+        f"checkpoint {path} cannot be read ({first_line}): it is truncated or not a torch "
+        "checkpoint; use another checkpoint of the run (its checkpoints/*.ckpt)"
+    )
+
+
+@dataclass
+class CheckpointInfo:
+    """What a checkpoint says about itself, read without its tensors (mmap)."""
+
+    path: Path
+    epoch: int
+    global_step: int
+    #: epochs whose training and validation were done when the checkpoint was written
+    epochs_done: int
+    config: dict[str, Any]
+    wandb_id: str | None = None
+    state_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @property
+    def run_dir(self) -> Path | None:
+        """The run directory that wrote this checkpoint (``<run>/checkpoints/x.ckpt``)."""
+        parent = self.path.parent
+        if parent.name == "checkpoints" and (parent.parent / ".hydra").is_dir():
+            return parent.parent
+        return None
+
+    @property
+    def task_name(self) -> str | None:
+        return self.config.get("task", {}).get("name")
+
+    @property
+    def model_name(self) -> str | None:
+        return self.config.get("model", {}).get("name")
+
+
+def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
+    """Open a treernn checkpoint without reading its tensors and check it is usable."""
+    path = Path(path)
+    checkpoint = read_checkpoint(path, mmap=True)
+    state = checkpoint.get("state_dict", {})
+    progress = (
+        checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
+    )
+    epoch = int(checkpoint.get("epoch", 0))
+    return CheckpointInfo(
+        path=path,
+        epoch=epoch,
+        epochs_done=int(progress.get("processed", epoch + 1)),
+        global_step=int(checkpoint.get("global_step", 0)),
+        config=checkpoint["treernn"].get("config", {}),
+        wandb_id=checkpoint["treernn"].get("wandb_id"),
+        state_shapes={key: tuple(value.shape) for key, value in state.items()},
+    )
+
+
+def check_task_and_model(info: CheckpointInfo, task: str, model: str) -> None:
+    """A checkpoint given to another task or model: one line that says which it belongs to."""
+    if (info.task_name, info.model_name) != (task, model):
+        raise CheckpointError(
+            f"checkpoint {info.path} was written by task={info.task_name} "
+            f"model={info.model_name}, not task={task} model={model}: run with "
+            f"task={info.task_name} model={info.model_name}, or give a checkpoint of this task "
+            "and model"
+        )
+
+
+def require_task(info: CheckpointInfo, kind: type, command: str, hint: str) -> None:
+    """A command given a checkpoint of a task it cannot use: one line naming what it needs.
+    ``kind``: the task class the command works with (a subclass is fine)."""
+    target = info.config.get("task", {}).get("module", {}).get("_target_", "")
+    module_name, _, name = str(target).rpartition(".")
+    found = None
+    if str(target).startswith(trusted_prefixes()):
+        try:
+            found = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError, ValueError):
+            found = None
+    if not (inspect.isclass(found) and issubclass(found, kind)):
+        raise CheckpointError(
+            f"{command}: checkpoint {info.path} is a task={info.task_name} "
+            f"model={info.model_name} run ({name or 'unknown task'}); {command} needs {hint}"
+        )
+
+
+# ----------------------------------------------------------------------------- stored configs
+def trusted_prefixes() -> tuple[str, ...]:
+    extra = [p.strip() for p in os.environ.get(TRUSTED_ENV, "").split(",") if p.strip()]
+    return TRUSTED_PREFIXES + tuple(p if p.endswith(".") else p + "." for p in extra)
+
+
+def _targets(node: Any, key: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict):
+        for name, value in node.items():
+            where = f"{key}.{name}" if key else str(name)
+            if name == "_target_":
+                yield where, value
+            else:
+                yield from _targets(value, where)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _targets(value, f"{key}[{index}]")
+
+
+def check_stored_targets(config: dict[str, Any], source: str) -> None:
+    """Refuse a stored config that would build anything but a trusted class."""
+    prefixes = trusted_prefixes()
+    for where, target in _targets(config):
+        if not isinstance(target, str) or not target.startswith(prefixes):
+            raise CheckpointError(
+                f"{source}: its stored config names {where}={target!r}, which is not a class of "
+                f"{', '.join(p.rstrip('.') for p in prefixes)}; refused (nothing was built). If "
+                f"it is a model of your own package, trust it with {TRUSTED_ENV}=<package>"
+            )
+        module_name, _, name = target.rpartition(".")
+        try:
+            value = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError):
+            raise CheckpointError(
+                f"{source}: its stored config names {where}={target}, which does not exist in "
+                "this version of the code; use a checkpoint written by this version"
+            ) from None
+        if not inspect.isclass(value):
+            raise CheckpointError(
+                f"{source}: its stored config names {where}={target}, which is not a class; "
+                "refused (nothing was built)"
+            )
+
+
+# ----------------------------------------------------------------------------- rebuilding
+#: keys of a model/task config that describe it rather than construct it
+DESCRIPTIVE_KEYS = ("name",)
+
+
+def constructor_config(cfg: DictConfig) -> DictConfig:
+    """A config node without its descriptive keys, ready for ``hydra.utils.instantiate``."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    for key in DESCRIPTIVE_KEYS:
+        container.pop(key, None)
+    return OmegaConf.create(container)
+
+
+def build_task(cfg: DictConfig, task_kwargs: dict[str, Any]) -> Any:
+    """The task module of a config: its encoder partial completed by the task."""
+    import hydra
+
+    encoder = hydra.utils.instantiate(constructor_config(cfg.model))
+    return hydra.utils.instantiate(cfg.task.module, encoder=encoder, **task_kwargs)
+
+
+def serialise_task_kwargs(task_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Task constructor arguments as plain data (a vocabulary as its state dict)."""
+    from treernn.data.vocab import Vocabulary
+
+    return {
+        key: {"__vocabulary__": value.state_dict()} if isinstance(value, Vocabulary) else value
+        for key, value in task_kwargs.items()
+    }
+
+
+def deserialise_task_kwargs(stored: dict[str, Any]) -> dict[str, Any]:
+    from treernn.data.vocab import Vocabulary
+
+    return {
+        key: Vocabulary.from_state_dict(value["__vocabulary__"])
+        if isinstance(value, dict) and "__vocabulary__" in value
+        else value
+        for key, value in stored.items()
+    }
+
+
+@dataclass
+class Trained:
+    """A trained task rebuilt from its checkpoint, with what commands need to know about it."""
+
+    task: Any  # the LightningModule, in eval mode
+    config: DictConfig  # the run's config as stored in the checkpoint
+    info: CheckpointInfo
+
+
+def load_trained(
+    path: str | Path,
+    *,
+    kind: type | None = None,
+    command: str = "this command",
+    hint: str = "another kind of checkpoint",
+    averaged: bool = True,
+) -> Trained:
+    """Rebuild the task of a treernn checkpoint, in eval mode (the averaged NT-ASGD weights if
+    any). ``kind``: the task class the caller works with, checked before anything is built."""
+    path = Path(path)
+    info = inspect_checkpoint(path)
+    if kind is not None:
+        require_task(info, kind, command, hint)
+    check_stored_targets(info.config, f"checkpoint {path}")
+    checkpoint = read_checkpoint(path)
+    stored = checkpoint["treernn"]
+    cfg = OmegaConf.create(stored["config"])
+    # subnormal floats as zero before the model's first operation (conf/config.yaml)
+    torch.set_flush_denormal(bool(cfg.get("flush_denormal", True)))
+    task = build_task(cfg, deserialise_task_kwargs(stored["task_kwargs"]))
+    state = checkpoint.get("averaged_state_dict") if averaged else None
+    task.load_state_dict(state or checkpoint["state_dict"])
+    task.on_load_checkpoint(checkpoint)
+    return Trained(task=task.eval(), config=cfg, info=info)
+
+
+# ----------------------------------------------------------------------------- writing
+def is_full_disk(error: BaseException) -> bool:
+    return isinstance(error, OSError) and error.errno in FULL_DISK
+
+
+def full_disk_error(path: str | Path, error: OSError, kept: str) -> StorageError:
+    return StorageError(
+        f"cannot write {path}: {os.strerror(error.errno)}; {kept}. Free some space (or set "
+        "paths.log_dir to a disk with room), then resume with ckpt_path=last"
+    )
+
+
+def atomic_write(path: str | Path, write: Any, kept: str = "the previous file is kept") -> None:
+    """Write ``path`` through ``write(handle)`` into a temporary file beside it, flush it to disk
+    and rename it into place. On a full disk the temporary file is removed and a
+    :class:`StorageError` names the file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as error:
+        tmp.unlink(missing_ok=True)
+        if is_full_disk(error):
+            raise full_disk_error(path, error, kept) from None
+        raise
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer and reader, made atomic on the target filesystem and data-only.
+
+    Lightning's own writer stages a file in the system's temporary directory and moves it; across
+    filesystems that move is a copy, which a full disk leaves as a 0-byte checkpoint.
+    """
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None
+    ) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        # serialised in memory first: torch's zip writer turns a failed write into an opaque
+        # RuntimeError, a plain file write says ENOSPC
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        atomic_write(
+            path,
+            lambda handle: handle.write(buffer.getbuffer()),
+            kept="the previous checkpoint is kept",
+        )
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: Any = None):
+        # data only, whatever the caller asks: a checkpoint is never trusted to run code
+        return load_data(path)

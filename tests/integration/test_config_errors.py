@@ -1,0 +1,103 @@
+"""A mistake in the config is one line that names the fix, and the fix works: the checksum switch
+of every dataset, the run's choices (``test_ckpt``, ``mode``, ...), the keys and choices of every
+constructor, and an online wandb run without a network."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import hydra
+import pytest
+
+from tests.integration.helpers import CONF_DIR, compose_config, one_line_error, run_cli
+
+pytestmark = pytest.mark.usefixtures("data_dir")
+
+TASKS = sorted(path.stem for path in Path(CONF_DIR, "task").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_every_dataset_has_the_checksum_switch(task, tmp_path):
+    cfg = compose_config([f"task={task}", "task.datamodule.verify_checksums=false"], tmp_path)
+    datamodule = hydra.utils.instantiate(cfg.task.datamodule)
+    attribute = getattr(datamodule, "verify_checksums", None)
+    if attribute is None:
+        attribute = datamodule.hparams.verify_checksums
+    assert attribute is False
+
+
+def test_a_changed_listops_file_fails_its_check_and_the_named_switch_lets_it_through(
+    tmp_path, data_dir
+):
+    copy = tmp_path / "data" / "listops"
+    copy.mkdir(parents=True)
+    shutil.copy(data_dir / "listops" / "test_d20s.tsv", copy / "test_d20s.tsv")
+    with open(copy / "test_d20s.tsv", "a") as handle:
+        handle.write("3\t[MAX 1 3 ]\n")
+    args = [
+        "task=listops",
+        "model=lstm",
+        "trainer=smoke",
+        f"paths.data_dir={tmp_path / 'data'}",
+        f"paths.log_dir={tmp_path / 'runs'}",
+        "task.datamodule.train_source=generate",
+        "task.datamodule.standin_size=300",
+        "task.datamodule.test_limit=50",
+        "model.hidden_size=16",
+    ]
+    failed = run_cli(args)
+    one_line_error(failed, "test_d20s.tsv fails its sha256 check", "verify_checksums=false")
+    passed = run_cli([*args, "task.datamodule.verify_checksums=false"])
+    assert passed.returncode == 0, passed.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("override", "needles"),
+    [
+        ("test_ckpt=bset", ("test_ckpt='bset' is not one of best, last", "test_ckpt=best?")),
+        ("mode=tset", ("mode='tset' is not one of fit+test, fit, test", "mode=test?")),
+        ("task.mode=maxx", ("task.mode='maxx' is not one of min, max",)),
+        ("requeue_signal=USR3", ("requeue_signal='USR3' is not a signal", "USR2")),
+        ("trainer.precision=bf61", ("trainer.precision='bf61' is not one of", "bf16-mixed")),
+        (
+            "+task.datamodule.verify_checksum=false",
+            (
+                "task.datamodule.verify_checksum is not a setting of PTBDataModule",
+                "verify_checksums?",
+            ),
+        ),
+        (
+            "+model.weight_dorp=0.3",
+            ("model.weight_dorp is not a setting of ONLSTMEncoder", "model.weight_drop?"),
+        ),
+        (
+            "+task.module.optimizer.lrr=1",
+            ("task.module.optimizer.lrr is not a setting of SGD", "task.module.optimizer.lr?"),
+        ),
+    ],
+)
+def test_a_wrong_choice_or_key_is_one_line_before_any_data(override, needles, tmp_path):
+    result = run_cli(
+        [override, f"paths.log_dir={tmp_path}", f"paths.data_dir={tmp_path / 'no-data'}"]
+    )
+    one_line_error(result, *needles)
+    assert not list(tmp_path.glob("ptb/onlstm/*"))  # a run that failed in set-up leaves nothing
+
+
+def test_an_online_wandb_run_without_a_network_fails_fast_naming_the_offline_switch(tmp_path):
+    started = time.monotonic()
+    result = run_cli(
+        [
+            "trainer=smoke",
+            "logger=wandb",
+            "logger.wandb.offline=false",
+            f"paths.log_dir={tmp_path}",
+            f"paths.data_dir={tmp_path / 'no-data'}",  # the check comes before the data
+        ],
+        # a server that is not there (a closed port here: refused at once, as offline)
+        env={"WANDB_MODE": "", "WANDB_BASE_URL": "http://127.0.0.1:9"},
+    )
+    one_line_error(result, "cannot be reached", "logger.wandb.offline=true", "wandb sync")
+    assert time.monotonic() - started < 60
