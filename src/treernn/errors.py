@@ -33,6 +33,27 @@ class DivergedError(UserError, FloatingPointError):
     """Training diverged: a non-finite or exploding loss or validation metric."""
 
 
+class StorageError(UserError, OSError):
+    """A file could not be written because the disk (or quota) is full; the message names the
+    file and what was kept."""
+
+
+class RunInterrupted(Exception):
+    """A signal (Ctrl-C, SIGTERM from ``kill``, ``scancel`` or a preemption) stopped the run.
+
+    Not a user error and not a bug: the run records itself as ``interrupted`` and the process
+    exits with the shell's status for the signal (130 for SIGINT, 143 for SIGTERM).
+    """
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
 def show_tracebacks() -> bool:
     """True when the user asked for full tracebacks of user errors too."""
     return any(

@@ -169,59 +169,6 @@ def slurm_plugins(requeue_signal: str | None) -> list[Any]:
     return [SLURMEnvironment(auto_requeue=True, requeue_signal=signum)]
 
 
-class Requeued(Exception):
-    """The SLURM job saved its state and asked to be requeued; this attempt ends here."""
-
-
-class RequeueAtBatchEnd(Callback):
-    """Moves Lightning's SLURM requeue (save ``hpc_ckpt_N.ckpt``, ``scontrol requeue``) from the
-    moment the signal arrives to the end of the current training batch.
-
-    Lightning runs its handler as soon as the signal lands, which can be in the middle of an
-    optimizer step; the checkpoint would then hold half-updated weights, and a requeued run would
-    not continue exactly. Here the signal only sets a flag; the save and the requeue happen between
-    two batches, where the loop state, weights and data position agree.
-    """
-
-    def __init__(self) -> None:
-        self._signum: int | None = None
-        self._lightning_handler: Any = None
-        self._pending = False
-
-    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        from lightning.pytorch.plugins.environments import SLURMEnvironment
-
-        environment = trainer._accelerator_connector.cluster_environment
-        if not (isinstance(environment, SLURMEnvironment) and environment.auto_requeue):
-            return
-        self._signum = environment.requeue_signal
-        self._lightning_handler = signal.getsignal(self._signum)
-        signal.signal(self._signum, self._flag)
-
-    def _flag(self, signum: int, frame: Any) -> None:
-        self._pending = True
-
-    def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
-        if self._signum is None:
-            return
-        # every rank gets the signal, not necessarily within the same batch: agree on one batch
-        if not trainer.strategy.reduce_boolean_decision(self._pending, all=False):
-            return
-        self._pending = False
-        log.info("requeue signal received: saving a checkpoint and requeueing the SLURM job")
-        self._lightning_handler(self._signum, None)
-        # SLURM ends this job now. Stop before anything else is written: the epoch's end would
-        # save last.ckpt and run validation on a half-trained epoch
-        raise Requeued(
-            f"requeued at epoch {trainer.current_epoch}, step {trainer.global_step}: the requeued "
-            "job continues in this run directory from its hpc_ckpt_*.ckpt"
-        )
-
-    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self._signum is not None and callable(self._lightning_handler):
-            signal.signal(self._signum, self._lightning_handler)
-
-
 def requeued_checkpoint(run_dir: Path) -> Path | None:
     """The newest ``hpc_ckpt_N.ckpt`` in ``run_dir`` when this is a SLURM task: what Lightning
     restores by itself when a requeued job starts again (it looks only under SLURM)."""
@@ -235,25 +182,3 @@ def requeued_checkpoint(run_dir: Path) -> Path | None:
         if number.isdigit():
             found.append((int(number), path))
     return max(found)[1] if found else None
-
-
-# ----------------------------------------------------------------------------- wandb
-def wandb_naming(cfg: Any, run_dir: Path) -> tuple[str, dict[str, Any]]:
-    """The wandb run name and config of one job: which run directory, seed and overrides.
-
-    Runs are grouped by task and model (``conf/logger/wandb.yaml``); within a group the name says
-    what differs: ``<run dir> seed=141 model.dropout=0.3`` (for a sweep's job, ``<sweep>/<job>``).
-    """
-    overrides: list[str] = []
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        if HydraConfig.initialized():
-            overrides = list(HydraConfig.get().overrides.task)
-    except ValueError:
-        pass
-    shown = [item for item in overrides if not item.startswith(("paths.", "hydra.", "seed="))]
-    label = run_dir.name if not run_dir.name.isdigit() else f"{run_dir.parent.name}/{run_dir.name}"
-    name = " ".join([label, f"seed={cfg.seed}", *shown])
-    config = {"seed": cfg.seed, "overrides": overrides, "run_dir": str(run_dir)}
-    return name, config

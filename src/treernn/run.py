@@ -1,8 +1,11 @@
-"""Compose, instantiate, fit, test; ``train.py`` is a thin Hydra entry around :func:`train`."""
+"""Compose, instantiate, fit, test; ``train.py`` is a thin Hydra entry around :func:`main`.
+
+What a run records about itself and how it resumes is in :mod:`treernn.runs`; checkpoints are read
+and written by :mod:`treernn.checkpoints`.
+"""
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import os
@@ -19,22 +22,21 @@ import torch
 from hydra.errors import InstantiationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from treernn import launch, runs
+from treernn import checkpoints, launch, runs
+from treernn import loggers as loggers_
+from treernn.callbacks.checkpoint import LastCheckpoint
 from treernn.callbacks.divergence import DivergenceMonitor
+from treernn.callbacks.graceful_stop import GracefulStop, Requeued, install_immediate_handlers
 from treernn.callbacks.progress import ProgressBar
+from treernn.checkpoints import build_task, is_full_disk
 from treernn.config_checks import check_config
-from treernn.data.vocab import Vocabulary
-from treernn.errors import ConfigValueError, UserError, show_tracebacks
+from treernn.errors import ConfigValueError, RunInterrupted, UserError, show_tracebacks
 
 log = logging.getLogger("treernn")
 
-#: keys of a model/task config that describe it rather than construct it
-DESCRIPTIVE_KEYS = ("name",)
-
-__all__ = ["UserError", "build_task", "load_task", "main", "train"]
+__all__ = ["UserError", "build_task", "main", "train"]
 
 
 def register_resolvers() -> None:
@@ -43,32 +45,12 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("pid", lambda: os.getpid())
 
 
-def constructor_config(cfg: DictConfig) -> DictConfig:
-    """A config node without its descriptive keys, ready for ``hydra.utils.instantiate``."""
-    container = OmegaConf.to_container(cfg, resolve=True)
-    for key in DESCRIPTIVE_KEYS:
-        container.pop(key, None)
-    return OmegaConf.create(container)
-
-
-def _serialisable(value: Any) -> Any:
-    if isinstance(value, Vocabulary):
-        return {"__vocabulary__": value.state_dict()}
-    return value
-
-
-def _deserialise(value: Any) -> Any:
-    if isinstance(value, dict) and "__vocabulary__" in value:
-        return Vocabulary.from_state_dict(value["__vocabulary__"])
-    return value
-
-
 class RunInfo(Callback):
     """Puts what rebuilding the task needs (config, data kwargs, wandb id) in checkpoints."""
 
     def __init__(self, cfg: DictConfig, task_kwargs: dict[str, Any], wandb_id: str | None) -> None:
         self.cfg = OmegaConf.to_container(cfg, resolve=True)
-        self.task_kwargs = {k: _serialisable(v) for k, v in task_kwargs.items()}
+        self.task_kwargs = checkpoints.serialise_task_kwargs(task_kwargs)
         self.wandb_id = wandb_id
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
@@ -81,29 +63,14 @@ class RunInfo(Callback):
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         rng = checkpoint.get("treernn", {}).get("rng")
-        if rng and trainer.state.fn == "fit":
-            torch.set_rng_state(rng["torch"])
+        self._restored_rng = rng["torch"] if rng and trainer.state.fn == "fit" else None
 
-
-def build_task(cfg: DictConfig, task_kwargs: dict[str, Any]) -> pl.LightningModule:
-    encoder = hydra.utils.instantiate(constructor_config(cfg.model))
-    return hydra.utils.instantiate(cfg.task.module, encoder=encoder, **task_kwargs)
-
-
-def load_task(ckpt_path: str | Path, averaged: bool = True) -> pl.LightningModule:
-    """Rebuild a task from a treernn checkpoint, in eval mode (averaged NT-ASGD weights if any)."""
-    path = Path(ckpt_path)
-    runs.inspect_checkpoint(path)  # one line for a missing, damaged or foreign file
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    info = checkpoint["treernn"]
-    cfg = OmegaConf.create(info["config"])
-    flush_denormals(bool(cfg.get("flush_denormal", True)))  # before the model's first operation
-    task = build_task(cfg, {k: _deserialise(v) for k, v in info["task_kwargs"].items()})
-    state = checkpoint.get("averaged_state_dict") if averaged else None
-    task.load_state_dict(state or checkpoint["state_dict"])
-    task.on_load_checkpoint(checkpoint)
-    task.treernn_config = cfg
-    return task.eval()
+    def on_train_start(self, trainer, pl_module) -> None:
+        # restored here, not when the checkpoint is loaded: Lightning draws random numbers while
+        # it sets up the loops in between, which the run being resumed did not
+        if getattr(self, "_restored_rng", None) is not None:
+            torch.set_rng_state(self._restored_rng)
+            self._restored_rng = None
 
 
 def resume_plan(cfg: DictConfig) -> runs.ResumePlan | None:
@@ -111,17 +78,17 @@ def resume_plan(cfg: DictConfig) -> runs.ResumePlan | None:
     if cfg.ckpt_path in (None, ""):
         return None
     if cfg.ckpt_path == "last":
-        max_epochs = cfg.trainer.get("max_epochs") if cfg.mode != "test" else None
+        trainer = OmegaConf.to_container(cfg.trainer, resolve=True) if cfg.mode != "test" else None
         plan = runs.plan_last(
             Path(cfg.paths.log_dir),
             cfg.task.name,
             cfg.model.name,
-            max_epochs,
+            trainer,
             exclude=Path(cfg.paths.output_dir),
         )
     else:
         plan = runs.plan_path(cfg.ckpt_path)
-    runs.check_task_and_model(plan.checkpoint, cfg.task.name, cfg.model.name)
+    checkpoints.check_task_and_model(plan.checkpoint, cfg.task.name, cfg.model.name)
     return plan
 
 
@@ -155,14 +122,39 @@ def _route_lightning_logs() -> None:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     # our loaders hold in-memory tensors and use no worker processes on purpose
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+    # our DataModules keep the epoch's batch order and position themselves (state_dict)
+    warnings.filterwarnings("ignore", message=r".*your dataloader is\s+not resumable.*")
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handleError = _log_write_failed(handler)
 
 
-def _continue_in(cfg: DictConfig, plan: runs.ResumePlan) -> Path:
+def _log_write_failed(handler: logging.FileHandler):
+    """A log line that cannot be written (a full disk) is one warning, not a traceback per line."""
+    said = []
+
+    def handle_error(record: logging.LogRecord) -> None:
+        error = sys.exc_info()[1]
+        if not is_full_disk(error):
+            return logging.FileHandler.handleError(handler, record)
+        if not said:
+            said.append(True)
+            print(
+                f"warning: cannot write {handler.baseFilename}: {error.strerror}; log lines are "
+                "lost until there is room",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return handle_error
+
+
+def _continue_in(cfg: DictConfig, plan: runs.ResumePlan) -> None:
     """Point this run's outputs at the run it resumes; this invocation's directory links there."""
     own_dir = Path(cfg.paths.output_dir)
     target = plan.run_dir
     if target is None or target.resolve() == own_dir.resolve():
-        return own_dir
+        return
     if rank_zero_only.rank == 0:
         runs.write_status(own_dir, status="resumed", resumed_into=str(target))
         link = own_dir / "run"
@@ -184,10 +176,10 @@ def _continue_in(cfg: DictConfig, plan: runs.ResumePlan) -> Path:
         handler.setFormatter(
             logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
         )
+        handler.handleError = _log_write_failed(handler)
         logging.getLogger().addHandler(handler)
     with open_dict(cfg):
         cfg.paths.output_dir = str(target)
-    return target
 
 
 def _instantiate_group(group: DictConfig | None, **kwargs) -> list[Any]:
@@ -198,52 +190,6 @@ def _instantiate_group(group: DictConfig | None, **kwargs) -> list[Any]:
         for node in group.values()
         if isinstance(node, DictConfig) and "_target_" in node
     ]
-
-
-def _loggers(cfg: DictConfig, wandb_id: str | None) -> list[Any]:
-    loggers = []
-    for key, node in (cfg.get("logger") or {}).items():
-        if "wandb" in key:
-            name, config = launch.wandb_naming(cfg, Path(cfg.paths.output_dir))
-            node = OmegaConf.create(OmegaConf.to_container(node, resolve=True))
-            node = OmegaConf.merge(node, {"name": name, "config": config, "_convert_": "all"})
-            if wandb_id:
-                node = OmegaConf.merge(node, {"id": wandb_id, "resume": "allow"})
-        loggers.append(hydra.utils.instantiate(node))
-    return loggers
-
-
-def _keep_csv_history(loggers: list[Any]) -> None:
-    """A resumed run appends to its ``metrics.csv``. Lightning's CSV writer deletes an existing
-    file when it starts; put the earlier rows back and tell the writer their columns, so that it
-    appends (and rewrites the header if new columns appear)."""
-    for logger in loggers:
-        if not isinstance(logger, CSVLogger) or rank_zero_only.rank != 0:
-            continue
-        path = Path(logger.log_dir) / "metrics.csv"
-        if not path.is_file():
-            continue
-        history = path.read_text()
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
-            writer = logger.experiment
-        path.write_text(history)
-        with open(path, newline="") as handle:
-            writer.metrics_keys = sorted(next(csv.reader(handle), []))
-
-
-def _wandb_id(loggers: list[Any]) -> str | None:
-    for logger in loggers:
-        if type(logger).__name__ == "WandbLogger":
-            return logger.experiment.id
-    return None
-
-
-def _finish_wandb(loggers: list[Any]) -> None:
-    if any(type(logger).__name__ == "WandbLogger" for logger in loggers):
-        import wandb
-
-        wandb.finish()
 
 
 def flush_denormals(enabled: bool = True) -> None:
@@ -268,8 +214,49 @@ def set_threads(threads: Any) -> None:
     torch.set_num_threads(threads)
 
 
-class RunInterrupted(Exception):
-    """The run was stopped (Ctrl-C, SIGTERM) before it finished."""
+def _explicit_overrides() -> set[str]:
+    """The keys set on the command line (``key=value``, ``+key=value``), when run under Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return set()
+    keys = set()
+    for item in HydraConfig.get().overrides.task:
+        key = item.split("=", 1)[0].lstrip("+~")
+        keys.add(key)
+    return keys
+
+
+def _model_as_trained(cfg: DictConfig, info: checkpoints.CheckpointInfo) -> None:
+    """``mode=test``: the model and task settings the checkpoint was trained with, except the
+    keys given on the command line (a test-time setting such as ``model.test_memory_slots``)."""
+    stored = info.config
+    checkpoints.check_stored_targets(
+        {"model": stored.get("model", {}), "task": {"module": stored["task"].get("module", {})}},
+        f"checkpoint {info.path}",
+    )
+    explicit = _explicit_overrides()
+    ignored = []
+    with open_dict(cfg):
+        for section in ("model", "task.module"):
+            node = OmegaConf.select(OmegaConf.create(stored), section)
+            now = runs.flatten(
+                OmegaConf.to_container(OmegaConf.select(cfg, section), resolve=True), f"{section}."
+            )
+            for key, value in now.items():
+                if key in explicit:
+                    OmegaConf.update(node, key[len(section) + 1 :], value, force_add=True)
+            ignored += [
+                key
+                for key, value in runs.flatten(OmegaConf.to_container(node), f"{section}.").items()
+                if key not in explicit and now.get(key) != value
+            ]
+            OmegaConf.update(cfg, section, node, merge=False)
+    if ignored:
+        log.info(
+            "mode=test: the model as the checkpoint trained it (from the checkpoint: %s)",
+            ", ".join(sorted(ignored)),
+        )
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
@@ -277,12 +264,50 @@ def train(cfg: DictConfig) -> dict[str, float]:
     flush_denormals(bool(cfg.get("flush_denormal", True)))
     set_threads(cfg.get("threads"))
     _route_lightning_logs()
-    if cfg.mode not in ("fit+test", "fit", "test"):
-        raise UserError(f"mode={cfg.mode} is not one of fit+test, fit, test")
     check_config(cfg)
     plan = resume_plan(cfg)  # a bad checkpoint stops here, before any data is loaded
     if cfg.mode == "test" and plan is None:
         raise UserError("mode=test needs ckpt_path=<checkpoint> (or ckpt_path=last)")
+    loggers_.check_wandb_reachable(cfg)
+    tested = None
+    if cfg.mode == "test":
+        _model_as_trained(cfg, plan.checkpoint)
+        tested = _task_as_trained(cfg, plan.checkpoint)
+    # one writer per run: the directory this run writes into is locked while it runs, and a run
+    # that is still running elsewhere is never resumed
+    resumes_into = plan.run_dir if plan is not None and cfg.mode != "test" else None
+    lock = runs.RunLock(resumes_into or Path(cfg.paths.output_dir))
+    if rank_zero_only.rank == 0:
+        lock.acquire()
+    try:
+        return _train(cfg, plan, tested)
+    finally:
+        lock.release()
+
+
+def _task_as_trained(
+    cfg: DictConfig, info: checkpoints.CheckpointInfo
+) -> tuple[pl.LightningModule, dict[str, Any]]:
+    """The task of a checkpoint and its constructor's data arguments, built before any data is
+    loaded (``mode=test``)."""
+    stored = checkpoints.read_checkpoint(info.path, mmap=True)["treernn"]
+    task_kwargs = checkpoints.deserialise_task_kwargs(stored["task_kwargs"])
+    module = build_task(cfg, task_kwargs)
+    shapes = {key: tuple(value.shape) for key, value in module.state_dict().items()}
+    if shapes != info.state_shapes:
+        explicit = sorted(k for k in _explicit_overrides() if k.startswith(("model.", "task.")))
+        raise UserError(
+            f"mode=test: the model built with {', '.join(explicit) or 'these settings'} does not "
+            f"match the weights of {info.path}; drop those overrides to test the model as trained"
+        )
+    return module, task_kwargs
+
+
+def _train(
+    cfg: DictConfig,
+    plan: runs.ResumePlan | None,
+    tested: tuple[pl.LightningModule, dict[str, Any]] | None,
+) -> dict[str, float]:
     ckpt_path = str(plan.checkpoint.path) if plan else None
     if plan is not None and cfg.mode != "test":
         _continue_in(cfg, plan)
@@ -304,16 +329,28 @@ def train(cfg: DictConfig) -> dict[str, float]:
             model=cfg.model.name,
             mode=cfg.mode,
             started=started,
-            pid=os.getpid(),
             command=" ".join(sys.argv),
+            error=None,
+            **runs.process_identity(),
         )
+    install_immediate_handlers()
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = hydra.utils.instantiate(cfg.task.datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")
     task_kwargs = datamodule.task_kwargs()
-    module = build_task(cfg, task_kwargs)
+    if tested is None:
+        module = build_task(cfg, task_kwargs)
+    else:
+        module, trained_kwargs = tested
+        if task_kwargs.get("vocab_size") != trained_kwargs.get("vocab_size"):
+            raise UserError(
+                f"mode=test: the data's vocabulary ({task_kwargs.get('vocab_size')} words) is "
+                f"not the one {plan.checkpoint.path} was trained with "
+                f"({trained_kwargs.get('vocab_size')}); give the run's data settings "
+                "(task.datamodule.*)"
+            )
 
     wandb_id = None
     requeued = None
@@ -326,55 +363,70 @@ def train(cfg: DictConfig) -> dict[str, float]:
         wandb_id = plan.checkpoint.wandb_id  # read when the checkpoint was checked
     elif (requeued := launch.requeued_checkpoint(run_dir)) is not None and cfg.mode != "test":
         # a requeued SLURM job: Lightning restores hpc_ckpt_N.ckpt itself; keep its wandb run
-        wandb_id = runs.inspect_checkpoint(requeued).wandb_id
+        requeued_info = checkpoints.inspect_checkpoint(requeued)
+        wandb_id = requeued_info.wandb_id
         log.info("requeued job: Lightning resumes from %s", requeued)
-    loggers = _loggers(cfg, wandb_id)
-    if (plan is not None or requeued is not None) and cfg.mode != "test":
-        _keep_csv_history(loggers)
+    loggers = loggers_.build_loggers(cfg, wandb_id)
+    if cfg.mode != "test":
+        if plan is not None:
+            loggers_.keep_csv_history(loggers, plan.checkpoint.global_step)
+        elif requeued is not None:
+            loggers_.keep_csv_history(loggers, requeued_info.global_step)
     try:
         callbacks = _instantiate_group(cfg.get("callbacks"))
         callbacks += _instantiate_group(cfg.task.get("callbacks"))
         callbacks.append(DivergenceMonitor(cfg.task.monitor, cfg.task.mode))
         if cfg.trainer.get("enable_progress_bar", True):
             callbacks.append(ProgressBar())
-        callbacks.append(RunInfo(cfg, task_kwargs, _wandb_id(loggers)))
+        callbacks.append(RunInfo(cfg, task_kwargs, loggers_.wandb_id(loggers)))
         if apply_keys:
             callbacks.append(ResumeOverrides(OmegaConf.to_container(cfg, resolve=True), apply_keys))
-        callbacks += [launch.ProcessGroupTeardown(), launch.RequeueAtBatchEnd()]
+        last = None
+        if cfg.trainer.get("enable_checkpointing", True):
+            last = LastCheckpoint(run_dir / "checkpoints")
+            callbacks.append(last)
+        slurm = launch.slurm_plugins(cfg.get("requeue_signal"))
+        stop = GracefulStop(last, slurm[0].requeue_signal if slurm else None)
+        callbacks += [launch.ProcessGroupTeardown(), stop]
         trainer: pl.Trainer = hydra.utils.instantiate(
             cfg.trainer,
             callbacks=callbacks,
             logger=loggers or False,
-            plugins=launch.slurm_plugins(cfg.get("requeue_signal")) or None,
+            plugins=[checkpoints.AtomicCheckpointIO(), *slurm],
         )
         metrics: dict[str, float] = {}
         if trainer.is_global_zero:
             runs.write_status(run_dir, stage=cfg.mode)
         if cfg.mode in ("fit+test", "fit"):
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-            if trainer.interrupted:
+            if stop.pending is not None:  # a signal during the last validation
                 raise RunInterrupted(
-                    f"training was interrupted at epoch {trainer.current_epoch}, step "
-                    f"{trainer.global_step}; resume with ckpt_path=last"
+                    f"interrupted after training ended (step {trainer.global_step}), before "
+                    "testing; resume with ckpt_path=last to test",
+                    stop.pending,
                 )
             metrics.update(_floats(trainer.callback_metrics))
         if cfg.mode in ("fit+test", "test"):
-            test_ckpt = ckpt_path if cfg.mode == "test" else _test_checkpoint(trainer, cfg)
-            results = trainer.test(module, datamodule=datamodule, ckpt_path=test_ckpt)
+            if cfg.mode == "test":
+                results = trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)
+            else:
+                results = trainer.test(
+                    module, datamodule=datamodule, ckpt_path=_test_checkpoint(trainer, cfg, last)
+                )
             metrics.update(_floats(results[0] if results else {}))
         if trainer.is_global_zero:
             _report(cfg, metrics)
             runs.write_status(run_dir, status="finished", ended=runs.now())
         return metrics
     finally:
-        _finish_wandb(loggers)
+        loggers_.finish_wandb(loggers)
 
 
-def _test_checkpoint(trainer: pl.Trainer, cfg: DictConfig) -> str | None:
+def _test_checkpoint(trainer: pl.Trainer, cfg: DictConfig, last: LastCheckpoint | None):
+    if cfg.test_ckpt == "last":
+        return str(last.path) if last is not None and last.path.is_file() else None
     callback = trainer.checkpoint_callback
-    if callback is None:
-        return None
-    path = callback.best_model_path if cfg.test_ckpt == "best" else callback.last_model_path
+    path = getattr(callback, "best_model_path", "") if callback is not None else ""
     return path or None
 
 
@@ -384,8 +436,8 @@ def _floats(metrics: dict[str, Any]) -> dict[str, float]:
 
 def _report(cfg: DictConfig, metrics: dict[str, float]) -> None:
     output_dir = Path(cfg.paths.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    text_json = json.dumps(metrics, indent=2, sort_keys=True).encode()
+    checkpoints.atomic_write(output_dir / "metrics.json", lambda handle: handle.write(text_json))
     keys = [k for k in sorted(metrics) if k.startswith(("val/", "test/"))]
     lines = [f"  {k:<28} {metrics[k]:.4f}" for k in keys]
     text = "final metrics (" + str(output_dir) + "):\n" + "\n".join(lines)
@@ -422,6 +474,8 @@ def _record_failure(cfg: DictConfig, status: str, message: str, details: str = "
     run_dir = Path(output_dir) if output_dir else None
     if run_dir is None or not run_dir.is_dir():
         return
+    if runs.read_status(run_dir).get("resumed_into"):
+        return  # a refused resume: its own directory says where it pointed
     runs.write_status(run_dir, status=status, error=message, ended=runs.now())
     if logging.getLogger().handlers:
         _quietly(log.error, "%s: %s%s", status, message, "\n" + details if details else "")
@@ -463,10 +517,18 @@ def sweep_value(cfg: DictConfig, metrics: dict[str, float] | None) -> Any:
     return metrics[key]
 
 
+def _say(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    if show_tracebacks():
+        traceback.print_exc()
+
+
 def main(cfg: DictConfig) -> Any:
     """Hydra entry: a user error is one line on stderr and exit status 1; a bug keeps its
-    traceback. In a multirun a failed job is recorded and the sweep goes on (the summary at the
-    end lists the failures and exits non-zero). Returns :func:`sweep_value`."""
+    traceback. A signal (Ctrl-C, SIGTERM) records the run as interrupted and exits with 130 / 143,
+    in a sweep too (the sweep stops). In a multirun a failed job is recorded and the sweep goes on
+    (the summary at the end lists the failures and exits non-zero). Returns
+    :func:`sweep_value`."""
     multirun = _is_multirun()
     try:
         try:
@@ -477,24 +539,37 @@ def main(cfg: DictConfig) -> Any:
             if isinstance(cause, UserError):
                 raise cause from None
             raise
-    except (UserError, RunInterrupted, launch.Requeued) as error:
-        status = "failed" if isinstance(error, UserError) else "interrupted"
-        _record_failure(cfg, status, str(error))
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        if show_tracebacks():
-            traceback.print_exc()
+    except RunInterrupted as error:
+        _record_failure(cfg, "interrupted", str(error))
+        print(str(error), file=sys.stderr, flush=True)
+        sys.exit(error.exit_code)
+    except Requeued as error:
+        _record_failure(cfg, "requeued", str(error))
+        print(f"requeued: {error}", file=sys.stderr, flush=True)
         if multirun:
             return sweep_value(cfg, None)
-        if status == "failed":
-            _remove_if_empty(cfg)
+        sys.exit(0)
+    except (UserError, OSError) as error:
+        if isinstance(error, OSError) and not isinstance(error, UserError):
+            if not is_full_disk(error):
+                return _bug(cfg, error, multirun)
+            error = checkpoints.full_disk_error(
+                error.filename or "a file of the run", error, "the last good checkpoint is kept"
+            )
+        _record_failure(cfg, "failed", str(error))
+        _say(str(error))
+        if multirun:
+            return sweep_value(cfg, None)
+        _remove_if_empty(cfg)
         sys.exit(1)
-    except KeyboardInterrupt:
-        _record_failure(cfg, "interrupted", "KeyboardInterrupt")
-        raise
     except Exception as error:
-        details = traceback.format_exc()
-        _record_failure(cfg, "failed", f"{type(error).__name__}: {error}", details)
-        if multirun:
-            print(details, file=sys.stderr, flush=True)
-            return sweep_value(cfg, None)
-        raise
+        return _bug(cfg, error, multirun)
+
+
+def _bug(cfg: DictConfig, error: BaseException, multirun: bool) -> Any:
+    details = traceback.format_exc()
+    _record_failure(cfg, "failed", f"{type(error).__name__}: {error}", details)
+    if multirun:
+        print(details, file=sys.stderr, flush=True)
+        return sweep_value(cfg, None)
+    raise error

@@ -1,40 +1,50 @@
 """Run records and resuming: which run and checkpoint to continue, and what a resume may change.
 
-Every run writes ``status.json`` in its directory: task, model, when it started, and whether it is
-``running``, ``finished``, ``failed`` (with the error) or ``interrupted``. ``ckpt_path=last`` reads
-these records, not file times: it takes the newest run of this task and model, and in it the newest
-checkpoint that loads (any ``checkpoints/*.ckpt``, by training step), so a run killed between
-writing ``epochNNN.ckpt`` and ``last.ckpt`` resumes from the epoch file. A resumed run continues in
-the directory of the run it resumes (checkpoints, metrics, status), and its own Hydra directory
-links there, so one experiment has one history.
+Every run writes ``status.json`` in its directory: task, model, when it started, the host and
+process that runs it, and whether it is ``running``, ``finished``, ``failed`` (with the error),
+``interrupted`` (a signal stopped it; it saved a checkpoint to resume from) or ``requeued`` (a
+SLURM job that will start again by itself). While it runs, its process holds a lock on the
+directory's ``.lock`` file: one writer per run.
 
-Checkpoints are inspected before any data is loaded: a truncated file, a file that is not a treernn
-checkpoint, or one written for another task or model stops the run with one line.
+``ckpt_path=last`` reads these records, not file times: it takes the newest run of this task and
+model (single runs and sweep jobs alike), passes over runs that have no checkpoint (a ``mode=test``
+run, a run that failed while setting up) with a word, refuses a run that is still running and a
+run that finished its budget, and in the chosen run takes the newest checkpoint that loads (any
+``checkpoints/*.ckpt``, by training step). A resumed run continues in the directory of the run it
+resumes (checkpoints, metrics, status), and its own Hydra directory links there, so one experiment
+has one history.
+
+Checkpoints are inspected before any data is loaded (:mod:`treernn.checkpoints`).
 """
 
 from __future__ import annotations
 
+import csv
 import datetime as _dt
+import fcntl
+import io
 import json
 import logging
 import os
-import pickle
-import zipfile
-from dataclasses import dataclass, field
+import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from treernn.checkpoints import CheckpointInfo, atomic_write, inspect_checkpoint, is_full_disk
 from treernn.errors import CheckpointError, UserError
 
 log = logging.getLogger("treernn")
 
 STATUS_FILE = "status.json"
+LOCK_FILE = ".lock"
 
 #: config keys whose values live in a checkpoint's optimizer / scheduler state: a resume applies
 #: the new values to the restored state (see :func:`apply_resumed_overrides`)
 APPLIED_ON_RESUME = ("task.module.optimizer", "task.module.scheduler")
+
+#: trainer keys that set a run's budget
+BUDGET_KEYS = ("max_epochs", "max_steps", "max_time")
 
 
 # ----------------------------------------------------------------------------- run records
@@ -46,91 +56,106 @@ def read_status(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / STATUS_FILE
     try:
         return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
         return {}
 
 
 def write_status(run_dir: Path, **fields: Any) -> dict[str, Any]:
-    """Update ``status.json`` (written atomically: a temporary file, then a rename)."""
+    """Update ``status.json``: written atomically (a temporary file beside it, then a rename).
+
+    On a full disk the record is rewritten in place instead: a file of a few hundred bytes keeps
+    its block, so the record stays truthful when nothing else can be written."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     record = read_status(run_dir)
     record.update(fields)
     record["updated"] = now()
-    tmp = run_dir / f".{STATUS_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, run_dir / STATUS_FILE)
+    text = json.dumps(record, indent=2, sort_keys=True, default=str).encode()
+    path = run_dir / STATUS_FILE
+    try:
+        atomic_write(path, lambda handle: handle.write(text))
+    except OSError as error:
+        if not (is_full_disk(error) or is_full_disk(error.__context__ or error)):
+            raise
+        with open(path, "r+b" if path.exists() else "wb") as handle:
+            handle.write(text)
+            handle.truncate()
     return record
 
 
-# ----------------------------------------------------------------------------- checkpoints
-@dataclass
-class CheckpointInfo:
-    path: Path
-    epoch: int
-    global_step: int
-    #: epochs whose training and validation were done when the checkpoint was written
-    epochs_done: int
-    config: dict[str, Any]
-    wandb_id: str | None = None
-    state_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+def process_identity(pid: int | None = None) -> dict[str, Any]:
+    """Who runs a run: host, pid and the process's start time (which tells a live process from a
+    later one that got the same pid)."""
+    pid = os.getpid() if pid is None else pid
+    return {"host": socket.gethostname(), "pid": pid, "pid_start": _process_start_ticks(pid)}
 
-    @property
-    def run_dir(self) -> Path | None:
-        """The run directory that wrote this checkpoint (``<run>/checkpoints/x.ckpt``)."""
-        parent = self.path.parent
-        if parent.name == "checkpoints" and (parent.parent / ".hydra").is_dir():
-            return parent.parent
+
+def _process_start_ticks(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[19])  # field 22 of stat(5): start time in clock ticks after boot
+    except (OSError, ValueError, IndexError):
         return None
 
 
-def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
-    """Open a treernn checkpoint without reading its tensors (mmap) and check it is usable."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile) as error:
-        text = str(error).strip() or type(error).__name__
-        first_line = text.splitlines()[0].split(". ")[0]
-        raise CheckpointError(
-            f"checkpoint {path} cannot be read ({first_line}): it is truncated or not a torch "
-            "checkpoint; use another checkpoint of the run (its checkpoints/*.ckpt)"
-        ) from error
-    if not isinstance(checkpoint, dict) or "treernn" not in checkpoint:
-        raise CheckpointError(
-            f"{path} is not a treernn checkpoint (it has no run information); give a checkpoint "
-            "written by python train.py"
-        )
-    state = checkpoint.get("state_dict", {})
-    progress = (
-        checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
-    )
-    epoch = int(checkpoint.get("epoch", 0))
-    return CheckpointInfo(
-        path=path,
-        epoch=epoch,
-        epochs_done=int(progress.get("processed", epoch + 1)),
-        global_step=int(checkpoint.get("global_step", 0)),
-        config=checkpoint["treernn"].get("config", {}),
-        wandb_id=checkpoint["treernn"].get("wandb_id"),
-        state_shapes={key: tuple(value.shape) for key, value in state.items()},
-    )
+class RunLock:
+    """An exclusive lock on a run directory, held by the process that writes into it; the kernel
+    releases it when that process ends, however it ends."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self._handle: Any = None
+
+    def acquire(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(self.run_dir / LOCK_FILE, "a")  # noqa: SIM115 - held until release()
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise UserError(
+                f"run {self.run_dir} is still running ({describe_owner(self.run_dir)}): one run "
+                "has one writer. Wait for it to finish, or stop it (kill -TERM <pid> saves a "
+                "checkpoint), then resume"
+            ) from None
+        self._handle = handle
+
+    def release(self) -> None:
+        if self._handle is not None:
+            fcntl.flock(self._handle, fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None
 
 
-def check_task_and_model(info: CheckpointInfo, task: str, model: str) -> None:
-    """A checkpoint given to another task or model: one line that says which it belongs to."""
-    written_task = info.config.get("task", {}).get("name")
-    written_model = info.config.get("model", {}).get("name")
-    if (written_task, written_model) != (task, model):
-        raise CheckpointError(
-            f"checkpoint {info.path} was written by task={written_task} model={written_model}, "
-            f"not task={task} model={model}: run with task={written_task} model={written_model}, "
-            "or give a checkpoint of this task and model"
-        )
+def describe_owner(run_dir: Path) -> str:
+    record = read_status(run_dir)
+    if record.get("pid"):
+        return f"pid {record['pid']} on {record.get('host', 'this host')}"
+    return "another process"
 
 
+def is_live(run_dir: Path) -> bool:
+    """True while a process writes into ``run_dir``: its lock is held, or its record names a
+    process of this host that is still alive (the same pid and start time)."""
+    path = Path(run_dir) / LOCK_FILE
+    if path.exists():
+        with open(path, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    record = read_status(run_dir)
+    if record.get("status") != "running" or record.get("host") != socket.gethostname():
+        return False
+    pid = record.get("pid")
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    start = _process_start_ticks(pid)
+    return start is not None and start == record.get("pid_start")
+
+
+# ----------------------------------------------------------------------------- finding runs
 def newest_complete_checkpoint(run_dir: Path) -> tuple[CheckpointInfo | None, list[str]]:
     """The checkpoint of ``run_dir`` with the most training steps that can be read, and the
     reasons the others (damaged ones) were passed over."""
@@ -148,11 +173,18 @@ def newest_complete_checkpoint(run_dir: Path) -> tuple[CheckpointInfo | None, li
 
 
 def runs_of(log_dir: Path, task: str, model: str, exclude: Path | None = None) -> list[Path]:
-    """Run directories of this task and model, newest first by their own record (the start time
-    in ``status.json``; the directory name's timestamp for runs without one)."""
-    root = Path(log_dir) / task / model
-    runs = []
-    for run_dir in root.glob("*/"):
+    """Run directories of this task and model under ``log_dir``, newest first by their own record
+    (the start time in ``status.json``; the directory name's timestamp for runs without one):
+    single runs (``<task>/<model>/<run>``) and the jobs of sweeps (``multirun/...``,
+    ``tables/...``), which say their task and model in their record."""
+    log_dir = Path(log_dir)
+    candidates = {path.parent for path in (log_dir / task / model).glob("*/.hydra")}
+    for path in log_dir.rglob(STATUS_FILE):
+        record = read_status(path.parent)
+        if record.get("task") == task and record.get("model") == model:
+            candidates.add(path.parent)
+    found = []
+    for run_dir in candidates:
         if not (run_dir / ".hydra").is_dir():
             continue
         if exclude is not None and run_dir.resolve() == Path(exclude).resolve():
@@ -160,8 +192,8 @@ def runs_of(log_dir: Path, task: str, model: str, exclude: Path | None = None) -
         record = read_status(run_dir)
         if record.get("resumed_into"):
             continue  # a resume's own directory: its history lives in the run it resumed
-        runs.append((record.get("started") or run_dir.name, run_dir))
-    return [run_dir for _, run_dir in sorted(runs, reverse=True)]
+        found.append((record.get("started") or run_dir.name, str(run_dir), run_dir))
+    return [run_dir for *_, run_dir in sorted(found, reverse=True)]
 
 
 @dataclass
@@ -170,41 +202,107 @@ class ResumePlan:
     run_dir: Path | None  # where the resumed run continues (None: a checkpoint outside a run)
 
 
+def _why_no_checkpoint(record: dict[str, Any]) -> str:
+    if record.get("mode") == "test":
+        return "a mode=test run"
+    if record.get("status") == "failed" and record.get("stage", "setup") == "setup":
+        return "failed while setting up"
+    return str(record.get("status", "no status record"))
+
+
 def plan_last(
-    log_dir: Path, task: str, model: str, max_epochs: int | None, exclude: Path | None
+    log_dir: Path,
+    task: str,
+    model: str,
+    trainer: dict[str, Any] | None,
+    exclude: Path | None,
 ) -> ResumePlan:
-    """``ckpt_path=last``: the newest run of this task and model, at its newest good checkpoint."""
-    runs = runs_of(log_dir, task, model, exclude)
-    if not runs:
-        raise CheckpointError(
-            f"ckpt_path=last: no run of task={task} model={model} under {Path(log_dir)}; "
-            "train one first, or give ckpt_path=<file>"
-        )
-    run_dir = runs[0]
-    record = read_status(run_dir)
-    info, skipped = newest_complete_checkpoint(run_dir)
-    for reason in skipped:
-        log.warning("ckpt_path=last: passed over %s", reason)
-    if info is None:
-        status = record.get("status", "no status record")
-        raise CheckpointError(
-            f"ckpt_path=last: the newest run {run_dir} ({status}) has no checkpoint that can be "
-            "read; give ckpt_path=<file> of another run, or start a new run"
-        )
-    if record.get("status") == "finished" and max_epochs is not None and max_epochs >= 0:
-        done = info.epochs_done
-        if done >= max_epochs:
+    """``ckpt_path=last``: the newest run of this task and model that has a checkpoint, at its
+    newest good checkpoint. ``trainer``: the trainer settings of this invocation (None for
+    ``mode=test``, which may test a finished run)."""
+    candidates = runs_of(log_dir, task, model, exclude)
+    for run_dir in candidates:
+        if is_live(run_dir):
             raise UserError(
-                f"ckpt_path=last: the newest run {run_dir} finished ({done} epochs, "
-                f"trainer.max_epochs={max_epochs}); to train it further ask for more epochs "
-                f"(e.g. trainer.max_epochs={done + max(1, done)}), or start a new run"
+                f"ckpt_path=last: the newest run {run_dir} is still running "
+                f"({describe_owner(run_dir)}); wait for it to finish, or stop it (kill -TERM "
+                "<pid> saves a checkpoint), then resume"
             )
-    return ResumePlan(checkpoint=info, run_dir=run_dir)
+        record = read_status(run_dir)
+        info, skipped = newest_complete_checkpoint(run_dir)
+        for reason in skipped:
+            log.warning("ckpt_path=last: passed over %s", reason)
+        if info is None:
+            log.warning(
+                "ckpt_path=last: passed over %s (%s, no checkpoint)",
+                run_dir,
+                _why_no_checkpoint(record),
+            )
+            continue
+        if trainer is not None and record.get("status") == "finished":
+            check_budget_left(run_dir, info, trainer)
+        return ResumePlan(checkpoint=info, run_dir=run_dir)
+    raise CheckpointError(
+        f"ckpt_path=last: no run of task={task} model={model} with a checkpoint under "
+        f"{Path(log_dir)}; train one first, or give ckpt_path=<file>"
+    )
+
+
+def check_budget_left(run_dir: Path, info: CheckpointInfo, trainer: dict[str, Any]) -> None:
+    """A finished run is resumed only to train it further: with a budget (max_epochs,
+    max_steps, max_time) other than the one it finished, and not yet used up."""
+    old = info.config.get("trainer", {})
+    max_epochs, max_steps = trainer.get("max_epochs"), trainer.get("max_steps")
+    used_up = (max_epochs is not None and 0 <= max_epochs <= info.epochs_done) or (
+        max_steps is not None and 0 < max_steps <= info.global_step
+    )
+    unchanged = all(old.get(key) == trainer.get(key) for key in BUDGET_KEYS)
+    if used_up or unchanged:
+        budget = ", ".join(
+            f"trainer.{key}={trainer.get(key)}" for key in BUDGET_KEYS if trainer.get(key)
+        )
+        more = (
+            f"trainer.max_steps={info.global_step * 2}"
+            if max_steps is not None and max_steps > 0
+            else f"trainer.max_epochs={info.epochs_done * 2 or 1}"
+        )
+        raise UserError(
+            f"ckpt_path=last: the newest run {run_dir} finished ({info.epochs_done} epochs, "
+            f"step {info.global_step}; {budget or 'no budget'}); to train it further ask for a "
+            f"larger budget (e.g. {more}), or start a new run"
+        )
 
 
 def plan_path(path: str | Path) -> ResumePlan:
     info = inspect_checkpoint(path)
     return ResumePlan(checkpoint=info, run_dir=info.run_dir)
+
+
+# ----------------------------------------------------------------------------- metrics history
+def csv_rows_up_to(path: Path, step: int) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of a run's ``metrics.csv`` that were logged up to training step
+    ``step`` (the step a resume continues from): rows logged later belong to training that the
+    resumed run does again, and would appear twice."""
+    with open(path, newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, [])
+        rows = list(reader)
+    if "step" not in header:
+        return header, rows
+    column = header.index("step")
+    kept = [row for row in rows if not row[column] or float(row[column]) <= step]
+    return header, kept
+
+
+def write_csv_rows(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    def write(handle: Any) -> None:
+        text = io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+        handle.write(text.getvalue().encode())
+
+    atomic_write(path, write)
 
 
 # ----------------------------------------------------------------------------- overrides

@@ -121,3 +121,46 @@ def run_torchrun(
         text=True,
         timeout=timeout,
     )
+
+
+class FillDiskAt(Callback):
+    """Fills the filesystem of ``path`` at the end of training step ``step``, leaving ``leave``
+    bytes: a disk that runs full while a run trains (for the full-disk test on a small tmpfs)."""
+
+    def __init__(self, step: int, path: str, leave: int = 16384) -> None:
+        self.step = step
+        self.path = Path(path)
+        self.leave = leave
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.global_step != self.step:
+            return
+        stats = os.statvfs(self.path.parent)
+        free = stats.f_bavail * stats.f_frsize - self.leave
+        with open(self.path, "wb") as handle:
+            handle.write(b"\0" * max(0, free))
+
+
+def treernn_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``python -m treernn <args>`` as a user would type it."""
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"), PYTHONUNBUFFERED="1")
+    return subprocess.run(
+        [sys.executable, "-m", "treernn", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess, *needles: str) -> str:
+    """The single ``error: ...`` line of a failed command, which holds every needle; no
+    traceback was printed."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.stderr[-3000:]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]

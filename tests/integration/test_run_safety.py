@@ -146,15 +146,6 @@ def test_divergence_stops_the_run_and_keeps_no_checkpoint(clip, tmp_path):
     assert "diverged" in (run_dir / "train.log").read_text()
 
 
-def test_finite_checkpoint_callback_skips_an_infinite_score(tmp_path):
-    from treernn.callbacks.checkpoint import FiniteModelCheckpoint
-
-    callback = FiniteModelCheckpoint(dirpath=tmp_path, monitor="val/ppl")
-    assert callback._monitored_is_finite({"val/ppl": torch.tensor(120.0)})
-    assert not callback._monitored_is_finite({"val/ppl": torch.tensor(float("inf"))})
-    assert not callback._monitored_is_finite({"val/ppl": torch.tensor(float("nan"))})
-
-
 @pytest.mark.parametrize(
     ("override", "needle"),
     [

@@ -1,37 +1,55 @@
-"""Checkpoints that only keep good states: a checkpoint is written only when its monitored metric is
-finite, so ``best`` never points at an inf/NaN score and ``last.ckpt`` is never a diverged model.
+"""``last.ckpt``: the newest state of a run, written at the end of every epoch and after every
+validation, whatever the monitored metric did.
 
-Lightning writes each checkpoint to a temporary file and renames it into place, so a run killed
-while saving leaves the previous file whole.
+Lightning's ``ModelCheckpoint(save_last=True)`` writes ``last.ckpt`` only beside a new top-k file,
+so a run whose monitored metric stopped improving kept a stale ``last.ckpt``, and a resume
+retrained finished epochs. Here ``ModelCheckpoint`` keeps the best checkpoint (by the task's
+monitor) and this callback keeps the last one. Both write through the trainer's checkpoint IO
+(:class:`treernn.checkpoints.AtomicCheckpointIO`): a temporary file in the same directory, then a
+rename. Nothing is saved from diverged weights: :class:`~treernn.callbacks.divergence.
+DivergenceMonitor` stops the run before any checkpoint callback runs (Lightning runs checkpoint
+callbacks last).
 """
 
 from __future__ import annotations
 
-import logging
-import math
+from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import Checkpoint
 
-log = logging.getLogger("treernn")
+LAST_NAME = "last.ckpt"
 
 
-class FiniteModelCheckpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` that skips saving while the monitored metric is NaN or infinite."""
+def ends_epoch(trainer: Trainer) -> bool:
+    """True at the last training batch of an epoch (or of the run's ``max_steps``)."""
+    last_step = 0 < trainer.max_steps <= trainer.global_step
+    return last_step or bool(trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
 
-    def _monitored_is_finite(self, monitor_candidates: dict[str, Any]) -> bool:
-        if self.monitor is None or self.monitor not in monitor_candidates:
-            return True
-        value = float(monitor_candidates[self.monitor])
-        if math.isfinite(value):
-            return True
-        log.warning("not saving a checkpoint: %s is %s", self.monitor, value)
-        return False
 
-    def _save_topk_checkpoint(self, trainer, monitor_candidates) -> None:
-        if self._monitored_is_finite(monitor_candidates):
-            super()._save_topk_checkpoint(trainer, monitor_candidates)
+class LastCheckpoint(Checkpoint):
+    def __init__(self, dirpath: str | Path) -> None:
+        self.dirpath = Path(dirpath)
 
-    def _save_last_checkpoint(self, trainer, monitor_candidates) -> None:
-        if self._monitored_is_finite(monitor_candidates):
-            super()._save_last_checkpoint(trainer, monitor_candidates)
+    @property
+    def path(self) -> Path:
+        return self.dirpath / LAST_NAME
+
+    def save(self, trainer: Trainer) -> Path:
+        """Write ``last.ckpt`` now (every rank calls this; rank 0 writes)."""
+        trainer.save_checkpoint(self.path, weights_only=False)
+        return self.path
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # a validation in the middle of an epoch (val_check_interval); at the end of an epoch
+        # the save waits for on_train_epoch_end, where Lightning counts the epoch as done
+        if trainer.sanity_checking or trainer.state.fn != "fit" or ends_epoch(trainer):
+            return
+        self.save(trainer)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.save(trainer)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path)}

@@ -1,0 +1,116 @@
+"""The loggers of a run: building them from ``conf/logger/``, wandb's naming and network check,
+and the CSV history a resumed run continues."""
+
+from __future__ import annotations
+
+import os
+import socket
+import warnings
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import hydra
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.loggers import CSVLogger
+from omegaconf import DictConfig, OmegaConf
+
+from treernn import runs
+from treernn.errors import UserError
+
+#: how long the wandb server may take to accept a connection before an online run gives up
+WANDB_CONNECT_TIMEOUT_S = 5.0
+
+
+def build_loggers(cfg: DictConfig, wandb_id: str | None) -> list[Any]:
+    loggers = []
+    for key, node in (cfg.get("logger") or {}).items():
+        if "wandb" in key:
+            name, config = wandb_naming(cfg, Path(cfg.paths.output_dir))
+            node = OmegaConf.create(OmegaConf.to_container(node, resolve=True))
+            node = OmegaConf.merge(node, {"name": name, "config": config, "_convert_": "all"})
+            if wandb_id:
+                node = OmegaConf.merge(node, {"id": wandb_id, "resume": "allow"})
+        loggers.append(hydra.utils.instantiate(node))
+    return loggers
+
+
+def keep_csv_history(loggers: list[Any], resumed_step: int) -> None:
+    """A resumed run appends to its ``metrics.csv``. Lightning's CSV writer deletes an existing
+    file when it starts; put the earlier rows back (only those logged up to the checkpoint it
+    resumes from: later ones are trained again) and tell the writer their columns, so that it
+    appends (and rewrites the header if new columns appear)."""
+    for logger in loggers:
+        if not isinstance(logger, CSVLogger) or rank_zero_only.rank != 0:
+            continue
+        path = Path(logger.log_dir) / "metrics.csv"
+        if not path.is_file():
+            continue
+        header, rows = runs.csv_rows_up_to(path, resumed_step)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
+            writer = logger.experiment
+        runs.write_csv_rows(path, header, rows)
+        writer.metrics_keys = sorted(header)
+
+
+def wandb_id(loggers: list[Any]) -> str | None:
+    for logger in loggers:
+        if type(logger).__name__ == "WandbLogger":
+            return logger.experiment.id
+    return None
+
+
+def finish_wandb(loggers: list[Any]) -> None:
+    if any(type(logger).__name__ == "WandbLogger" for logger in loggers):
+        import wandb
+
+        wandb.finish()
+
+
+def wandb_online(cfg: DictConfig) -> bool:
+    """True when this run would log to a wandb server (``logger.wandb.offline=false`` and no
+    ``WANDB_MODE`` that keeps it offline)."""
+    node = (cfg.get("logger") or {}).get("wandb")
+    if node is None or node.get("offline", False):
+        return False
+    return os.environ.get("WANDB_MODE", "").lower() not in ("offline", "disabled", "dryrun")
+
+
+def check_wandb_reachable(cfg: DictConfig) -> None:
+    """An online wandb run without a network fails in seconds, naming the offline switch, instead
+    of waiting minutes after the data loaded."""
+    if not wandb_online(cfg):
+        return
+    url = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
+    host = url.hostname or "api.wandb.ai"
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=WANDB_CONNECT_TIMEOUT_S).close()
+    except OSError as error:
+        raise UserError(
+            f"logger.wandb.offline=false, but the wandb server {host}:{port} cannot be reached "
+            f"({error.strerror or error}); log offline with logger.wandb.offline=true (the "
+            "default) and upload later with `wandb sync <run dir>/wandb/offline-run-*`"
+        ) from None
+
+
+def wandb_naming(cfg: Any, run_dir: Path) -> tuple[str, dict[str, Any]]:
+    """The wandb run name and config of one job: which run directory, seed and overrides.
+
+    Runs are grouped by task and model (``conf/logger/wandb.yaml``); within a group the name says
+    what differs: ``<run dir> seed=141 model.dropout=0.3`` (for a sweep's job, ``<sweep>/<job>``).
+    """
+    overrides: list[str] = []
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            overrides = list(HydraConfig.get().overrides.task)
+    except ValueError:
+        pass
+    shown = [item for item in overrides if not item.startswith(("paths.", "hydra.", "seed="))]
+    label = run_dir.name if not run_dir.name.isdigit() else f"{run_dir.parent.name}/{run_dir.name}"
+    name = " ".join([label, f"seed={cfg.seed}", *shown])
+    config = {"seed": cfg.seed, "overrides": overrides, "run_dir": str(run_dir)}
+    return name, config

@@ -1,0 +1,229 @@
+"""Runs that stop before their end: Ctrl-C and SIGTERM save a checkpoint and resume exactly, a
+live run is never resumed by a second writer, a full disk is one line that keeps the last good
+checkpoint, ``last.ckpt`` is the newest state, and ``ckpt_path=last`` passes over runs without a
+checkpoint. Each test replays what a user did, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import (
+    REPO_ROOT,
+    TINY_LM,
+    TINY_PARSE,
+    one_line_error,
+    run_cli,
+)
+from treernn import checkpoints, runs
+
+pytestmark = pytest.mark.usefixtures("data_dir")
+
+#: a tiny ON-LSTM LM with every dropout on: a resume is exact only if the random state is too
+QUICK = [
+    *TINY_LM,
+    *TINY_PARSE,
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.enable_progress_bar=false",
+]
+#: a tiny logic classifier validated every 10 updates, budget in updates (as the tables run)
+LOGIC = [
+    "task=logic",
+    "model=lstm",
+    "model.hidden_size=16",
+    "task.module.embedding_size=16",
+    "task.datamodule.train_limit=2000",
+    "trainer.max_epochs=-1",
+    "trainer.max_steps=40",
+    "trainer.val_check_interval=10",
+    "trainer.check_val_every_n_epoch=null",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.enable_progress_bar=false",
+]
+
+
+def _signal_at(step: int, name: str) -> list[str]:
+    return [
+        "+callbacks.stop._target_=tests.integration.helpers.SendSignalAt",
+        f"+callbacks.stop.step={step}",
+        f"+callbacks.stop.signal_name={name}",
+    ]
+
+
+def _run_dirs(log_dir: Path, task: str = "ptb", model: str = "onlstm") -> list[Path]:
+    return sorted(p.parent for p in (log_dir / task / model).glob("*/.hydra"))
+
+
+def _metrics(run_dir: Path) -> dict[str, float]:
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    return {k: v for k, v in metrics.items() if "tokens_per_sec" not in k and k[:3] != "lr-"}
+
+
+def _csv(run_dir: Path) -> list[dict[str, str]]:
+    import csv
+
+    with open(run_dir / "csv" / "metrics.csv", newline="") as handle:
+        return [
+            {k: v for k, v in row.items() if v and "tokens_per_sec" not in k}
+            for row in csv.DictReader(handle)
+        ]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[str, Path]:
+    """The two settings run to their end without a stop, to compare resumed runs with."""
+    found = {}
+    for name, args, task, model in (
+        ("ptb", [*QUICK, "trainer.max_epochs=2"], "ptb", "onlstm"),
+        ("logic", LOGIC, "logic", "lstm"),
+    ):
+        log_dir = tmp_path_factory.mktemp(name)
+        result = run_cli([*args, f"paths.log_dir={log_dir}"])
+        assert result.returncode == 0, result.stderr[-3000:]
+        (found[name],) = _run_dirs(log_dir, task, model)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("setting", "signal_name", "code"),
+    [("ptb", "SIGTERM", 143), ("logic", "SIGINT", 130)],
+)
+def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_exact(
+    setting, signal_name, code, tmp_path, uninterrupted
+):
+    args, task, model, step = {
+        "ptb": ([*QUICK, "trainer.max_epochs=2"], "ptb", "onlstm", 20),  # 2nd epoch, mid-way
+        "logic": (LOGIC, "logic", "lstm", 23),  # after the validation at 20, in epoch 2
+    }[setting]
+    stopped = run_cli([*args, f"paths.log_dir={tmp_path}", *_signal_at(step, signal_name)])
+    assert stopped.returncode == code, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr
+    (line,) = [line for line in stopped.stderr.splitlines() if line.startswith("interrupted by")]
+    assert f"interrupted by {signal_name} at epoch 1, step {step}" in line
+    assert "resume with ckpt_path=last" in line
+    (run_dir,) = _run_dirs(tmp_path, task, model)
+    record = runs.read_status(run_dir)
+    assert record["status"] == "interrupted" and signal_name in record["error"]
+    assert checkpoints.inspect_checkpoint(run_dir / "checkpoints" / "last.ckpt").global_step == step
+
+    resumed = run_cli([*args, f"paths.log_dir={tmp_path}", "ckpt_path=last"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert runs.read_status(run_dir)["status"] == "finished"
+    assert _metrics(run_dir) == _metrics(uninterrupted[setting])
+    assert _csv(run_dir) == _csv(uninterrupted[setting])  # no row twice, none missing
+
+
+def test_a_live_run_is_not_resumed_into(tmp_path):
+    args = [*QUICK, "trainer.max_epochs=200", f"paths.log_dir={tmp_path}"]
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    live = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "train.py"), *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not list(tmp_path.glob("ptb/onlstm/*/checkpoints/last.ckpt")):
+            assert live.poll() is None, live.communicate()[1][-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        (run_dir,) = _run_dirs(tmp_path)
+        second = run_cli([*args, "ckpt_path=last"])
+        one_line_error(second, "still running", f"pid {live.pid}", "kill -TERM")
+        assert runs.read_status(run_dir)["pid"] == live.pid  # its record is untouched
+        assert not list(run_dir.glob("checkpoints/*-v1.ckpt"))
+    finally:
+        live.send_signal(signal.SIGTERM)
+        _, stderr = live.communicate(timeout=300)
+    assert live.returncode == 143, stderr[-3000:]
+    assert runs.read_status(run_dir)["status"] == "interrupted"
+
+
+def test_last_checkpoint_is_the_newest_state_and_a_finished_run_is_refused(tmp_path):
+    # task.mode=max on perplexity: the "best" is the first epoch, every later one is worse
+    args = [*QUICK, "trainer.max_epochs=3", "task.mode=max", f"paths.log_dir={tmp_path}"]
+    assert run_cli(args).returncode == 0
+    (run_dir,) = _run_dirs(tmp_path)
+    last = checkpoints.inspect_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+    (best_path,) = (run_dir / "checkpoints").glob("epoch*.ckpt")
+    best = checkpoints.inspect_checkpoint(best_path)
+    assert last.epochs_done == 3 and last.global_step > best.global_step
+    refused = run_cli([*args, "ckpt_path=last"])
+    one_line_error(refused, "finished (3 epochs", "trainer.max_epochs=6")
+    more = run_cli([*args, "ckpt_path=last", "trainer.max_epochs=4"])
+    assert more.returncode == 0, more.stderr[-3000:]
+    resumed_from = f"from {run_dir / 'checkpoints' / 'last.ckpt'} (3 epochs done"
+    assert resumed_from in more.stdout + more.stderr
+    epochs = [row["epoch"] for row in _csv(run_dir) if "val/ppl" in row]
+    assert epochs == ["0", "1", "2", "3"]  # each epoch validated once: none trained twice
+
+
+def test_last_passes_over_runs_without_a_checkpoint(tmp_path):
+    args = [*QUICK, "trainer=smoke", f"paths.log_dir={tmp_path}"]
+    assert run_cli(args).returncode == 0
+    (trained,) = _run_dirs(tmp_path)
+    ckpt = trained / "checkpoints" / "last.ckpt"
+    assert run_cli([*args, "mode=test", f"ckpt_path={ckpt}"]).returncode == 0
+    # a run that failed while setting up keeps its directory only in a sweep; make one by hand
+    failed = tmp_path / "ptb" / "onlstm" / "2099-01-01_00-00-00-000000_1"
+    (failed / ".hydra").mkdir(parents=True)
+    runs.write_status(failed, status="failed", stage="setup", started="2099-01-01T00:00:00")
+    resumed = run_cli([*args, "ckpt_path=last", "trainer.max_epochs=2", "trainer.max_steps=6"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    output = resumed.stdout + resumed.stderr
+    assert f"passed over {failed} (failed while setting up, no checkpoint)" in output
+    assert "(a mode=test run, no checkpoint)" in output
+    assert f"resuming {trained} from {ckpt}" in output
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    if os.geteuid() != 0:
+        return False
+    path.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    return result.returncode == 0
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_last_good_checkpoint(tmp_path):
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "16m"):
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    try:
+        result = run_cli(
+            [
+                *QUICK,
+                "trainer.max_epochs=3",
+                f"paths.log_dir={disk / 'outputs'}",
+                "+callbacks.fill._target_=tests.integration.helpers.FillDiskAt",
+                "+callbacks.fill.step=16",  # in the second epoch, after epoch 1's checkpoints
+                f"+callbacks.fill.path={disk / 'filler'}",
+            ]
+        )
+        one_line_error(result, "No space left on device", "resume with ckpt_path=last")
+        (run_dir,) = _run_dirs(disk / "outputs")
+        record = runs.read_status(run_dir)
+        assert record["status"] == "failed" and "No space left" in record["error"]
+        files = [p for p in run_dir.rglob("*") if p.is_file()]
+        empty = [p.name for p in files if p.stat().st_size == 0]
+        assert set(empty) <= {".lock", "train.log"}  # the lock is empty by design
+        assert not [p for p in files if p.name.endswith(".tmp")]
+        kept = checkpoints.inspect_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+        assert kept.epochs_done == 1  # the checkpoint of the first epoch, whole
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)

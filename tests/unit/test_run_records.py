@@ -1,0 +1,114 @@
+"""Checkpoint writing, run records and locks: atomic files, a full disk, one writer per run, and
+the last checkpoint that never holds diverged weights."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch import nn
+from torch.utils.data import DataLoader
+
+from treernn import checkpoints, runs
+from treernn.callbacks.checkpoint import LastCheckpoint
+from treernn.callbacks.divergence import DivergenceMonitor
+from treernn.errors import DivergedError, StorageError, UserError
+
+
+def _no_room(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_atomic_write_on_a_full_disk_keeps_the_old_file_and_leaves_no_partial_one(
+    tmp_path, monkeypatch
+):
+    target = tmp_path / "last.ckpt"
+    checkpoints.AtomicCheckpointIO().save_checkpoint({"x": torch.ones(3)}, target)
+    before = target.read_bytes()
+    monkeypatch.setattr(checkpoints.os, "fsync", _no_room)
+    with pytest.raises(StorageError, match="cannot write .*last.ckpt: No space left on device"):
+        checkpoints.AtomicCheckpointIO().save_checkpoint({"x": torch.zeros(3)}, target)
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def test_status_is_rewritten_in_place_when_the_disk_is_full(tmp_path, monkeypatch):
+    runs.write_status(tmp_path, status="running", stage="fit")
+    monkeypatch.setattr(checkpoints.os, "fsync", _no_room)
+    runs.write_status(tmp_path, status="failed", error="No space left on device")
+    assert runs.read_status(tmp_path)["status"] == "failed"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]
+
+
+def test_a_run_directory_has_one_writer(tmp_path):
+    lock = runs.RunLock(tmp_path)
+    lock.acquire()
+    try:
+        runs.write_status(tmp_path, status="running", **runs.process_identity())
+        # another process sees the lock held
+        probe = "from treernn import runs; import sys; print(runs.is_live(sys.argv[1]))"
+        held = subprocess.run(
+            [sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True
+        )
+        assert held.stdout.strip() == "True", held.stderr
+        with pytest.raises(UserError, match=f"still running \\(pid {os.getpid()} on"):
+            runs.RunLock(tmp_path).acquire()
+    finally:
+        lock.release()
+    runs.write_status(tmp_path, status="running", pid=2**22 + 7, pid_start=1)  # a dead process
+    assert not runs.is_live(tmp_path)
+
+
+def test_metrics_rows_after_the_resumed_step_are_dropped(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("epoch,step,val/ppl\n0,9,120\n0,13,110\n1,20,100\n1,27,90\n")
+    header, rows = runs.csv_rows_up_to(path, 20)
+    assert header == ["epoch", "step", "val/ppl"]
+    assert [row[1] for row in rows] == ["9", "13", "20"]
+
+
+class _NaNValidation(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/ppl", float("nan"))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        return DataLoader(torch.randn(8, 2), batch_size=4)
+
+    def val_dataloader(self):
+        return DataLoader(torch.randn(4, 2), batch_size=4)
+
+
+def test_no_checkpoint_is_written_from_a_non_finite_validation(tmp_path):
+    trainer = pl.Trainer(
+        max_epochs=2,
+        callbacks=[
+            DivergenceMonitor("val/ppl", "min"),
+            ModelCheckpoint(dirpath=tmp_path, monitor="val/ppl", save_top_k=1),
+            LastCheckpoint(tmp_path),
+        ],
+        plugins=[checkpoints.AtomicCheckpointIO()],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    with pytest.raises(DivergedError, match="val/ppl is nan"):
+        trainer.fit(_NaNValidation())
+    assert not list(Path(tmp_path).iterdir())
