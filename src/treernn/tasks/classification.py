@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -93,7 +93,7 @@ class ClassificationTask(Task):
         output_dropout: float = 0.0,
         mlp_layers: int = 1,
         mlp_hidden_size: int | None = None,
-        activation: str = "elu",
+        activation: Literal["elu", "relu", "tanh"] = "elu",
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[..., Any] | None = None,
         monitor: str = "val/acc",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -88,7 +88,7 @@ class DependencyLanguageModel(Task):
         replace_numbers: bool = False,
         embedding_size: int = 200,
         dropout: float = 0.0,
-        loss: str = "nll",
+        loss: Literal["nll", "nce"] = "nll",
         noise_samples: int = 20,
         noise_power: float = 0.75,
         log_z_init: float = 9.0,
