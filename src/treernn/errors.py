@@ -49,6 +49,9 @@ class RunInterrupted(Exception):
         super().__init__(message)
         self.signum = signum
 
+    def __reduce__(self):  # picklable (a submitit job's result may hold it)
+        return type(self), (str(self), self.signum)
+
     @property
     def exit_code(self) -> int:
         return 128 + self.signum

@@ -81,13 +81,28 @@ def run_dir_name() -> str:
     return f"{_dt.datetime.now():%Y-%m-%d_%H-%M-%S-%f}_{os.getpid()}"
 
 
-def sweep_dir_name() -> str:
+def sweep_dir_name(*, _root_: Any = None) -> str:
     """The last part of a multirun's directory, fixed by the process that starts the sweep.
 
-    A launcher that runs each job in its own process (submitit, locally or on SLURM) resolves the
-    config again there; the name is handed to those processes in ``TREERNN_SWEEP_ID`` (they
-    inherit the submitting environment) so that all jobs land in one sweep directory.
+    ``sweep_id=<name>`` names it: running the same ``-m`` command with the same name again
+    continues that sweep (:mod:`treernn.sweeps`). Without a name it is the sweep's start time and
+    process. A launcher that runs each job in its own process (submitit, locally or on SLURM)
+    resolves the config again there; the name is handed to those processes in
+    ``TREERNN_SWEEP_ID`` (they inherit the submitting environment) so that all jobs land in one
+    sweep directory.
     """
+    from treernn.errors import ConfigValueError
+
+    chosen = _root_.get("sweep_id") if _root_ is not None else None
+    if chosen is not None:
+        name = str(chosen)
+        if not name or "/" in name or name.startswith("."):
+            raise ConfigValueError(
+                f"sweep_id={name!r}: a name for the sweep's directory, without '/'; e.g. "
+                "sweep_id=logic-long"
+            )
+        os.environ["TREERNN_SWEEP_ID"] = name
+        return name
     name = os.environ.get("TREERNN_SWEEP_ID")
     if not name:
         name = f"{_dt.datetime.now():%Y-%m-%d_%H-%M-%S-%f}_{os.getpid()}"
@@ -155,30 +170,35 @@ class ProcessGroupTeardown(Callback):
 
 
 # ----------------------------------------------------------------------------- SLURM requeue
-def slurm_plugins(requeue_signal: str | None) -> list[Any]:
-    """Lightning's SLURM environment with auto-requeue on ``requeue_signal`` (``USR1``, ``USR2``),
-    when this process is a SLURM task; nothing otherwise (Lightning detects the rest)."""
-    from lightning.pytorch.plugins.environments import SLURMEnvironment
-
-    if not requeue_signal or not SLURMEnvironment.detect():
-        return []
-    signum = signal.Signals[f"SIG{requeue_signal.upper().removeprefix('SIG')}"]
-    # submitit installs its own handler on its preemption signal (USR2); Lightning registers its
-    # handler only on a signal that has none, and it is Lightning's that saves the checkpoint
-    signal.signal(signum, signal.SIG_DFL)
-    return [SLURMEnvironment(auto_requeue=True, requeue_signal=signum)]
+def signal_number(name: str | None) -> int | None:
+    """``USR2`` (or ``SIGUSR2``) -> its number; None for None."""
+    if not name:
+        return None
+    return int(signal.Signals[f"SIG{str(name).upper().removeprefix('SIG')}"])
 
 
-def requeued_checkpoint(run_dir: Path) -> Path | None:
-    """The newest ``hpc_ckpt_N.ckpt`` in ``run_dir`` when this is a SLURM task: what Lightning
-    restores by itself when a requeued job starts again (it looks only under SLURM)."""
+def requeue_signum(requeue_signal: str | None) -> int | None:
+    """The signal number of ``requeue_signal`` (``USR1``, ``USR2``) for a SLURM task; None
+    outside SLURM or when requeueing is off (``requeue_signal=null``)."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return None
+    return signal_number(requeue_signal)
+
+
+def slurm_plugins() -> list[Any]:
+    """Lightning's SLURM environment, without Lightning's own requeue handling (treernn's
+    :class:`~treernn.callbacks.graceful_stop.GracefulStop` requeues between two batches), when
+    this process is a SLURM task; nothing otherwise."""
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
     if not SLURMEnvironment.detect():
-        return None
-    found = []
-    for path in Path(run_dir).glob("hpc_ckpt_*.ckpt"):
-        number = path.stem.removeprefix("hpc_ckpt_")
-        if number.isdigit():
-            found.append((int(number), path))
-    return max(found)[1] if found else None
+        return []
+    return [SLURMEnvironment(auto_requeue=False)]
+
+
+def slurm_job_id() -> str | None:
+    """The id that ``scontrol requeue`` takes: ``<array job>_<task>`` or the job id."""
+    array = os.environ.get("SLURM_ARRAY_JOB_ID")
+    if array:
+        return f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    return os.environ.get("SLURM_JOB_ID")

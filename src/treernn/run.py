@@ -24,11 +24,17 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from treernn import checkpoints, launch, runs
+from treernn import checkpoints, launch, runs, sweeps
 from treernn import loggers as loggers_
 from treernn.callbacks.checkpoint import LastCheckpoint
 from treernn.callbacks.divergence import DivergenceMonitor
-from treernn.callbacks.graceful_stop import GracefulStop, Requeued, install_immediate_handlers
+from treernn.callbacks.graceful_stop import (
+    STOP_SIGNALS,
+    GracefulStop,
+    Requeued,
+    install_immediate_handlers,
+    restore_handlers,
+)
 from treernn.callbacks.progress import ProgressBar
 from treernn.checkpoints import build_task, is_full_disk
 from treernn.config_checks import check_config
@@ -202,10 +208,15 @@ def flush_denormals(enabled: bool = True) -> None:
 
 
 def set_threads(threads: Any) -> None:
-    """``threads``: torch's intra-op thread count for this run (null: torch's default, one per
-    core). Parallel sweeps (``table=...``, two jobs at once) give each job one thread: on a busy
-    machine two OpenMP threads of one job wait for each other."""
+    """``threads``: torch's intra-op thread count for this run (null: the CPUs of a SLURM task, or
+    torch's default, one per core). Parallel sweeps (``table=...``, two jobs at once) give each
+    job one thread: on a busy machine two OpenMP threads of one job wait for each other."""
     if threads is None:
+        # a SLURM task: as many threads as CPUs it was given, not one per core of the node
+        allocated = os.environ.get("SLURM_CPUS_PER_TASK")
+        if allocated and allocated.isdigit():
+            torch.set_num_threads(int(allocated))
+            log.info("torch threads: %s (the CPUs SLURM gave this task)", allocated)
         return
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigValueError(
@@ -261,10 +272,19 @@ def _model_as_trained(cfg: DictConfig, info: checkpoints.CheckpointInfo) -> None
 
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and/or test as ``cfg.mode`` says; returns the final metrics."""
+    previous = install_immediate_handlers(launch.requeue_signum(cfg.get("requeue_signal")))
+    try:
+        return _set_up_and_train(cfg)
+    finally:
+        restore_handlers(previous)
+
+
+def _set_up_and_train(cfg: DictConfig) -> dict[str, float]:
     flush_denormals(bool(cfg.get("flush_denormal", True)))
     set_threads(cfg.get("threads"))
     _route_lightning_logs()
     check_config(cfg)
+    _resume_requeued_job(cfg)
     plan = resume_plan(cfg)  # a bad checkpoint stops here, before any data is loaded
     if cfg.mode == "test" and plan is None:
         raise UserError("mode=test needs ckpt_path=<checkpoint> (or ckpt_path=last)")
@@ -283,6 +303,18 @@ def train(cfg: DictConfig) -> dict[str, float]:
         return _train(cfg, plan, tested)
     finally:
         lock.release()
+
+
+def _resume_requeued_job(cfg: DictConfig) -> None:
+    """A SLURM job that started again after ``scontrol requeue`` runs in the directory of its
+    first attempt (``slurm-<job id>-<step>``, or its sweep job's): it resumes from there."""
+    run_dir = Path(cfg.paths.output_dir)
+    if cfg.ckpt_path or cfg.mode == "test" or runs.read_status(run_dir).get("status") != "requeued":
+        return
+    info, _ = runs.newest_complete_checkpoint(run_dir)
+    if info is not None:
+        with open_dict(cfg):
+            cfg.ckpt_path = str(info.path)
 
 
 def _task_as_trained(
@@ -330,10 +362,10 @@ def _train(
             mode=cfg.mode,
             started=started,
             command=" ".join(sys.argv),
+            overrides=_job_overrides(),
             error=None,
             **runs.process_identity(),
         )
-    install_immediate_handlers()
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = hydra.utils.instantiate(cfg.task.datamodule)
@@ -353,7 +385,6 @@ def _train(
             )
 
     wandb_id = None
-    requeued = None
     apply_keys: list[str] = []
     if plan is not None:
         config = OmegaConf.to_container(cfg, resolve=True)
@@ -361,17 +392,9 @@ def _train(
             shapes = {key: tuple(value.shape) for key, value in module.state_dict().items()}
             apply_keys = runs.check_resume_config(plan.checkpoint, config, shapes)
         wandb_id = plan.checkpoint.wandb_id  # read when the checkpoint was checked
-    elif (requeued := launch.requeued_checkpoint(run_dir)) is not None and cfg.mode != "test":
-        # a requeued SLURM job: Lightning restores hpc_ckpt_N.ckpt itself; keep its wandb run
-        requeued_info = checkpoints.inspect_checkpoint(requeued)
-        wandb_id = requeued_info.wandb_id
-        log.info("requeued job: Lightning resumes from %s", requeued)
     loggers = loggers_.build_loggers(cfg, wandb_id)
-    if cfg.mode != "test":
-        if plan is not None:
-            loggers_.keep_csv_history(loggers, plan.checkpoint.global_step)
-        elif requeued is not None:
-            loggers_.keep_csv_history(loggers, requeued_info.global_step)
+    if cfg.mode != "test" and plan is not None:
+        loggers_.keep_csv_history(loggers, plan.checkpoint.global_step)
     try:
         callbacks = _instantiate_group(cfg.get("callbacks"))
         callbacks += _instantiate_group(cfg.task.get("callbacks"))
@@ -385,21 +408,21 @@ def _train(
         if cfg.trainer.get("enable_checkpointing", True):
             last = LastCheckpoint(run_dir / "checkpoints")
             callbacks.append(last)
-        slurm = launch.slurm_plugins(cfg.get("requeue_signal"))
-        stop = GracefulStop(last, slurm[0].requeue_signal if slurm else None)
+        requeue = launch.requeue_signum(cfg.get("requeue_signal"))
+        stop = GracefulStop(last, requeue, launch.slurm_job_id())
         callbacks += [launch.ProcessGroupTeardown(), stop]
         trainer: pl.Trainer = hydra.utils.instantiate(
             cfg.trainer,
             callbacks=callbacks,
             logger=loggers or False,
-            plugins=[checkpoints.AtomicCheckpointIO(), *slurm],
+            plugins=[checkpoints.AtomicCheckpointIO(), *launch.slurm_plugins()],
         )
         metrics: dict[str, float] = {}
         if trainer.is_global_zero:
             runs.write_status(run_dir, stage=cfg.mode)
         if cfg.mode in ("fit+test", "fit"):
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-            if stop.pending is not None:  # a signal during the last validation
+            if stop.pending in STOP_SIGNALS:  # a signal during the last validation
                 raise RunInterrupted(
                     f"interrupted after training ended (step {trainer.global_step}), before "
                     "testing; resume with ckpt_path=last to test",
@@ -478,7 +501,8 @@ def _record_failure(cfg: DictConfig, status: str, message: str, details: str = "
         return  # a refused resume: its own directory says where it pointed
     runs.write_status(run_dir, status=status, error=message, ended=runs.now())
     if logging.getLogger().handlers:
-        _quietly(log.error, "%s: %s%s", status, message, "\n" + details if details else "")
+        emit = log.error if status == "failed" else log.warning
+        _quietly(emit, "%s: %s%s", status, message, "\n" + details if details else "")
 
 
 def _remove_if_empty(cfg: DictConfig) -> None:
@@ -532,6 +556,10 @@ def main(cfg: DictConfig) -> Any:
     multirun = _is_multirun()
     try:
         try:
+            if multirun:
+                done = _continue_sweep_job(cfg)
+                if done is not None:
+                    return sweep_value(cfg, done)
             return sweep_value(cfg, train(cfg))
         except InstantiationException as error:
             # a constructor rejected its arguments: a user error keeps its own one-line message
@@ -543,11 +571,15 @@ def main(cfg: DictConfig) -> Any:
         _record_failure(cfg, "interrupted", str(error))
         print(str(error), file=sys.stderr, flush=True)
         sys.exit(error.exit_code)
+    except sweeps.SweepChanged as error:
+        # the job's directory belongs to another attempt (or a live process): leave it alone
+        _say(str(error))
+        return sweep_value(cfg, None)
     except Requeued as error:
         _record_failure(cfg, "requeued", str(error))
         print(f"requeued: {error}", file=sys.stderr, flush=True)
-        if multirun:
-            return sweep_value(cfg, None)
+        # this process ends here, in a sweep too, without a result: SLURM runs the job again
+        # (submitit's job, or the sweep's own batch job, which resumes the sweep: sweep_id=)
         sys.exit(0)
     except (UserError, OSError) as error:
         if isinstance(error, OSError) and not isinstance(error, UserError):
@@ -564,6 +596,32 @@ def main(cfg: DictConfig) -> Any:
         sys.exit(1)
     except Exception as error:
         return _bug(cfg, error, multirun)
+
+
+def _continue_sweep_job(cfg: DictConfig) -> dict[str, float] | None:
+    """A sweep job that ran before (a resumed sweep): the metrics of a finished job, which is
+    skipped; otherwise it resumes from its newest checkpoint, or runs again from the start."""
+    job_dir = Path(cfg.paths.output_dir)
+    plan = sweeps.plan_job(job_dir, _job_overrides())
+    if plan.action == "skip":
+        log.info("job %s: finished before, skipped", job_dir.name)
+        return plan.metrics
+    if plan.action == "resume":
+        log.info("job %s: %s; resuming from %s", job_dir.name, plan.why, plan.checkpoint)
+        with open_dict(cfg):
+            cfg.ckpt_path = str(plan.checkpoint)
+    elif plan.action == "rerun":
+        log.info("job %s: %s; running it again from the start", job_dir.name, plan.why)
+        sweeps.clear_attempt(job_dir, plan.why)
+    return None
+
+
+def _job_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    return list(HydraConfig.get().overrides.task)
 
 
 def _bug(cfg: DictConfig, error: BaseException, multirun: bool) -> Any:

@@ -157,10 +157,13 @@ def is_live(run_dir: Path) -> bool:
 
 # ----------------------------------------------------------------------------- finding runs
 def newest_complete_checkpoint(run_dir: Path) -> tuple[CheckpointInfo | None, list[str]]:
-    """The checkpoint of ``run_dir`` with the most training steps that can be read, and the
-    reasons the others (damaged ones) were passed over."""
+    """The checkpoint of ``run_dir`` with the most training steps that can be read (its
+    ``checkpoints/`` and the SLURM requeue's ``hpc_ckpt_N.ckpt``), and the reasons the others
+    (damaged ones) were passed over."""
     best, skipped = None, []
-    for path in sorted((Path(run_dir) / "checkpoints").glob("*.ckpt")):
+    run_dir = Path(run_dir)
+    found = [*(run_dir / "checkpoints").glob("*.ckpt"), *run_dir.glob("hpc_ckpt_*.ckpt")]
+    for path in sorted(found):
         try:
             info = inspect_checkpoint(path)
         except CheckpointError as error:

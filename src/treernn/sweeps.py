@@ -1,5 +1,14 @@
-"""The end of a multirun: one line per failed job, the sweep's table, and a non-zero exit if any
-job failed.
+"""Sweeps that survive interruptions, and the end of a multirun: one line per job that did not
+finish, the sweep's table, and a non-zero exit if any job did not finish.
+
+Resuming: a sweep has a name (``sweep_id=<name>``; without one, its start time). Running the same
+``-m`` command with the same ``sweep_id`` again (or ``python -m treernn sweep resume <sweep dir>``)
+continues it in the same directories with the same job numbers: each job reads its own record
+first (:func:`plan_job`) and is skipped if it finished, resumed from its newest checkpoint if it was
+interrupted (a signal, a requeue, a killed process), and run again from the start if it failed. A
+command that would change the sweep (other overrides) is refused with one line naming the
+difference. This works whatever launches the jobs (basic, joblib, submitit), since every job decides
+for itself.
 
 ``treernn.run.main`` records a failed job in its ``status.json`` and lets the sweep go on (Hydra's
 launcher then starts the next job); this Hydra callback reads those records when the sweep is over.
@@ -15,17 +24,120 @@ path (the sweep's start time and process, ``${sweep_dir_name:}``), which finds t
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from treernn import runs
 from treernn.errors import UserError
 from treernn.runs import read_status
+
+#: job states that a resumed sweep continues from the newest checkpoint
+RESUMABLE = ("interrupted", "requeued", "running")
+#: what a job produced that a run from the start must not find
+ATTEMPT_FILES = ("checkpoints", "csv", "metrics.json", "parse_eval.json")
+
+
+class SweepChanged(UserError):
+    """A resumed sweep (or one of its jobs) was given other overrides than it ran with."""
+
+
+# ----------------------------------------------------------------------------- resuming
+@dataclass
+class JobPlan:
+    action: Literal["run", "skip", "resume", "rerun"]
+    metrics: dict[str, float] | None = None
+    checkpoint: Path | None = None
+    why: str = ""
+
+
+def plan_job(job_dir: Path, overrides: list[str]) -> JobPlan:
+    """What a sweep job does, from its own record: run (new), skip (finished), resume (from its
+    newest checkpoint) or rerun (it failed, or stopped before any checkpoint)."""
+    record = read_status(job_dir)
+    if not record:
+        return JobPlan("run")
+    before = record.get("overrides")
+    if before is not None and _without_name(before) != _without_name(overrides):
+        raise SweepChanged(
+            f"sweep job {job_dir} ran with [{' '.join(before)}], this command gives it "
+            f"[{' '.join(overrides)}]; resume a sweep with the command that started it "
+            f"(python -m treernn sweep resume {job_dir.parent}), or start a new one (sweep_id=)"
+        )
+    if runs.is_live(job_dir):
+        raise SweepChanged(
+            f"sweep job {job_dir} is still running ({runs.describe_owner(job_dir)}); not started "
+            "a second time"
+        )
+    status = record.get("status")
+    metrics_file = Path(job_dir) / "metrics.json"
+    if status == "finished" and metrics_file.is_file():
+        return JobPlan("skip", metrics=json.loads(metrics_file.read_text()))
+    if status in RESUMABLE:
+        info, _ = runs.newest_complete_checkpoint(job_dir)
+        if info is not None:
+            return JobPlan("resume", checkpoint=info.path, why=str(status))
+        return JobPlan("rerun", why=f"{status} before its first checkpoint")
+    return JobPlan("rerun", why=f"{status}: {record.get('error', '')}".strip(": "))
+
+
+def clear_attempt(job_dir: Path, why: str) -> None:
+    """Remove what a failed attempt of a job wrote (its record keeps the attempt)."""
+    record = read_status(job_dir)
+    attempts = [*record.get("attempts", [])]
+    attempts.append({key: record.get(key) for key in ("status", "error", "started", "ended")})
+    for name in ATTEMPT_FILES:
+        path = Path(job_dir) / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    for path in Path(job_dir).glob("hpc_ckpt_*.ckpt"):
+        path.unlink()
+    runs.write_status(job_dir, attempts=attempts, rerun_because=why)
+
+
+def _without_name(overrides: list[str]) -> list[str]:
+    return [item for item in overrides if item.split("=", 1)[0].lstrip("+~") != "sweep_id"]
+
+
+def sweep_command(config: DictConfig) -> list[str]:
+    """The task overrides that define a sweep (its name aside)."""
+    return _without_name(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
+
+
+def check_same_sweep(config: DictConfig) -> None:
+    """Refuse to continue a sweep directory with another command than the one that started it."""
+    resumed = os.environ.get("TREERNN_RESUME_SWEEP_DIR")  # python -m treernn sweep resume
+    if resumed and Path(resumed).resolve() != Path(config.hydra.sweep.dir).resolve():
+        raise SweepChanged(
+            f"resuming {resumed}, but this command's sweep directory is {config.hydra.sweep.dir} "
+            "(was paths.log_dir or TREERNN_DATA_DIR set differently?); nothing was started"
+        )
+    saved = Path(config.hydra.sweep.dir) / "multirun.yaml"
+    if not saved.is_file():
+        return
+    before = sweep_command(OmegaConf.load(saved))
+    now = sweep_command(config)
+    if sorted(before) != sorted(now):
+        added = [item for item in now if item not in before]
+        removed = [item for item in before if item not in now]
+        raise SweepChanged(
+            f"sweep {saved.parent} was started with [{' '.join(before)}]; this command differs "
+            f"(added: {' '.join(added) or 'nothing'}; left out: {' '.join(removed) or 'nothing'}). "
+            f"Resume it with the same overrides (python -m treernn sweep resume {saved.parent}), "
+            "or give another sweep_id"
+        )
+
 
 #: an interpolation of a config key (``${model.name}``), not a resolver (``${now:...}``)
 _KEY_INTERPOLATION = re.compile(r"\$\{([\w.]+)\}")
@@ -36,7 +148,7 @@ def sweep_failures(sweep_dir: Path | list[Path]) -> list[tuple[Path, dict[str, A
     failures = []
     for job_dir in _jobs(sweep_dir):
         record = read_status(job_dir)
-        if record.get("status") in ("failed", "interrupted"):
+        if record.get("status") != "finished":
             failures.append((job_dir, record))
     return failures
 
@@ -64,7 +176,12 @@ def sweep_job_dirs(config: DictConfig) -> list[Path]:
         root = Path(*sweep_dir.parts[: len(sweep_dir.parts) - len(parts)] or ["."])
         if "*" in pattern:
             dirs |= set(root.glob("/".join(pattern)))
-    jobs = {path.parent for path in (d for sweep in dirs for d in sweep.glob("*/.hydra"))}
+    # a job that never started (SLURM could not schedule it) has a record but no .hydra/
+    jobs = {
+        path.parent
+        for sweep in dirs
+        for path in (*sweep.glob("*/.hydra"), *sweep.glob("*/status.json"))
+    }
     return sorted(jobs, key=lambda path: (int(path.name) if path.name.isdigit() else -1, path))
 
 
@@ -109,6 +226,13 @@ def report_sweep(job_dirs: list[Path], out_dir: Path) -> bool:
 
 
 class SweepSummary(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            check_same_sweep(config)
+        except SweepChanged as error:
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            sys.exit(1)
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         jobs = sweep_job_dirs(config)
@@ -119,12 +243,16 @@ class SweepSummary(Callback):
         if not failures:
             print(f"sweep finished: {len(jobs)} jobs in {sweep_dir}", flush=True)
         else:
-            lines = [f"sweep: {len(failures)} of {len(jobs)} jobs failed ({sweep_dir}):"]
+            lines = [f"sweep: {len(failures)} of {len(jobs)} jobs did not finish ({sweep_dir}):"]
             for job_dir, record in failures:
                 lines.append(
-                    f"  job {job_dir.name} [{_overrides(job_dir)}]: {record['status']}: "
-                    f"{record.get('error', '')}"
+                    f"  job {job_dir.name} [{_overrides(job_dir)}]: "
+                    f"{record.get('status', 'not started')}: {record.get('error') or ''}"
                 )
+            lines.append(
+                f"resume it (finished jobs are skipped, interrupted ones continue, failed ones run "
+                f"again): python -m treernn sweep resume {sweep_dir}"
+            )
             print("\n".join(lines), file=sys.stderr, flush=True)
         if failures or not reported:
             sys.exit(1)

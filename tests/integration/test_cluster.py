@@ -83,7 +83,7 @@ def test_slurm_requeue_saves_requeues_and_resumes_exactly(tmp_path, one_process)
     assert (tmp_path / "bin" / "requeued").read_text().split() == ["requeue", "4242"]
     (run_dir,) = _run_dirs(tmp_path / "runs")
     assert run_dir.name == "slurm-4242-0"
-    assert (run_dir / "hpc_ckpt_1.ckpt").is_file()
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()  # saved between two batches
     assert json.loads((run_dir / "status.json").read_text())["status"] == "requeued"
 
     # SLURM starts the same command again, with the same job id: same directory, restored state

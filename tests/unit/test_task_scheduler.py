@@ -37,6 +37,7 @@ class ConstantTask(Task):
         self.log("val/acc", 0.5)
 
     def on_validation_epoch_end(self) -> None:
+        super().on_validation_epoch_end()  # the task counts its validations here
         if not self.trainer.sanity_checking:
             self.lr_at_validation.append(self.optimizers().param_groups[0]["lr"])
 

@@ -5,9 +5,12 @@
   :class:`~treernn.errors.RunInterrupted`; ``treernn.run`` records it as ``interrupted`` and exits
   with 130 / 143. ``ckpt_path=last`` continues it exactly. A second signal stops at once, without
   a checkpoint (the previous ``last.ckpt`` stays).
-- SLURM's requeue signal (``requeue_signal``, USR2 by default, when Lightning's SLURM environment
-  has auto-requeue): at the end of the current batch Lightning's own handler saves
-  ``hpc_ckpt_N.ckpt`` and runs ``scontrol requeue``; this attempt ends with :class:`Requeued`.
+- SLURM's requeue signal (``requeue_signal``, USR2 by default: ``#SBATCH --signal=USR2@120``
+  before the time limit, or a preemption notice): at the end of the current batch ``last.ckpt`` is
+  written and ``scontrol requeue`` puts the job back in the queue; this attempt ends with
+  :class:`Requeued`, and the job, started again with the same id and directory, resumes from that
+  checkpoint. A requeue signal that arrives while the job is still setting up is remembered
+  (:func:`install_immediate_handlers`) and acted on after the first batch.
 
 Lightning would act on a signal where it lands: Ctrl-C mid-step ends in ``sys.exit(1)`` with no
 checkpoint, SIGTERM exits with status 0, and its requeue handler saves in the middle of an
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
 from typing import Any
 
 import torch
@@ -36,39 +40,81 @@ class Requeued(Exception):
     """The SLURM job saved its state and asked to be requeued; this attempt ends here."""
 
 
+#: a requeue signal received before training could act on it
+_EARLY_REQUEUE: list[int] = []
+
+
 def raise_interrupted(signum: int, frame: Any = None) -> None:
     """A signal handler for the stages with nothing to save (setting up, testing): stop now."""
     name = signal.Signals(signum).name
     raise RunInterrupted(f"stopped by {name} before training started or after it ended", signum)
 
 
-def install_immediate_handlers() -> None:
-    """SIGINT and SIGTERM stop the process at once with :class:`RunInterrupted` (main thread)."""
+def remember_requeue(signum: int, frame: Any = None) -> None:
+    """The requeue signal while the job sets up: kept for :class:`GracefulStop`."""
+    _EARLY_REQUEUE.append(signum)
+
+
+def install_immediate_handlers(requeue_signal: int | None = None) -> dict[int, Any]:
+    """SIGINT and SIGTERM stop the process at once with :class:`RunInterrupted`; the requeue
+    signal is remembered until training can act on it (main thread only). Returns the handlers
+    they replace, for :func:`restore_handlers` when the run is over."""
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     for signum in STOP_SIGNALS:
         signal.signal(signum, raise_interrupted)
+    if requeue_signal is not None:
+        previous[requeue_signal] = signal.getsignal(requeue_signal)
+        signal.signal(requeue_signal, remember_requeue)
+    return previous
+
+
+def restore_handlers(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+def requeue_job(job_id: str) -> None:
+    """``scontrol requeue``: SLURM ends this attempt and starts the job again, same id."""
+    result = subprocess.run(
+        ["scontrol", "requeue", job_id], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise RunInterrupted(
+            f"the requeue signal came, but scontrol requeue {job_id} failed "
+            f"({result.stderr.strip() or result.returncode}); resume with ckpt_path=last",
+            signal.SIGTERM,
+        )
 
 
 class GracefulStop(Callback):
-    def __init__(self, last: LastCheckpoint | None, requeue_signal: int | None = None) -> None:
+    def __init__(
+        self,
+        last: LastCheckpoint | None,
+        requeue_signal: int | None = None,
+        job_id: str | None = None,
+    ) -> None:
         self.last = last
         self.requeue_signal = requeue_signal
+        self.job_id = job_id
         self.pending: int | None = None  # the signal that asked to stop
         self._previous: dict[int, Any] = {}
-        self._lightning_requeue: Any = None
 
     # ---------------------------------------------------------------------------- handlers
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        # Lightning has registered its handlers by now (SIGTERM, and the requeue signal under
-        # SLURM); keep its requeue handler to call between batches, and take the signals over
+        # Lightning has registered its SIGTERM handler by now: take the signals over
         signals = list(STOP_SIGNALS)
         if self.requeue_signal is not None:
-            self._lightning_requeue = signal.getsignal(self.requeue_signal)
             signals.append(self.requeue_signal)
+            if _EARLY_REQUEUE:
+                self.pending = self.requeue_signal
+                _EARLY_REQUEUE.clear()
         for signum in signals:
             self._previous[signum] = signal.getsignal(signum)
             signal.signal(signum, self._flag)
 
     def _flag(self, signum: int, frame: Any) -> None:
+        if self.pending == self.requeue_signal and self.pending is not None:
+            return  # requeueing: SLURM ends this attempt (SIGTERM) and starts the job again
         if self.pending is not None and signum in STOP_SIGNALS:
             name = signal.Signals(signum).name
             raise RunInterrupted(
@@ -102,7 +148,7 @@ class GracefulStop(Callback):
         # one that arrives on any rank stops all of them here
         if not trainer.strategy.reduce_boolean_decision(self.pending is not None, all=False):
             return
-        if ends_epoch(trainer) and self.pending in STOP_SIGNALS:
+        if ends_epoch(trainer):
             # the epoch's validation and checkpoints come after this batch: let them run and
             # stop after the next batch (or, if training ends here, before testing: treernn.run)
             return
@@ -110,14 +156,17 @@ class GracefulStop(Callback):
         signum = int(trainer.strategy.reduce(pending, reduce_op="max"))
         self.pending = None
         where = f"epoch {trainer.current_epoch}, step {trainer.global_step}"
-        if signum == self.requeue_signal and callable(self._lightning_requeue):
+        if signum == self.requeue_signal and self.job_id is not None:
             log.info("requeue signal received: saving a checkpoint and requeueing the SLURM job")
-            self._lightning_requeue(signum, None)
-            # SLURM ends this job now. Stop before anything else is written: the epoch's end
-            # would save last.ckpt and validate a half-trained epoch
+            path = self.last.save(trainer) if self.last is not None else None
+            # SLURM answers the requeue with SIGTERM to this attempt: nothing left to do then
+            for stop in STOP_SIGNALS:
+                signal.signal(stop, signal.SIG_IGN)
+            if trainer.is_global_zero:
+                requeue_job(self.job_id)
             raise Requeued(
-                f"requeued at {where}: the requeued job continues in this run directory from "
-                "its hpc_ckpt_*.ckpt"
+                f"requeued at {where} (SLURM job {self.job_id}): it starts again in this run "
+                f"directory and resumes from {path}"
             )
         name = signal.Signals(signum).name
         if self.last is None:  # trainer.enable_checkpointing=false

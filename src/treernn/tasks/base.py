@@ -96,11 +96,15 @@ class Task(pl.LightningModule):
     def on_validation_start(self) -> None:
         self._set_validating(True)
 
-    def on_validation_end(self) -> None:
-        self._set_validating(False)
+    def on_validation_epoch_end(self) -> None:
+        # counted here, before the checkpoint callbacks' on_validation_end: a checkpoint taken
+        # after a validation holds the count that includes it
         trainer = getattr(self, "_trainer", None)  # None: the hooks called without a trainer
         if trainer is not None and not trainer.sanity_checking:
             self._validations += 1
+
+    def on_validation_end(self) -> None:
+        self._set_validating(False)
 
     def on_test_start(self) -> None:
         self._set_validating(False)

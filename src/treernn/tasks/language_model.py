@@ -208,6 +208,7 @@ class LanguageModelTask(Task):
         self.log("val/ppl", self.val_ppl, on_step=False, on_epoch=True, prog_bar=True)
 
     def on_validation_epoch_end(self) -> None:
+        super().on_validation_epoch_end()
         self._state = getattr(self, "_train_state_backup", None)
 
     def on_test_epoch_start(self) -> None:

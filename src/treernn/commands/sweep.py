@@ -1,0 +1,101 @@
+"""A sweep's state, and resuming it.
+
+    python -m treernn sweep status <sweep dir>
+    python -m treernn sweep resume <sweep dir> [--dry-run]
+
+``status`` lists each job of the sweep: its overrides, whether it finished, was interrupted (with
+the step of its newest checkpoint), failed (with the error) or is running.
+
+``resume`` runs the command that started the sweep again, from the directory it was started in and
+with the sweep's name (``sweep_id=<last part of the sweep dir>``): finished jobs are skipped,
+interrupted ones continue from their newest checkpoint, failed ones run again from the start, in
+the same directories with the same numbers. At the end the sweep's table is printed over all of
+its jobs. The same happens when you run the original ``-m`` command again with
+``sweep_id=<name>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from treernn.errors import UserError
+
+RESUME_ENV = "TREERNN_RESUME_SWEEP_DIR"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="<action>")
+    status = actions.add_parser("status", help="each job's state")
+    status.add_argument("sweep_dir", type=Path)
+    resume = actions.add_parser("resume", help="continue the sweep where it stopped")
+    resume.add_argument("sweep_dir", type=Path)
+    resume.add_argument("--dry-run", action="store_true", help="print the command and run nothing")
+
+
+def _saved(sweep_dir: Path):
+    from omegaconf import OmegaConf
+
+    saved = sweep_dir / "multirun.yaml"
+    if not saved.is_file():
+        raise UserError(
+            f"{sweep_dir} is not a sweep directory (no multirun.yaml); give the directory that "
+            "python train.py -m printed (outputs/multirun/... or outputs/tables/...)"
+        )
+    return OmegaConf.load(saved)
+
+
+def resume_command(sweep_dir: Path) -> tuple[Path, list[str]]:
+    """The directory and the ``train.py`` arguments that continue a sweep."""
+    config = _saved(sweep_dir)
+    task = [str(item) for item in config.hydra.overrides.task]
+    task = [item for item in task if item.split("=", 1)[0].lstrip("+~") != "sweep_id"]
+    hydra = [str(item) for item in config.hydra.overrides.hydra]
+    cwd = Path(str(config.hydra.runtime.cwd))
+    return cwd, ["-m", *hydra, *task, f"sweep_id={sweep_dir.resolve().name}"]
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "status":
+        return _status(args.sweep_dir)
+    cwd, arguments = resume_command(args.sweep_dir)
+    script = cwd / "train.py"
+    if not script.is_file():
+        raise UserError(
+            f"the sweep was started in {cwd}, which has no train.py now; run from the project "
+            f"directory: python train.py {' '.join(arguments)}"
+        )
+    print(f"cd {cwd} && python train.py {' '.join(arguments)}", flush=True)
+    if args.dry_run:
+        return 0
+    os.chdir(cwd)
+    os.environ[RESUME_ENV] = str(args.sweep_dir.resolve())
+    os.execv(sys.executable, [sys.executable, str(script), *arguments])
+    return 0  # not reached
+
+
+def _status(sweep_dir: Path) -> int:
+    from treernn import runs
+    from treernn.sweeps import _overrides
+
+    _saved(sweep_dir)
+    jobs = sorted(
+        (path.parent for path in sweep_dir.glob("*/.hydra")),
+        key=lambda path: (int(path.name) if path.name.isdigit() else -1, path.name),
+    )
+    counts: dict[str, int] = {}
+    for job_dir in jobs:
+        record = runs.read_status(job_dir)
+        status = record.get("status", "not started")
+        if status == "running" and not runs.is_live(job_dir):
+            status = "stopped (its process is gone)"
+        counts[status] = counts.get(status, 0) + 1
+        info, _ = runs.newest_complete_checkpoint(job_dir)
+        where = f", newest checkpoint at step {info.global_step}" if info else ""
+        error = f": {record['error']}" if record.get("error") and status != "finished" else ""
+        print(f"job {job_dir.name} [{_overrides(job_dir)}]: {status}{where}{error}")
+    summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
+    print(f"{len(jobs)} jobs in {sweep_dir}: {summary}")
+    return 0

@@ -1,0 +1,211 @@
+"""Sweeps on a real SLURM (Debian's slurm-wlm, one node: ``../shared/tools/slurm-local.sh``, which
+``.ci/run`` starts as root): a time limit that requeues a job, which resumes exactly; a 2-task DDP
+job; ``scancel`` and a resumed sweep; a job that can never start. Skipped where SLURM is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import REPO_ROOT, run_cli, treernn_cli
+from treernn import runs
+
+pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
+
+SLURM_SETUP = REPO_ROOT.parent / "shared" / "tools" / "slurm-local.sh"
+
+#: a tiny logic classifier on one CPU, validated (and checkpointed) every 100 updates
+LOGIC = [
+    "task=logic",
+    "model=lstm",
+    "model.hidden_size=16",
+    "task.module.embedding_size=16",
+    "task.datamodule.train_limit=2000",
+    "trainer.max_epochs=-1",
+    "trainer.val_check_interval=100",
+    "trainer.check_val_every_n_epoch=null",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.enable_progress_bar=false",
+]
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.timeout_min=10"]
+
+
+def _slurm_up() -> bool:
+    try:
+        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slurm() -> None:
+    if shutil.which("sinfo") is None:
+        pytest.skip("SLURM is not installed here (run ../shared/tools/slurm-local.sh as root)")
+    if not _slurm_up() and os.geteuid() == 0 and SLURM_SETUP.is_file():
+        subprocess.run(["bash", str(SLURM_SETUP)], capture_output=True, timeout=600)
+    if not _slurm_up():
+        pytest.skip("SLURM does not answer (start it: sudo ../shared/tools/slurm-local.sh)")
+
+
+class ReleaseRequeued:
+    """SLURM holds a requeued job for about two minutes (its credentials must expire) before it
+    starts again; a cluster's jobs can wait, a test should not: release held jobs at once."""
+
+    def __enter__(self) -> ReleaseRequeued:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._release, daemon=True)
+        self._thread.start()
+        return self
+
+    def _release(self) -> None:
+        while not self._stop.wait(2.0):
+            listing = subprocess.run(
+                ["squeue", "-h", "-t", "PD", "-o", "%i %r"], capture_output=True, text=True
+            ).stdout
+            for line in listing.splitlines():
+                job, reason = line.split(maxsplit=1)
+                if reason.strip() == "BeginTime":
+                    subprocess.run(
+                        ["scontrol", "update", f"jobid={job}", "starttime=now"],
+                        capture_output=True,
+                    )
+
+    def __exit__(self, *args) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _metrics(job_dir: Path) -> dict[str, float]:
+    values = json.loads((job_dir / "metrics.json").read_text())
+    return {k: v for k, v in values.items() if "tokens_per_sec" not in k and k[:3] != "lr-"}
+
+
+#: about 50 s of training on one CPU: longer than the time limit's first requeue signal
+BUDGET = ["trainer.max_steps=1500", "seed=1"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[str, float]:
+    """The same job run here without interruption, on one thread as the SLURM task has."""
+    log_dir = tmp_path_factory.mktemp("reference")
+    result = run_cli([*LOGIC, *BUDGET, "threads=1", f"paths.log_dir={log_dir}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (p.parent for p in log_dir.glob("logic/lstm/*/metrics.json"))
+    return _metrics(run_dir)
+
+
+def test_a_time_limit_requeues_the_job_which_resumes_exactly(tmp_path, uninterrupted):
+    sweep = tmp_path / "runs" / "multirun" / "logic" / "lstm" / "limit"
+    with ReleaseRequeued():
+        # a 1-minute limit and USR2 10 s before it (SLURM sends it up to 30 s earlier): the job,
+        # about 50 s of training, is requeued at least once
+        result = run_cli(
+            [
+                "-m",
+                *LOGIC,
+                *BUDGET,
+                "hydra/launcher=slurm",
+                "hydra.launcher.timeout_min=1",
+                "hydra.launcher.signal_delay_s=10",
+                f"paths.log_dir={tmp_path / 'runs'}",
+                "sweep_id=limit",
+            ],
+            timeout=900,
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sweep finished: 1 jobs" in result.stdout
+    job = sweep / "0"
+    log = (job / "train.log").read_text()
+    assert log.count("requeue signal received") >= 1
+    assert "torch threads: 1 (the CPUs SLURM gave this task)" in log
+    assert runs.read_status(job)["status"] == "finished"
+    assert _metrics(job) == uninterrupted
+
+
+def test_a_two_task_ddp_job_has_one_run_directory(tmp_path):
+    result = run_cli(
+        [
+            "-m",
+            *SLURM,
+            *LOGIC,
+            "trainer=ddp",
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "trainer.max_steps=60",
+            f"paths.log_dir={tmp_path / 'runs'}",
+            "sweep_id=ddp",
+        ],
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    job = tmp_path / "runs" / "multirun" / "logic" / "lstm" / "ddp" / "0"
+    log = (job / "train.log").read_text()
+    assert "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2" in log
+    assert runs.read_status(job)["status"] == "finished"
+    assert not list(job.parent.glob("[1-9]*"))  # one job, one directory, whatever the ranks
+
+
+def test_scancel_stops_the_job_with_a_checkpoint_and_the_resumed_sweep_finishes_it(
+    tmp_path, uninterrupted
+):
+    args = [*SLURM, *LOGIC, *BUDGET, f"paths.log_dir={tmp_path / 'runs'}", "sweep_id=cancel"]
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    submitter = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "train.py"), "-m", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    sweep = tmp_path / "runs" / "multirun" / "logic" / "lstm" / "cancel"
+    job = sweep / "0"
+    deadline = time.monotonic() + 300
+    while not (job / "checkpoints" / "last.ckpt").is_file():
+        assert submitter.poll() is None, submitter.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    (job_id,) = (p.name for p in (sweep / ".submitit").iterdir() if p.name[0].isdigit())
+    subprocess.run(["scancel", job_id], check=True)
+    _, stderr = submitter.communicate(timeout=300)
+    assert submitter.returncode == 1, stderr[-3000:]  # the submitter does not wait for ever
+    assert "ended (CANCELLED" in stderr and "python -m treernn sweep resume" in stderr
+    record = runs.read_status(job)
+    assert record["status"] == "interrupted" and "SIGTERM" in record["error"]
+
+    resumed = treernn_cli("sweep", "resume", str(sweep), timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "job 0: interrupted; resuming from" in (job / "train.log").read_text()
+    assert runs.read_status(job)["status"] == "finished"
+    assert _metrics(job) == uninterrupted
+
+
+def test_a_job_that_can_never_start_is_cancelled_with_one_line(tmp_path):
+    started = time.monotonic()
+    result = run_cli(
+        [
+            "-m",
+            *SLURM,
+            *LOGIC,
+            "trainer.max_steps=10",
+            "hydra.launcher.cpus_per_task=512",
+            f"paths.log_dir={tmp_path / 'runs'}",
+        ],
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Reason=PartitionConfig" in lines[0]
+    assert "hydra.launcher.cpus_per_task=512" in lines[0]
+    assert time.monotonic() - started < 120

@@ -1,0 +1,124 @@
+"""Sweeps that survive interruptions, run here (the SLURM ones are in test_slurm.py): a sweep
+killed halfway and resumed gives the table of an uninterrupted one, a changed command is refused,
+a failed job runs again, and ``ckpt_path=last`` finds a sweep's job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import REPO_ROOT, one_line_error, run_cli, treernn_cli
+from treernn import runs
+
+pytestmark = pytest.mark.usefixtures("data_dir")
+
+#: a tiny logic classifier, budget in updates, as the tables run
+LOGIC = [
+    "task=logic",
+    "model=lstm",
+    "model.hidden_size=16",
+    "task.module.embedding_size=16",
+    "task.datamodule.train_limit=2000",
+    "trainer.max_epochs=-1",
+    "trainer.max_steps=60",
+    "trainer.val_check_interval=20",
+    "trainer.check_val_every_n_epoch=null",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.enable_progress_bar=false",
+    "threads=1",
+]
+#: three jobs, two at a time (Hydra's joblib launcher, as the tables run)
+SWEEP = [*LOGIC, "seed=1,2,3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+
+
+def _sweep_dir(log_dir: Path, name: str) -> Path:
+    return log_dir / "multirun" / "logic" / "lstm" / name
+
+
+def _metrics(job_dir: Path) -> dict[str, float]:
+    values = json.loads((job_dir / "metrics.json").read_text())
+    return {k: v for k, v in values.items() if "tokens_per_sec" not in k and k[:3] != "lr-"}
+
+
+def test_a_sweep_killed_halfway_resumes_to_the_table_of_an_uninterrupted_one(tmp_path):
+    whole = run_cli(["-m", *SWEEP, f"paths.log_dir={tmp_path / 'whole'}", "sweep_id=s"])
+    assert whole.returncode == 0, whole.stderr[-3000:]
+
+    log_dir = tmp_path / "killed"
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    sweep = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "train.py"), "-m", *SWEEP, f"paths.log_dir={log_dir}"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # Ctrl-C reaches the whole sweep: its process group
+    )
+    deadline = time.monotonic() + 300
+    while not list(log_dir.glob("multirun/logic/lstm/*/[0-9]/checkpoints/last.ckpt")):
+        assert sweep.poll() is None, sweep.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    os.killpg(sweep.pid, signal.SIGINT)
+    sweep.communicate(timeout=300)
+    assert sweep.returncode != 0
+    (sweep_dir,) = log_dir.glob("multirun/logic/lstm/*")
+    assert not all(
+        runs.read_status(job).get("status") == "finished" for job in sweep_dir.glob("[0-9]")
+    )
+
+    status = treernn_cli("sweep", "status", str(sweep_dir))
+    assert status.returncode == 0, status.stderr[-3000:]
+    assert "interrupted" in status.stdout or "its process is gone" in status.stdout
+    resumed = treernn_cli("sweep", "resume", str(sweep_dir))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "sweep finished: 3 jobs" in resumed.stdout
+    for job in ("0", "1", "2"):
+        assert _metrics(sweep_dir / job) == _metrics(_sweep_dir(tmp_path / "whole", "s") / job)
+    table = (sweep_dir / "table.md").read_text()
+    assert table == (_sweep_dir(tmp_path / "whole", "s") / "table.md").read_text()
+
+    # all finished: resuming again skips every job and prints the same table
+    again = treernn_cli("sweep", "resume", str(sweep_dir))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "finished before, skipped" in (sweep_dir / "2" / "train.log").read_text()
+    assert (sweep_dir / "table.md").read_text() == table
+
+
+def test_a_changed_sweep_is_refused_and_a_failed_job_runs_again(tmp_path):
+    args = ["-m", *LOGIC, "seed=1,2", f"paths.log_dir={tmp_path}", "sweep_id=c"]
+    assert run_cli(args).returncode == 0
+    # job 1 as a crash would have left it
+    sweep_dir = _sweep_dir(tmp_path, "c")
+    runs.write_status(sweep_dir / "1", status="failed", error="RuntimeError: a crash")
+
+    changed = run_cli([*args[:-1], "trainer.max_steps=80", "sweep_id=c"])
+    one_line_error(changed, f"sweep {sweep_dir} was started with", "added: trainer.max_steps=80")
+
+    rerun = run_cli(args)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    log = (sweep_dir / "1" / "train.log").read_text()
+    assert "job 1: failed: RuntimeError: a crash; running it again from the start" in log
+    assert "job 0: finished before, skipped" in (sweep_dir / "0" / "train.log").read_text()
+    record = runs.read_status(sweep_dir / "1")
+    assert record["status"] == "finished" and record["attempts"][0]["status"] == "failed"
+
+
+def test_last_finds_the_newest_job_of_a_sweep(tmp_path):
+    args = [*LOGIC, "seed=5", f"paths.log_dir={tmp_path}"]
+    assert run_cli(["-m", *args, "sweep_id=l"]).returncode == 0
+    job = _sweep_dir(tmp_path, "l") / "0"
+    more = run_cli([*args, "ckpt_path=last", "trainer.max_steps=80"])
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert f"resuming {job} from {job / 'checkpoints' / 'last.ckpt'}" in more.stdout + more.stderr
+    assert runs.read_status(job)["status"] == "finished"
