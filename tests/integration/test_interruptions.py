@@ -124,6 +124,28 @@ def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_exact(
     assert _csv(run_dir) == _csv(uninterrupted[setting])  # no row twice, none missing
 
 
+@pytest.mark.parametrize(
+    ("setting", "step", "checkpoint_step"),
+    [("ptb", 16, 14), ("logic", 33, 30)],  # after the end of epoch 1 / the validation at 30
+)
+def test_a_killed_run_resumes_exactly_from_its_last_checkpoint(
+    setting, step, checkpoint_step, tmp_path, uninterrupted
+):
+    args, task, model = {
+        "ptb": ([*QUICK, "trainer.max_epochs=2"], "ptb", "onlstm"),
+        "logic": (LOGIC, "logic", "lstm"),
+    }[setting]
+    killed = run_cli([*args, f"paths.log_dir={tmp_path}", *_signal_at(step, "SIGKILL")])
+    assert killed.returncode == -9
+    (run_dir,) = _run_dirs(tmp_path, task, model)
+    assert runs.read_status(run_dir)["status"] == "running"  # it could not say otherwise
+    resumed = run_cli([*args, f"paths.log_dir={tmp_path}", "ckpt_path=last"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"step {checkpoint_step})" in resumed.stdout + resumed.stderr
+    assert _metrics(run_dir) == _metrics(uninterrupted[setting])
+    assert _csv(run_dir) == _csv(uninterrupted[setting])
+
+
 def test_a_live_run_is_not_resumed_into(tmp_path):
     args = [*QUICK, "trainer.max_epochs=200", f"paths.log_dir={tmp_path}"]
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}

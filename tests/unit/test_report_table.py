@@ -469,7 +469,7 @@ def test_failed_jobs_still_get_the_table_of_the_others(tmp_path, capsys):
         SweepSummary().on_multirun_end(sweep_config(tmp_path, "T1"))
     captured = capsys.readouterr()
     assert "| lstm | 1 |" in captured.out and (sweep / "table.md").is_file()
-    assert "sweep: 1 of 2 jobs failed" in captured.err
+    assert "sweep: 1 of 2 jobs did not finish" in captured.err
 
 
 # ----------------------------------------------------------------------------- a real sweep

@@ -1,5 +1,5 @@
-"""``last.ckpt``: the newest state of a run, written at the end of every epoch and after every
-validation, whatever the monitored metric did.
+"""``last.ckpt``: the newest state of a run, written after every validation (and at the end of
+every epoch when validation runs by epochs), whatever the monitored metric did.
 
 Lightning's ``ModelCheckpoint(save_last=True)`` writes ``last.ckpt`` only beside a new top-k file,
 so a run whose monitored metric stopped improving kept a stale ``last.ckpt``, and a resume
@@ -28,6 +28,11 @@ def ends_epoch(trainer: Trainer) -> bool:
     return last_step or bool(trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
 
 
+def validates_by_epochs(trainer: Trainer) -> bool:
+    """True when validation runs at the end of epochs (not every N updates)."""
+    return trainer.check_val_every_n_epoch is not None and trainer.val_check_interval == 1.0
+
+
 class LastCheckpoint(Checkpoint):
     def __init__(self, dirpath: str | Path) -> None:
         self.dirpath = Path(dirpath)
@@ -42,14 +47,19 @@ class LastCheckpoint(Checkpoint):
         return self.path
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        # a validation in the middle of an epoch (val_check_interval); at the end of an epoch
-        # the save waits for on_train_epoch_end, where Lightning counts the epoch as done
-        if trainer.sanity_checking or trainer.state.fn != "fit" or ends_epoch(trainer):
+        if trainer.sanity_checking or trainer.state.fn != "fit":
             return
-        self.save(trainer)
+        # validation by epochs: the save at the epoch's end waits for on_train_epoch_end, where
+        # Lightning counts the epoch as done
+        if not (validates_by_epochs(trainer) and ends_epoch(trainer)):
+            self.save(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.save(trainer)
+        # validation by updates (the tables): checkpoints at validations only. Lightning resumes
+        # from the end of an epoch that had no validation one batch off (it trains a batch of
+        # the next epoch as the last of this one), so no checkpoint is taken there
+        if validates_by_epochs(trainer):
+            self.save(trainer)
 
     def state_dict(self) -> dict[str, Any]:
         return {"path": str(self.path)}

@@ -10,12 +10,20 @@ second. The flags are portable (``-O3`` and ``-fno-trapping-math``, no ``-march=
 cache shared by machines with different CPUs stays valid, and the sources pick their vector
 instructions at run time.
 
+Processes building the same extension at once take turns through an exclusive ``flock`` on
+``build.lock`` in its directory, which the system releases when a process dies. Torch's own
+marker (a file ``lock`` that its builder deletes when done) is left behind by a builder that was
+killed, and every later ``cpp_extension.load`` would wait for it forever; whoever holds
+``build.lock`` knows that no build is running and removes such a marker first.
+
 ``TREERNN_CPP_EXT=0`` turns the extensions off (every caller then runs its torch-ops path).
 Building needs a C++ compiler and ``ninja`` (a dependency of this package).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -23,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -92,13 +101,14 @@ def _build(name: str) -> ModuleType | None:
     started = time.perf_counter()
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        module = cpp_extension.load(
-            name=f"treernn_{name}",
-            sources=[str(source)],
-            extra_cflags=CFLAGS + OPENMP_FLAGS,
-            extra_ldflags=OPENMP_FLAGS,
-            build_directory=str(directory),
-        )
+        with build_lock(directory):
+            module = cpp_extension.load(
+                name=f"treernn_{name}",
+                sources=[str(source)],
+                extra_cflags=CFLAGS + OPENMP_FLAGS,
+                extra_ldflags=OPENMP_FLAGS,
+                build_directory=str(directory),
+            )
     except (OSError, RuntimeError, ImportError, subprocess.CalledProcessError) as error:
         log.warning(
             "C++ extension %s failed to build in %s (%s); %s.",
@@ -113,6 +123,21 @@ def _build(name: str) -> ModuleType | None:
         "C++ extension %s ready in %.1f s (%s)", name, time.perf_counter() - started, directory
     )
     return module
+
+
+@contextlib.contextmanager
+def build_lock(directory: Path) -> Iterator[None]:
+    """Hold the exclusive build lock of ``directory``, with torch's stale ``lock`` marker gone."""
+    with open(directory / "build.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            marker = directory / "lock"
+            if marker.exists():  # no build runs (we hold the lock): a killed builder left it
+                log.info("C++ extension build: removing the stale %s of a killed build", marker)
+                marker.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _reason(error: BaseException) -> str:

@@ -154,10 +154,15 @@ class Task(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # what a run resumed in the middle of an epoch needs to continue exactly: the scheduler's
         # count of validations, and the training metrics accumulated over the epoch so far
+        trainer = getattr(self, "_trainer", None)
+        # at an epoch's end Lightning resets the epoch's metrics after this save: none to keep
+        epoch_over = bool(trainer and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
         checkpoint["task_progress"] = {
             "validations": self._validations,
             "plateau_validations": self._plateau_validations,
-            "train_metrics": {
+            "train_metrics": {}
+            if epoch_over
+            else {
                 name: {key: _copy_state(value) for key, value in metric.metric_state.items()}
                 for name, metric in self._train_metrics().items()
             },
