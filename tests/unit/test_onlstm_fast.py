@@ -7,6 +7,7 @@ agree with each other, and the build falls back to the torch-ops steps with one 
 from __future__ import annotations
 
 import logging
+import os
 from types import ModuleType
 
 import pytest
@@ -402,13 +403,14 @@ def test_no_kernel_for_other_dtypes_and_devices(extension: ModuleType) -> None:
 
 @pytest.mark.parametrize("failure", ["build", "no ninja"])
 def test_failed_build_falls_back_with_one_warning(
-    failure: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    failure: str, tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A build that cannot happen or fails: one warning naming the reason and the fallback, no
     retry in the same process, and the torch-ops path gives the results."""
     from torch.utils import cpp_extension
 
     monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))  # no finished build to import
     monkeypatch.setattr(cpp_ext, "_LOADED", {})
     if failure == "build":
 
@@ -468,3 +470,52 @@ def test_compile_error_is_one_warning_naming_the_error(
     assert len(warnings) == 1, warnings
     assert "broken.cpp" in warnings[0] and "error:" in warnings[0], warnings[0]
     assert "torch-ops path" in warnings[0]
+
+
+def test_a_stamped_build_is_imported_without_cpp_extension_load(
+    extension: ModuleType, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished build (stamped) in the cache is imported directly: cpp_extension.load is not
+    called; a library changed since it was stamped goes through the build again."""
+    import shutil
+
+    from torch.utils import cpp_extension
+
+    source = cpp_ext.SOURCE_DIR / "onlstm_step.cpp"
+    built = cpp_ext.build_directory("onlstm_step", source)  # the extension fixture built it
+    monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
+    copy = cpp_ext.build_directory("onlstm_step", source)
+    shutil.copytree(built, copy)
+    cpp_ext._stamp("onlstm_step", copy)  # as a finished build stamps it
+    calls = []
+    monkeypatch.setattr(cpp_extension, "load", lambda *args, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(cpp_ext, "_LOADED", {})
+    module = cpp_ext.load_extension("onlstm_step")
+    assert calls == [] and module is not None and hasattr(module, "forward_step")
+    library = cpp_ext._library("onlstm_step", copy)
+    status = library.stat()
+    os.utime(library, ns=(status.st_atime_ns, status.st_mtime_ns + 1))  # rebuilt since
+    monkeypatch.setattr(cpp_ext, "_LOADED", {})
+    cpp_ext.load_extension("onlstm_step")
+    assert len(calls) == 1 and calls[0]["build_directory"] == str(copy)
+
+
+def test_a_build_leaves_the_flags_of_later_builds_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpp_extension.load appends torch's link flags to the list it is given: the flags (and so
+    the build directory of the next extension) stay as they were."""
+    from torch.utils import cpp_extension
+
+    def appending_load(*args, extra_cflags, extra_ldflags, **kwargs):
+        extra_cflags.append("-DCHANGED")
+        extra_ldflags.extend(["-L/torch/lib", "-lc10"])
+        raise RuntimeError("Error building extension")
+
+    monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
+    monkeypatch.setattr(cpp_extension, "load", appending_load)
+    monkeypatch.setattr(cpp_ext, "_LOADED", {})
+    monkeypatch.setattr(cpp_ext, "_load_stamped", lambda name, directory: None)
+    source = cpp_ext.SOURCE_DIR / "weight_ops.cpp"
+    before = cpp_ext.build_directory("weight_ops", source)
+    assert cpp_ext.load_extension("onlstm_step") is None
+    assert cpp_ext.build_directory("weight_ops", source) == before
