@@ -148,3 +148,179 @@ def test_auto_choice_is_kept_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_pa
     gemm._CHOICES.clear()
     monkeypatch.setattr(gemm, "_probe", lambda *args: pytest.fail("probed again"))
     assert gemm.resolve("auto", 3, 5, 7, CPU, torch.float32) == other
+
+
+# ----------------------------------------------------------------------------- precision
+@pytest.fixture()
+def fresh_choices(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    """An empty cache file and empty in-process choices, decisions and log memory."""
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
+    for name in ("_CHOICES", "DECISIONS", "_PROBED"):
+        monkeypatch.setattr(gemm, name, {})
+    monkeypatch.setattr(gemm, "_SAID_FP32", set())
+    return tmp_path / "gemm_backends.json"
+
+
+def _injected_timings(monkeypatch: pytest.MonkeyPatch, seconds: dict[str, float]) -> list:
+    """Make the precision probe see ``seconds`` per product instead of timing anything."""
+    calls = []
+
+    def timings(products, flops, device=None, give_up=None):
+        if set(products) == set(seconds):  # the backend probes see every backend alike
+            calls.append(sorted(products))
+        return {name: seconds.get(name, 1.0) for name in products}
+
+    monkeypatch.setattr(gemm, "_time_in_turns", timings)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("bf16_seconds", "expected"),
+    [(0.5, torch.bfloat16), (0.89, torch.bfloat16), (0.95, None), (1.0, None), (60.0, None)],
+)
+def test_bf16_only_where_the_probe_finds_it_at_least_10_percent_faster(
+    bf16_seconds: float, expected, fresh_choices, monkeypatch, caplog
+) -> None:
+    """Injected probe results, no timing: bf16 products where they take under 0.9x the fp32
+    time (casts included), fp32 otherwise (within noise of fp32, or much slower), kept in the
+    file and recorded per model and product."""
+    calls = _injected_timings(monkeypatch, {"float32": 1.0, "bfloat16": bf16_seconds})
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        chosen = gemm.product_dtype(20, 1150, 4830, CPU, "ON-LSTM", "recurrent steps")
+    assert chosen == expected
+    assert calls == [["bfloat16", "float32"]]
+    stored = json.loads(fresh_choices.read_text())
+    (key,) = [key for key in stored if "bf16-mixed" in key]
+    assert "20x1150x4830 bf16-mixed" in key and "family" in key
+    name = "bfloat16" if expected else "float32"
+    assert stored[key] == name
+    shape = "(20 x 1150) @ (1150 x 4830)"
+    assert {("ON-LSTM", "recurrent steps", shape): name} == gemm.DECISIONS
+
+
+def test_one_log_line_per_model_that_keeps_fp32(fresh_choices, monkeypatch, caplog) -> None:
+    """Slow bf16: one warning per model, naming it, the shape and the probe's figures; a model
+    whose products pay says nothing."""
+    _injected_timings(monkeypatch, {"float32": 1.0, "bfloat16": 1.85})
+    bf16 = torch.autocast("cpu", dtype=torch.bfloat16)
+    with caplog.at_level(logging.WARNING, logger=gemm.__name__), bf16:
+        for _ in range(3):
+            assert gemm.product_dtype(8, 16, 64, CPU, "ON-LSTM", "steps") is None
+            assert gemm.product_dtype(16, 16, 64, CPU, "ON-LSTM", "projection") is None
+        assert gemm.product_dtype(8, 16, 64, CPU, "Ordered Memory") is None
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("ON-LSTM under bf16-mixed")
+    assert "(8 x 16) @ (16 x 64)" in messages[0]
+    assert "GFLOP/s" in messages[0] and "stay fp32" in messages[0]
+    assert messages[1].startswith("Ordered Memory under bf16-mixed")
+
+
+def test_no_bf16_without_bf16_autocast(fresh_choices, monkeypatch) -> None:
+    """No autocast, or fp16 autocast (16-mixed): fp32 products, and no probe runs."""
+    monkeypatch.setattr(gemm, "bf16_pays", lambda *args: pytest.fail("probed"))
+    assert gemm.product_dtype(8, 16, 64, CPU, "ON-LSTM") is None
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert gemm.product_dtype(8, 16, 64, CPU, "ON-LSTM") is None
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):
+        assert gemm.product_dtype(8, 16, 64, CPU, "ON-LSTM") is None
+    assert gemm.DECISIONS == {}
+
+
+def test_the_precision_choice_is_kept_per_machine(fresh_choices, monkeypatch) -> None:
+    """A later process (empty in-process choices) reads the kept choice instead of probing; a
+    file written on another CPU (another key) is not used."""
+    _injected_timings(monkeypatch, {"float32": 1.0, "bfloat16": 0.5})
+    assert gemm.bf16_pays(20, 400, 1640, CPU)
+    monkeypatch.setattr(gemm, "_CHOICES", {})
+    monkeypatch.setattr(gemm, "_probe_precision", lambda *args: pytest.fail("probed again"))
+    assert gemm.bf16_pays(20, 400, 1640, CPU)
+    stored = json.loads(fresh_choices.read_text())
+    monkeypatch.setattr(gemm, "_CHOICES", {})
+    elsewhere = {key.replace("family", "another family"): value for key, value in stored.items()}
+    fresh_choices.write_text(json.dumps(elsewhere))
+    monkeypatch.setattr(gemm, "_probe_precision", lambda *args: "float32")
+    assert not gemm.bf16_pays(20, 400, 1640, CPU)
+
+
+def test_the_probe_measures_bf16_with_its_casts(fresh_choices, monkeypatch) -> None:
+    """The products timed are the recurrences' own: fp32 operands in, fp32 out, the bf16 one
+    through PackedLinear's casts (checked by calling what the probe would time)."""
+    timed = {}
+
+    def timings(products, flops, device=None, give_up=None):
+        timed.update({name: product() for name, product in products.items()})
+        return {"float32": 1.0, "bfloat16": 2.0}
+
+    monkeypatch.setattr(gemm, "_time_in_turns", timings)
+    assert not gemm.bf16_pays(3, 5, 7, CPU)
+    assert timed["float32"].dtype == timed["bfloat16"].dtype == torch.float32
+    torch.testing.assert_close(timed["bfloat16"], timed["float32"], rtol=2e-2, atol=5e-2)
+    assert not torch.equal(timed["bfloat16"], timed["float32"])
+
+
+def test_other_devices_never_run_bf16_products() -> None:
+    assert not gemm.bf16_pays(3, 5, 7, torch.device("meta"))
+
+
+def test_cpu_name_tells_cpus_with_one_model_name_apart() -> None:
+    """Two virtual CPUs both called "AMD EPYC" (a Zen 3 and a Zen 4) get different keys."""
+    zen3 = "model name\t: AMD EPYC\ncpu family\t: 25\nmodel\t\t: 1\nflags\t\t: avx2 fma\n"
+    zen4 = zen3.replace("model\t\t: 1", "model\t\t: 17").replace("fma", "fma avx512_bf16")
+    names = {gemm.cpu_name(text) for text in (zen3, zen4, zen4.replace("17", "1"))}
+    assert len(names) == 3 and all(name.startswith("AMD EPYC (family 25 model") for name in names)
+    # the flags' order does not matter
+    assert gemm.cpu_name(zen4) == gemm.cpu_name(zen4.replace("avx2 fma", "fma avx2"))
+
+
+# ----------------------------------------------------------------------------- weight gradients
+@pytest.mark.parametrize("backend", ["aten", "onednn"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_weight_gradient_is_grad_transposed_times_inputs(backend: str, dtype) -> None:
+    if backend != "aten" and backend not in PACKED:
+        pytest.skip(f"this torch build cannot run the {backend} packed GEMM")
+    torch.manual_seed(0)
+    grad, inputs = torch.randn(37, 11, dtype=dtype), torch.randn(37, 5, dtype=dtype)
+    expected = grad.double().t() @ inputs.double()
+    result = gemm.weight_gradient(grad, inputs, backend)
+    assert result.shape == (11, 5) and result.dtype == dtype and result.is_contiguous()
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(result.double(), expected, rtol=tolerance, atol=tolerance)
+    # bf16 products: within bf16 rounding, fp32 out
+    low = gemm.weight_gradient(grad.float(), inputs.float(), backend, torch.bfloat16)
+    assert low.dtype == torch.float32
+    torch.testing.assert_close(low.double(), expected, rtol=3e-2, atol=5e-2)
+
+
+def test_weight_gradient_backend_is_probed_once_per_shape(fresh_choices, monkeypatch) -> None:
+    usable = [name for name in gemm.candidates(CPU, torch.float32) if name != "mkl"]
+    if len(usable) == 1:
+        pytest.skip("only aten here")
+    calls = []
+    monkeypatch.setattr(
+        gemm, "_probe_weight_gradient", lambda *args: calls.append(args) or "onednn"
+    )
+    for rows in (1100, 1400, 2000):  # one octave of rows: one probe
+        assert gemm.resolve_weight_gradient("auto", rows, 48, 12, CPU, torch.float32) == "onednn"
+    assert len(calls) == 1 and calls[0][1:4] == (1024, 48, 12)
+    assert gemm.resolve_weight_gradient("mkl", 1400, 48, 12, CPU, torch.float32) == "aten"
+    assert gemm.resolve_weight_gradient("auto", 14, 48, 12, CPU, torch.float64) == "aten"
+
+
+@pytest.mark.parametrize("backend", ["auto", "aten"])
+def test_large_linear_in_bf16_stays_close_with_gradients(backend: str) -> None:
+    """gemm.linear with dtype=bf16 (the input projection under bf16-mixed where bf16 pays):
+    fp32 results and gradients within bf16 rounding of F.linear's, and not equal to them."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 9, 33).transpose(0, 1).requires_grad_()
+    weight = torch.randn(40, 33, requires_grad=True)
+    bias = torch.randn(40, requires_grad=True)
+    expected = torch.nn.functional.linear(x, weight, bias)
+    grad = torch.randn_like(expected)
+    expected_grads = torch.autograd.grad(expected, (x, weight, bias), grad)
+    out = gemm.linear(x, weight, bias, backend, torch.bfloat16)
+    assert out.dtype == torch.float32 and not torch.equal(out, expected)
+    torch.testing.assert_close(out, expected, rtol=2e-2, atol=1e-1)
+    for got, want in zip(torch.autograd.grad(out, (x, weight, bias), grad), expected_grads):
+        assert got.dtype == torch.float32
+        assert (got - want).norm() / want.norm() < 1e-2

@@ -328,7 +328,7 @@ def test_fast_path_under_bf16_autocast_keeps_fp32_without_bf16_kernels(
 ) -> None:
     """bf16-mixed on a CPU without bf16 matrix kernels: the fast recurrence keeps fp32 products,
     forward and backward, and gives the fp32 results."""
-    monkeypatch.setattr(gemm, "_cpu_has_fast_bf16", lambda model: False)
+    monkeypatch.setattr(gemm, "bf16_pays", lambda *shape: False)
     torch.manual_seed(0)
     encoder = ONLSTMEncoder(input_size=5, hidden_size=12, num_layers=2, chunk_size=4)
     x = torch.randn(3, 6, 5)
@@ -347,7 +347,7 @@ def test_bf16_products_under_autocast_stay_close_to_fp32(
     the same arithmetic): input projection, per-step products and the recurrent weight gradient
     in bf16 with fp32 accumulation, everything else fp32. Outputs, distances and gradients within
     a few bf16 roundings of fp32 (relative error < 5e-2), and not equal to them (bf16 ran)."""
-    monkeypatch.setattr(gemm, "_cpu_has_fast_bf16", lambda model: True)
+    monkeypatch.setattr(gemm, "bf16_pays", lambda *shape: True)
     _use_path(path, monkeypatch)
     torch.manual_seed(0)
     encoder = ONLSTMEncoder(

@@ -545,7 +545,7 @@ def test_slot_chain_gradcheck(chain_path):
 
 def test_bf16_autocast_trains_and_stays_close_to_fp32(monkeypatch):
     # bf16 products even where this CPU has no bf16 kernels (slow, but the arithmetic is the same)
-    monkeypatch.setattr(gemm, "_cpu_has_fast_bf16", lambda model: True)
+    monkeypatch.setattr(gemm, "bf16_pays", lambda *shape: True)
     torch.manual_seed(0)
     encoder = OrderedMemoryEncoder(
         16, 32, memory_slots=5, dropout=0.1, memory_dropout=0.1, bidirectional=True
@@ -568,7 +568,7 @@ def test_bf16_autocast_trains_and_stays_close_to_fp32(monkeypatch):
 
 
 def test_bf16_autocast_keeps_fp32_products_without_bf16_kernels(monkeypatch):
-    monkeypatch.setattr(gemm, "_cpu_has_fast_bf16", lambda model: False)
+    monkeypatch.setattr(gemm, "bf16_pays", lambda *shape: False)
     torch.manual_seed(0)
     encoder = OrderedMemoryEncoder(8, 16, memory_slots=4).eval()
     x = torch.randn(3, 6, 8)

@@ -37,7 +37,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from treernn.encoders.cpp_ext import load_extension
-from treernn.encoders.gemm import PackedLinear
+from treernn.encoders.gemm import PackedLinear, weight_gradient
 
 
 def fused_kernel(like: Tensor) -> ModuleType | None:
@@ -276,11 +276,12 @@ class ONLSTMRecurrence(torch.autograd.Function):
         grad_weight = None
         if ctx.needs_input_grad[1]:
             # One (G, T*B) x (T*B, H) product instead of T rank-B updates.
-            left, right = grad_gates.view(-1, num_gates).t(), hs[:-1].reshape(-1, hidden)
-            if ctx.product_dtype is None:
-                grad_weight = left @ right
-            else:
-                grad_weight = (left.to(ctx.product_dtype) @ right.to(ctx.product_dtype)).float()
+            grad_weight = weight_gradient(
+                grad_gates.view(-1, num_gates),
+                hs[:-1].reshape(-1, hidden),
+                ctx.gemm_backend,
+                ctx.product_dtype,
+            )
         return (
             grad_gates if ctx.needs_input_grad[0] else None,
             grad_weight,
