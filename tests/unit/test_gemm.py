@@ -15,7 +15,9 @@ from treernn.encoders.onlstm import ONLSTMEncoder
 from treernn.errors import ConfigValueError
 
 CPU = torch.device("cpu")
-PACKED = [name for name in ("mkl", "onednn") if name in gemm.candidates(CPU, torch.float32)]
+PACKED = [
+    name for name in ("mkl", "onednn", "treernn") if name in gemm.candidates(CPU, torch.float32)
+]
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +25,7 @@ def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(gemm.ENV_VAR, raising=False)
 
 
-@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn"])
+@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn", "treernn"])
 def test_products_equal_plain_matmul(backend: str) -> None:
     if backend != "aten" and backend not in PACKED:
         pytest.skip(f"this torch build cannot run the {backend} packed GEMM")
@@ -41,7 +43,7 @@ def test_products_equal_plain_matmul(backend: str) -> None:
     torch.testing.assert_close(linear_t.mm(added), added @ weight, **tolerance)
 
 
-@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn"])
+@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn", "treernn"])
 def test_large_linear_equals_f_linear_with_gradients(backend: str) -> None:
     """``gemm.linear`` (the ON-LSTM input projection: one product over all steps) on each backend:
     the output and the gradients of input, weight and bias equal ``F.linear``'s to float32
@@ -61,9 +63,14 @@ def test_large_linear_equals_f_linear_with_gradients(backend: str) -> None:
     torch.testing.assert_close(out, expected, **tolerance)
     for got, want in zip(torch.autograd.grad(out, (x, weight, bias), grad), expected_grads):
         torch.testing.assert_close(got, want, **tolerance)
-    # float64 is F.linear itself, whichever backend is asked for
+    # float64 is F.linear itself, whichever library backend is asked for (treernn runs it)
     x64, weight64 = x.detach().double(), weight.detach().double()
-    assert torch.equal(gemm.linear(x64, weight64, None, backend), x64 @ weight64.t())
+    if backend == "treernn":
+        torch.testing.assert_close(
+            gemm.linear(x64, weight64, None, backend), x64 @ weight64.t(), rtol=1e-12, atol=1e-12
+        )
+    else:
+        assert torch.equal(gemm.linear(x64, weight64, None, backend), x64 @ weight64.t())
 
 
 def test_rows_bucket_is_the_power_of_two_below() -> None:
@@ -106,10 +113,11 @@ def test_forcing_by_option_and_environment(monkeypatch: pytest.MonkeyPatch) -> N
         ONLSTMEncoder(4, 6, num_layers=1, chunk_size=3, gemm_backend="fastest")
 
 
-@pytest.mark.parametrize("backend", ["auto", "mkl", "onednn", "aten"])
+@pytest.mark.parametrize("backend", ["auto", "mkl", "onednn", "treernn", "aten"])
 def test_onlstm_float64_fast_equals_reference_per_backend(backend: str) -> None:
     """float64, padded, DropConnect and locked dropout, carried state: the fast path with each
-    backend forced (all run on aten in float64) equals the readable cell to 1e-10, gradients too."""
+    backend forced (all but treernn run on aten in float64; treernn runs its portable C++
+    products and the whole-sequence loops) equals the readable cell to 1e-10, gradients too."""
     torch.manual_seed(0)
     kwargs = dict(num_layers=2, chunk_size=3, dropout=0.2, weight_drop=0.3, output_size=3)
     reference = ONLSTMEncoder(4, 6, impl="reference", **kwargs).double()
@@ -170,7 +178,7 @@ def _injected_timings(monkeypatch: pytest.MonkeyPatch, seconds: dict[str, float]
             calls.append(sorted(products))
         return {name: seconds.get(name, 1.0) for name in products}
 
-    monkeypatch.setattr(gemm, "_time_in_turns", timings)
+    monkeypatch.setattr(gemm, "time_in_turns", timings)
     return calls
 
 
@@ -252,7 +260,7 @@ def test_the_probe_measures_bf16_with_its_casts(fresh_choices, monkeypatch) -> N
         timed.update({name: product() for name, product in products.items()})
         return {"float32": 1.0, "bfloat16": 2.0}
 
-    monkeypatch.setattr(gemm, "_time_in_turns", timings)
+    monkeypatch.setattr(gemm, "time_in_turns", timings)
     assert not gemm.bf16_pays(3, 5, 7, CPU)
     assert timed["float32"].dtype == timed["bfloat16"].dtype == torch.float32
     torch.testing.assert_close(timed["bfloat16"], timed["float32"], rtol=2e-2, atol=5e-2)
@@ -303,7 +311,9 @@ def test_weight_gradient_backend_is_probed_once_per_shape(fresh_choices, monkeyp
     for rows in (1100, 1400, 2000):  # one octave of rows: one probe
         assert gemm.resolve_weight_gradient("auto", rows, 48, 12, CPU, torch.float32) == "onednn"
     assert len(calls) == 1 and calls[0][1:4] == (1024, 48, 12)
-    assert gemm.resolve_weight_gradient("mkl", 1400, 48, 12, CPU, torch.float32) == "aten"
+    # mkl and treernn have no weight-gradient product: chosen as for auto
+    assert gemm.resolve_weight_gradient("mkl", 1400, 48, 12, CPU, torch.float32) == "onednn"
+    assert gemm.resolve_weight_gradient("aten", 1400, 48, 12, CPU, torch.float32) == "aten"
     assert gemm.resolve_weight_gradient("auto", 14, 48, 12, CPU, torch.float64) == "aten"
 
 
@@ -324,3 +334,58 @@ def test_large_linear_in_bf16_stays_close_with_gradients(backend: str) -> None:
     for got, want in zip(torch.autograd.grad(out, (x, weight, bias), grad), expected_grads):
         assert got.dtype == torch.float32
         assert (got - want).norm() / want.norm() < 1e-2
+
+
+# ----------------------------------------------------------------------------- treernn kernels
+ISAS = {"portable C++": 1, "AVX2 + FMA": 2, "AVX-512": 3}
+
+
+@pytest.mark.parametrize("isa", list(ISAS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_every_copy_of_the_treernn_products_equals_matmul(isa: str, dtype) -> None:
+    """Each instruction-set copy of the micro-kernels (forced; those this CPU lacks skipped) at
+    shapes with partial tiles and a partial last panel: added + x @ W^T, written in place or
+    into ``out``, from a contiguous or a transposed weight (the backward pass packs W.T)."""
+    kernels = gemm.packed_kernels()
+    if kernels is None:
+        pytest.fail("the packed_gemm extension did not build")
+    if ISAS[isa] > kernels.isa():
+        pytest.skip(f"this CPU has no {isa}")
+    generator = torch.Generator().manual_seed(0)
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-12
+    for rows, depth, outputs in [(1, 1, 1), (3, 5, 7), (13, 17, 33), (20, 40, 97), (37, 8, 64)]:
+        weight = torch.randn(outputs, depth, generator=generator, dtype=dtype)
+        x = torch.randn(rows, depth, generator=generator, dtype=dtype)
+        added = torch.randn(rows, outputs, generator=generator, dtype=dtype)
+        expected = added + x @ weight.t()
+        for matrix in (weight, weight.t().contiguous().t()):
+            packed = kernels.pack(matrix, False)
+            result = kernels.linear(x, packed, outputs, added, None, ISAS[isa])
+            torch.testing.assert_close(result, expected, rtol=tolerance, atol=tolerance)
+        out = added.clone()
+        kernels.linear(x, packed, outputs, out, out, ISAS[isa])  # in place
+        torch.testing.assert_close(out, expected, rtol=tolerance, atol=tolerance)
+        torch.testing.assert_close(
+            kernels.linear(x, packed, outputs, None, None, ISAS[isa]),
+            x @ weight.t(),
+            rtol=tolerance,
+            atol=tolerance,
+        )
+
+
+def test_treernn_bf16_products_are_float32_sums_of_bf16_operands() -> None:
+    """AVX512-BF16 pairs: the products of the operands rounded to bf16, summed in float32."""
+    kernels = gemm.packed_kernels()
+    if kernels is None or not kernels.bf16_pairs():
+        pytest.skip("no AVX512-BF16 on this CPU")
+    generator = torch.Generator().manual_seed(1)
+    for rows, depth, outputs in [(1, 1, 1), (3, 5, 7), (20, 41, 97)]:  # odd K: a padded pair
+        weight = torch.randn(outputs, depth, generator=generator)
+        x = torch.randn(rows, depth, generator=generator)
+        added = torch.randn(rows, outputs, generator=generator)
+        rounded = x.bfloat16().double() @ weight.bfloat16().double().t()
+        result = kernels.linear(x, kernels.pack(weight, True), outputs, added)
+        assert result.dtype == torch.float32
+        torch.testing.assert_close(result.double(), added.double() + rounded, rtol=1e-5, atol=1e-5)
+        linear = gemm.PackedLinear(weight, rows, "treernn", torch.bfloat16)
+        torch.testing.assert_close(linear.mm(x).double(), rounded, rtol=1e-5, atol=1e-5)

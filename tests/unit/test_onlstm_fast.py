@@ -171,7 +171,7 @@ def test_fast_matches_reference_float64(
     _check_against_reference(case, torch.float64, TOLERANCE_FLOAT64)
 
 
-@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn"])
+@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn", "treernn"])
 def test_fast_matches_reference_per_gemm_backend(
     backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,7 +193,7 @@ def _same_encoder_twice(seed: int, **kwargs) -> tuple[ONLSTMEncoder, ONLSTMEncod
     return first, second
 
 
-@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn"])
+@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn", "treernn"])
 @pytest.mark.parametrize("case", [CASES[1], CASES[4], CASES[5]])
 def test_fused_equals_torch_ops_path(
     case, backend: str, extension: ModuleType, monkeypatch: pytest.MonkeyPatch
@@ -216,8 +216,8 @@ def test_fused_equals_torch_ops_path(
 
 @pytest.mark.parametrize(
     ("dtype", "backend"),
-    [(torch.float32, "aten"), (torch.float32, "mkl"), (torch.float32, "onednn")]
-    + [(torch.float64, "aten")],  # float64 products always run on aten
+    [(torch.float32, name) for name in ("aten", "mkl", "onednn", "treernn")]
+    + [(torch.float64, "aten"), (torch.float64, "treernn")],  # treernn: the sequence loop
 )
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("save_for_backward", [False, True])
@@ -286,11 +286,14 @@ def test_inference_path_saves_nothing_and_matches() -> None:
     _assert_same(out_ref, out_fast)
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", [*PATHS, "sequence"])
 def test_gradcheck_double(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Finite differences agree with the hand-written backward (float64, padded, with state),
-    through the fused kernel and through the torch-ops steps."""
-    _use_path(path, monkeypatch)
+    through the fused kernel, through the torch-ops steps, and through the whole-sequence C++
+    loops (the treernn backend, its portable products in float64)."""
+    _use_path("fused" if path == "sequence" else path, monkeypatch)
+    if path == "sequence":
+        monkeypatch.setenv(gemm.ENV_VAR, "treernn")
     torch.manual_seed(0)
     steps, batch, hidden, chunk = 3, 2, 4, 2
     num_gates = 4 * hidden + 2 * (hidden // chunk)
@@ -425,11 +428,14 @@ def test_failed_build_falls_back_with_one_warning(
     with caplog.at_level(logging.WARNING, logger=cpp_ext.__name__):
         results = [fast_recurrence(gates, weight, state, state, None, 2) for _ in range(2)]
         assert fused_kernel(gates) is None
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1, [r.getMessage() for r in warnings]
-    message = warnings[0].getMessage()
-    assert "torch-ops path" in message
-    assert ("Error building extension" if failure == "build" else "ninja") in message
+    # one warning per extension the recurrence asked for (its kernel, the treernn GEMMs)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("C++ extension onlstm_step ")
+    assert warnings[1].startswith("C++ extension packed_gemm ")
+    for message in warnings:
+        assert "torch-ops path" in message
+        assert ("Error building extension" if failure == "build" else "ninja") in message
     monkeypatch.setenv(cpp_ext.ENV_VAR, "0")
     expected = fast_recurrence(gates, weight, state, state, None, 2)
     for result in results:
@@ -519,3 +525,94 @@ def test_a_build_leaves_the_flags_of_later_builds_alone(monkeypatch: pytest.Monk
     before = cpp_ext.build_directory("weight_ops", source)
     assert cpp_ext.load_extension("onlstm_step") is None
     assert cpp_ext.build_directory("weight_ops", source) == before
+
+
+@pytest.mark.parametrize("isa", [1, 2, 3])
+@pytest.mark.parametrize("masked", [False, True])
+def test_sequence_loops_per_instruction_set(isa: int, masked: bool, extension) -> None:
+    """The whole-sequence C++ loops with each copy of the products forced (portable C++, AVX2,
+    AVX-512; those this CPU lacks skipped): the buffers and gradients of the per-step torch-ops
+    path to float32 rounding, with more rows than one register tile and a partial last panel."""
+    kernels = gemm.packed_kernels()
+    if isa > kernels.isa():
+        pytest.skip("this CPU lacks that instruction set")
+    generator = torch.Generator().manual_seed(5)
+    steps, batch, hidden, chunk = 6, 14, 20, 4
+    num_gates = 4 * hidden + 2 * (hidden // chunk)
+    gates = torch.randn(steps, batch, num_gates, generator=generator)
+    weight = torch.randn(num_gates, hidden, generator=generator) * 0.3
+    h0, c0 = torch.randn(2, batch, hidden, generator=generator)
+    step_mask = (torch.rand(steps, batch, generator=generator) < 0.7) if masked else None
+    expected = _fast_forward(gates, weight, h0, c0, step_mask, chunk, True, "aten", None)
+    outputs, h_last, c_last, distances, saved = expected
+    hs, cs = torch.empty(2, steps + 1, batch, hidden)
+    hs[0], cs[0] = h0, c0
+    buffers = dict(
+        cumaxes=torch.empty(steps, batch, 2, hidden // chunk),
+        activations=torch.empty_like(gates),
+        tanh_cells=torch.empty(steps, batch, hidden),
+    )
+    masked_outputs = torch.empty(steps, batch, hidden) if masked else None
+    extension.forward_sequence(
+        gates, kernels.pack(weight, False), hs, cs, masked_outputs, buffers["cumaxes"],
+        buffers["activations"], buffers["tanh_cells"], None, step_mask, chunk, isa,
+    )  # fmt: skip
+    for name, value in buffers.items():
+        torch.testing.assert_close(value, saved[name], **TOLERANCE, msg=name)
+    torch.testing.assert_close(hs, saved["hs"], **TOLERANCE)
+    torch.testing.assert_close(cs, saved["cs"], **TOLERANCE)
+    if masked:
+        torch.testing.assert_close(masked_outputs, outputs, **TOLERANCE)
+    grad_outputs = torch.randn(steps, batch, hidden, generator=generator)
+    distance_grads = torch.randn(steps, batch, 2, generator=generator)
+    grads = {}
+    for name, kernel in (("torch", None), ("sequence", extension)):
+        grad_h, grad_c = torch.randn(2, batch, hidden, generator=torch.Generator().manual_seed(9))
+        grad_gates = torch.empty_like(gates)
+        if kernel is None:
+            to_hidden = gemm.PackedLinear(weight.t(), batch, "aten")
+            grad_h, grad_c = onlstm_fast._torch_backward_steps(
+                saved["activations"], saved["cumaxes"], saved["tanh_cells"], saved["cs"],
+                grad_outputs, distance_grads, grad_h, grad_c, grad_gates, to_hidden, step_mask,
+                chunk,
+            )  # fmt: skip
+        else:
+            kernel.backward_sequence(
+                kernels.pack(weight.t(), False), saved["activations"], saved["cumaxes"],
+                saved["tanh_cells"], saved["cs"], grad_outputs, distance_grads, grad_h, grad_c,
+                grad_gates, step_mask, chunk, isa,
+            )  # fmt: skip
+        grads[name] = (grad_h, grad_c, grad_gates)
+    for value_torch, value_sequence in zip(grads["torch"], grads["sequence"]):
+        torch.testing.assert_close(value_sequence, value_torch, **TOLERANCE)
+
+
+def test_auto_picks_the_recurrence_backend_by_timing_the_loop(
+    extension, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "auto" with the kernel in float32: the backend whose forward loop the probe finds fastest
+    (injected timings here), kept per shape; a forced backend, float64 and the torch-ops path are
+    not probed."""
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(gemm.ENV_VAR, raising=False)
+    monkeypatch.setattr(gemm, "_CHOICES", {})
+    probed = []
+
+    def timings(loops, flops, device=None, give_up=None):
+        probed.append(sorted(loops))
+        return {name: 2.0 if name == "aten" else 1.0 for name in loops}  # aten slowest: skip it
+
+    monkeypatch.setattr(gemm, "time_in_turns", timings)
+    usable = gemm.candidates(torch.device("cpu"), torch.float32)
+    gates = torch.zeros(5, 3, 4 * 8 + 2 * 2)
+    first = next(name for name in usable if name != "aten")
+    for _ in range(2):
+        chosen = onlstm_fast.recurrence_backend("auto", gates, 8, 4, extension, None)
+        assert chosen == first
+    assert len(probed) == 1 and probed[0] == sorted(usable)
+    assert onlstm_fast.recurrence_backend("aten", gates, 8, 4, extension, None) == "aten"
+    assert onlstm_fast.recurrence_backend("auto", gates.double(), 8, 4, extension, None) == "auto"
+    assert onlstm_fast.recurrence_backend("auto", gates, 8, 4, None, None) == "auto"
+    monkeypatch.setenv(gemm.ENV_VAR, "aten")
+    assert onlstm_fast.recurrence_backend("auto", gates, 8, 4, extension, None) == "aten"
+    assert len(probed) == 1

@@ -579,7 +579,7 @@ def test_bf16_autocast_keeps_fp32_products_without_bf16_kernels(monkeypatch):
     torch.testing.assert_close(hidden, expected, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("backend", ["mkl", "onednn"])
+@pytest.mark.parametrize("backend", ["mkl", "onednn", "treernn"])
 def test_fused_path_per_gemm_backend_float32(backend, monkeypatch, chain_path):
     """Each packed-GEMM backend forced for the slot chain's products (float32, training, with
     dropout and padding) against the aten products: the same outputs, attention and gradients to

@@ -56,7 +56,7 @@ OPENMP_FLAGS = (
 
 #: name -> the loaded module, or None after a build that failed (not retried in this process)
 _LOADED: dict[str, ModuleType | None] = {}
-#: names whose being turned off has been logged
+#: not empty once the extensions' being turned off has been logged
 _SAID_OFF: set[str] = set()
 
 
@@ -80,9 +80,9 @@ def load_extension(name: str) -> ModuleType | None:
     """The compiled module of ``csrc/<name>.cpp``, or None (with one warning saying why) when it
     cannot be built here; None (said once at INFO level) when ``TREERNN_CPP_EXT=0``."""
     if not enabled():
-        if name not in _SAID_OFF:
+        if not _SAID_OFF:  # once per process, for every extension
             _SAID_OFF.add(name)
-            log.info("C++ extension %s off (%s=0): the torch-ops path is used.", name, ENV_VAR)
+            log.info("C++ extensions off (%s=0): the torch-ops paths are used.", ENV_VAR)
         return None
     if name not in _LOADED:
         directory = build_directory(name, SOURCE_DIR / f"{name}.cpp")
@@ -135,7 +135,7 @@ def _build(name: str, directory: Path) -> ModuleType | None:
     from torch.utils import cpp_extension
 
     source = SOURCE_DIR / f"{name}.cpp"
-    fallback = "the slower torch-ops path is used instead"
+    fallback = "the slower torch-ops path (and the library GEMMs) is used instead"
     missing = _missing_tool()
     if missing:
         log.warning("C++ extension %s not built: %s; %s.", name, missing, fallback)

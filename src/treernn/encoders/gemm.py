@@ -4,21 +4,26 @@ A recurrence multiplies the same weight by a small (B, K) block once per step, T
 On x86 CPUs torch ships two packed-weight GEMMs for that pattern, and which one is faster depends
 on the CPU (and on the shape): MKL's (``torch.ops.mkl._mkl_linear``) and oneDNN's
 (``torch.ops.mkldnn._linear_pointwise`` on a weight reordered by
-``torch.ops.mkldnn._reorder_linear_weight``; oneDNN is also what ``nn.LSTM`` runs on CPU).
-:class:`PackedLinear` packs a weight once for one backend and then computes ``x @ weight.T``
-(optionally plus an added tensor) per step.
+``torch.ops.mkldnn._reorder_linear_weight``; oneDNN is also what ``nn.LSTM`` runs on CPU). This
+package adds its own (``treernn``: the register-tiled AVX-512 / AVX512-BF16 / AVX2 micro-kernels
+of ``csrc/packed_gemm.h``), which the ON-LSTM recurrence also calls from C++ for a whole sequence
+at a time, with no call back into Python per step. :class:`PackedLinear` packs a weight once
+for one backend and then computes ``x @ weight.T`` (optionally plus an added tensor) per step.
 
 Backends (the ``gemm_backend`` option of the encoders, or the environment variable
 ``TREERNN_GEMM_BACKEND``, which is read when the option is ``"auto"``):
 
-* ``"auto"`` (default): on CPU in float32, the fastest of ``mkl``, ``onednn`` and ``aten`` at the
+* ``"auto"`` (default): on CPU in float32, the fastest of ``mkl``, ``onednn``, ``treernn`` and
+  ``aten`` at the
   shape (batch, in_features, out_features), measured by a short probe (a few hundred products)
   the first time the shape is seen on this machine, logged (``treernn.encoders.gemm``) and kept
   in ``$TREERNN_CACHE_DIR/gemm_backends.json`` (default ``~/.cache/treernn``) by CPU model,
   shape, dtype, threads and torch version. Keeping the choice makes it once per machine, not once
   per run: two runs with the same seed on one machine stay bit-identical even when the backends
   are close and a probe under load would pick differently. Delete the file to probe again;
-* ``"mkl"``, ``"onednn"``: forced, where the build and dtype allow it;
+* ``"mkl"``, ``"onednn"``, ``"treernn"``: forced, where the build and dtype allow it
+  (``treernn`` also runs float64, with its portable C++ copy: the tests run the ON-LSTM sequence
+  loops against the float64 reference that way);
 * ``"aten"``: plain ``torch.addmm`` (no packing).
 
 Weight gradients (``grad.T @ inputs`` over all rows of a call, :func:`weight_gradient`) are
@@ -35,9 +40,10 @@ twice the fp32 rate, on an Intel Xeon with the same flags and no AMX at about ha
 without bf16 instructions (AVX2) 50-100x slower.
 
 Everything that the packed GEMMs cannot do runs on ``aten``: CUDA and other devices, float64
-(so the float64 equivalence tests always compare exact aten products), and bf16 where oneDNN has
-no bf16 kernel for this CPU (it needs AVX512BW/VL/DQ or AVX-NE-CONVERT). The three backends agree
-to float32 rounding (they sum the K products in different orders), so the choice changes results
+(so the float64 equivalence tests always compare exact aten products, unless a backend is
+forced), and bf16 where neither oneDNN nor ``treernn`` has a bf16 kernel for this CPU (oneDNN
+needs AVX512BW/VL/DQ or AVX-NE-CONVERT, ``treernn`` AVX512-BF16). The backends agree to float32
+rounding (they sum the K products in different orders), so the choice changes results
 at the 1e-6 level only; a run that needs bitwise repeatability across machines forces one backend.
 """
 
@@ -53,19 +59,21 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from treernn.encoders.cpp_ext import load_extension
 from treernn.encoders.weight_ops import transposed
 from treernn.errors import ConfigValueError
 
 log = logging.getLogger(__name__)
 
-GemmBackend = Literal["auto", "mkl", "onednn", "aten"]
-BACKENDS: tuple[str, ...] = ("auto", "mkl", "onednn", "aten")
+GemmBackend = Literal["auto", "mkl", "onednn", "treernn", "aten"]
+BACKENDS: tuple[str, ...] = ("auto", "mkl", "onednn", "treernn", "aten")
 ENV_VAR = "TREERNN_GEMM_BACKEND"
 CPU = torch.device("cpu")
 
@@ -113,6 +121,29 @@ def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
         return False
 
 
+def packed_kernels() -> ModuleType | None:
+    """The compiled ``treernn`` backend (``csrc/packed_gemm.cpp``), or None where it cannot be
+    built here (or ``TREERNN_CPP_EXT=0``)."""
+    return load_extension("packed_gemm")
+
+
+def treernn_available(dtype: torch.dtype) -> bool:
+    """Whether the ``treernn`` backend runs products in ``dtype`` here: float32 and float64
+    wherever it builds, bf16 on CPUs with AVX512-BF16."""
+    if dtype not in (torch.float32, torch.float64, torch.bfloat16):
+        return False
+    kernels = packed_kernels()
+    return kernels is not None and (dtype != torch.bfloat16 or kernels.bf16_pairs())
+
+
+def requested_backend(requested: str) -> str:
+    """``requested`` checked, with ``"auto"`` replaced by ``TREERNN_GEMM_BACKEND`` when set."""
+    requested = check_backend(requested)
+    if requested == "auto":
+        requested = check_backend(os.environ.get(ENV_VAR, "auto") or "auto")
+    return requested
+
+
 def candidates(device: torch.device, dtype: torch.dtype) -> list[str]:
     """The backends that can run products of this device and dtype (``aten`` always can)."""
     if device.type != "cpu":
@@ -122,6 +153,8 @@ def candidates(device: torch.device, dtype: torch.dtype) -> list[str]:
         names.append("mkl")
     if onednn_available(dtype):
         names.append("onednn")
+    if treernn_available(dtype):
+        names.append("treernn")
     return names + ["aten"]
 
 
@@ -139,29 +172,28 @@ def resolve(
     it is set, else to a probe (cached per shape). A forced backend that cannot run this device
     and dtype falls back to ``aten``.
     """
-    requested = check_backend(requested)
-    if requested == "auto":
-        requested = check_backend(os.environ.get(ENV_VAR, "auto") or "auto")
+    requested = requested_backend(requested)
     usable = candidates(device, dtype)
     if requested != "auto":
         return requested if requested in usable else "aten"
+    if dtype == torch.float64:  # exact aten products for the float64 tests
+        return "aten"
     if len(usable) == 1 or batch <= 0:
         return usable[0]
     key = (batch, in_features, out_features, dtype, torch.get_num_threads())
-    return _kept_choice(
-        key, usable, lambda: _probe(usable, batch, in_features, out_features, dtype)
-    )
+    return kept_choice(key, usable, lambda: _probe(usable, batch, in_features, out_features, dtype))
 
 
-def _kept_choice(
+def kept_choice(
     key: tuple, usable: list[str], probe: Callable[[], str], device: torch.device = CPU
 ) -> str:
     """The choice for ``key`` on ``device``: this process's, else the file's where it is one of
-    ``usable``, else ``probe()``'s (then written to the file)."""
-    key = (*key, device.type)
+    ``usable``, else ``probe()``'s (then written to the file). The file's key names the choices
+    too: a backend added later (or one that now builds) is probed, not passed over."""
+    name = f"{_machine_key(*key, device.type)} | of {' '.join(usable)}"
+    key = (*key, device.type, *usable)
     if key not in _CHOICES:
         stored = _stored_choices()
-        name = _machine_key(*key)
         if stored.get(name) in usable:
             _CHOICES[key] = stored[name]
         else:
@@ -246,7 +278,7 @@ def _probe(usable: list[str], batch: int, in_features: int, out_features: int, d
         name: functools.partial(linear.addmm, added, x, out=out) for name, linear in linears.items()
     }
     flops = 2.0 * batch * in_features * out_features
-    seconds = _time_in_turns(products, flops)
+    seconds = time_in_turns(products, flops)
     choice = min(seconds, key=seconds.get)
     log.info(
         "GEMM backend for %s %s, %d threads: %s (GFLOP/s: %s)",
@@ -259,7 +291,7 @@ def _probe(usable: list[str], batch: int, in_features: int, out_features: int, d
     return choice
 
 
-def _time_in_turns(
+def time_in_turns(
     products: dict[str, Callable[[], object]],
     flops: float,
     device: torch.device = CPU,
@@ -327,15 +359,22 @@ class PackedLinear:
     ) -> None:
         out_features, in_features = weight.shape
         # dtype: run the products in it (bf16 under bf16-mixed), results in the input's dtype
-        self.casts = dtype is not None and dtype != weight.dtype
-        if self.casts:
-            weight = weight.to(dtype)
+        self.product_dtype = dtype or weight.dtype
         self.backend = resolve(
-            backend, batch, in_features, out_features, weight.device, weight.dtype
+            backend, batch, in_features, out_features, weight.device, self.product_dtype
         )
         self.batch = batch
-        self.weight = weight
+        self.out_features = out_features
         self.packed = None
+        if self.backend == "treernn":  # bf16 panels packed from the fp32 weight; fp32 in and out
+            self.casts = False
+            self.weight = weight.float() if weight.dtype == torch.bfloat16 else weight
+            self.packed = packed_kernels().pack(self.weight, self.product_dtype == torch.bfloat16)
+            return
+        self.casts = self.product_dtype != weight.dtype
+        if self.casts:
+            weight = weight.to(self.product_dtype)
+        self.weight = weight
         if self.backend == "mkl":
             self.weight = _contiguous(weight)
             self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, batch)
@@ -354,6 +393,11 @@ class PackedLinear:
             return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, bias, self.batch)
         if self.backend == "onednn":
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
+        if self.backend == "treernn":
+            operand = x.to(self.weight.dtype).contiguous()
+            product = packed_kernels().linear(operand, self.packed, self.out_features)
+            product = product.to(x.dtype)
+            return product if bias is None else product.add_(bias)
         return x @ self.weight.t() if bias is None else torch.addmm(bias, x, self.weight.t())
 
     def addmm(self, added: Tensor, x: Tensor, out: Tensor | None = None) -> Tensor:
@@ -366,6 +410,14 @@ class PackedLinear:
             # oneDNN adds ``added`` inside the GEMM (a fused post-op)
             result = torch.ops.mkldnn._linear_pointwise.binary(x, added, self.packed, None, "add")
             return result if out is None else out.copy_(result)
+        if (
+            self.backend == "treernn"
+            and x.dtype == added.dtype == self.weight.dtype
+            and (out is None or (out.is_contiguous() and out.dtype == x.dtype))
+        ):
+            return packed_kernels().linear(
+                x.contiguous(), self.packed, self.out_features, added.contiguous(), out
+            )
         return torch.add(added, self.mm(x), out=out)
 
 
@@ -431,7 +483,7 @@ def bf16_pays(batch: int, in_features: int, out_features: int, device: torch.dev
     if device.type not in ("cpu", "cuda"):
         return False
     key = _precision_key(batch, in_features, out_features)
-    choice = _kept_choice(
+    choice = kept_choice(
         key,
         ["bfloat16", "float32"],
         lambda: _probe_precision(batch, in_features, out_features, device),
@@ -459,7 +511,7 @@ def _probe_precision(batch: int, in_features: int, out_features: int, device) ->
     }
     products = {name: functools.partial(linear.mm, x) for name, linear in linears.items()}
     flops = 2.0 * batch * in_features * out_features
-    seconds = _time_in_turns(products, flops, device, give_up=3.0)
+    seconds = time_in_turns(products, flops, device, give_up=3.0)
     choice = "bfloat16" if seconds["bfloat16"] < BF16_MARGIN * seconds["float32"] else "float32"
     figures = f"GFLOP/s: {_rates(seconds, flops)}"
     _PROBED[_precision_key(batch, in_features, out_features)] = figures
@@ -509,16 +561,17 @@ def resolve_weight_gradient(
     device: torch.device,
     dtype: torch.dtype,
 ) -> str:
-    """The backend of :func:`weight_gradient` (``onednn`` or ``aten``; ``mkl`` has no such
-    product and runs on ``aten``): as :func:`resolve`, probed at :func:`rows_bucket` rows."""
-    requested = check_backend(requested)
-    if requested == "auto":
-        requested = check_backend(os.environ.get(ENV_VAR, "auto") or "auto")
-    usable = [name for name in candidates(device, dtype) if name != "mkl"]
+    """The backend of :func:`weight_gradient` (``onednn`` or ``aten``): as :func:`resolve`,
+    probed at :func:`rows_bucket` rows; ``mkl`` and ``treernn`` have no such product, and where
+    they are asked for the choice is probed as for ``auto``."""
+    requested = requested_backend(requested)
+    if requested in ("mkl", "treernn"):
+        requested = "auto"
+    usable = [name for name in candidates(device, dtype) if name in ("onednn", "aten")]
     if requested != "auto":
         return requested if requested in usable else "aten"
-    if len(usable) == 1 or rows <= 0:
-        return usable[0]
+    if len(usable) == 1 or rows <= 0 or dtype == torch.float64:
+        return "aten"
     bucket = rows_bucket(rows)
     key = (
         out_features,
@@ -527,7 +580,7 @@ def resolve_weight_gradient(
         f"weight gradient {_dtype_name(dtype)}",
         torch.get_num_threads(),
     )
-    return _kept_choice(
+    return kept_choice(
         key,
         usable,
         lambda: _probe_weight_gradient(usable, bucket, out_features, in_features, dtype),
@@ -542,7 +595,7 @@ def _probe_weight_gradient(
     inputs = torch.randn(rows, in_features, generator=generator).to(dtype)
     products = {name: functools.partial(_weight_gradient, name, grad, inputs) for name in usable}
     flops = 2.0 * rows * out_features * in_features
-    seconds = _time_in_turns(products, flops)
+    seconds = time_in_turns(products, flops)
     choice = min(seconds, key=seconds.get)
     log.info(
         "GEMM backend for the weight gradient (%d x %d).T @ (%d x %d) %s, %d threads: %s "
