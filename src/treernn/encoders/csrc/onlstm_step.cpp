@@ -317,58 +317,43 @@ TREERNN_INLINE void backward_rows(const BackwardArgs<scalar_t>& a, int64_t begin
   }
 }
 
-// ---- the row loops, compiled for AVX2 + FMA and for the baseline ISA ---------------------------
+// ---- the row loops, compiled for AVX-512, for AVX2 + FMA and for the baseline ISA -------------
+
+// One step's rows, by the row loop of its direction (overloads: one dispatcher serves both).
+template <typename scalar_t>
+TREERNN_INLINE void rows(const ForwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
+  forward_rows(a, begin, end);
+}
+template <typename scalar_t>
+TREERNN_INLINE void rows(const BackwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
+  backward_rows(a, begin, end);
+}
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-template <typename scalar_t>
-__attribute__((target("avx2,fma"))) void forward_rows_avx2(const ForwardArgs<scalar_t>& a,
-                                                           int64_t begin, int64_t end) {
-  forward_rows(a, begin, end);
+template <typename Args>
+__attribute__((target("avx2,fma"))) void rows_avx2(const Args& a, int64_t begin, int64_t end) {
+  rows(a, begin, end);
 }
-template <typename scalar_t>
-__attribute__((target("avx2,fma"))) void backward_rows_avx2(const BackwardArgs<scalar_t>& a,
-                                                            int64_t begin, int64_t end) {
-  backward_rows(a, begin, end);
-}
-#define TREERNN_AVX512_ROWS \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,prefer-vector-width=512")))
-template <typename scalar_t>
-TREERNN_AVX512_ROWS void forward_rows_avx512(const ForwardArgs<scalar_t>& a, int64_t begin,
-                                             int64_t end) {
-  forward_rows(a, begin, end);
-}
-template <typename scalar_t>
-TREERNN_AVX512_ROWS void backward_rows_avx512(const BackwardArgs<scalar_t>& a, int64_t begin,
-                                              int64_t end) {
-  backward_rows(a, begin, end);
+template <typename Args>
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,prefer-vector-width=512"))) void
+rows_avx512(const Args& a, int64_t begin, int64_t end) {
+  rows(a, begin, end);
 }
 #endif
 
-template <typename scalar_t>
-void forward_rows_baseline(const ForwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
-  forward_rows(a, begin, end);
-}
-template <typename scalar_t>
-void backward_rows_baseline(const BackwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
-  backward_rows(a, begin, end);
+template <typename Args>
+void rows_baseline(const Args& a, int64_t begin, int64_t end) {
+  rows(a, begin, end);
 }
 
-template <typename scalar_t>
-void run_forward_rows(const ForwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
+// The best copy of the row loop this CPU runs.
+template <typename Args>
+void run_rows(const Args& a, int64_t begin, int64_t end) {
 #ifdef TREERNN_HAS_AVX2_COPY
-  if (cpu_has_avx512()) return forward_rows_avx512(a, begin, end);
-  if (cpu_has_avx2()) return forward_rows_avx2(a, begin, end);
+  if (cpu_has_avx512()) return rows_avx512(a, begin, end);
+  if (cpu_has_avx2()) return rows_avx2(a, begin, end);
 #endif
-  forward_rows_baseline(a, begin, end);
-}
-
-template <typename scalar_t>
-void run_backward_rows(const BackwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
-#ifdef TREERNN_HAS_AVX2_COPY
-  if (cpu_has_avx512()) return backward_rows_avx512(a, begin, end);
-  if (cpu_has_avx2()) return backward_rows_avx2(a, begin, end);
-#endif
-  backward_rows_baseline(a, begin, end);
+  rows_baseline(a, begin, end);
 }
 
 // Rows per thread: enough elementwise work (about 64k gate values) to be worth a thread, so that
@@ -443,7 +428,7 @@ void forward_step(const at::Tensor& act, const std::optional<at::Tensor>& produc
                                      optional_pointer<scalar_t>(tanh_cell), mask, n_chunk,
                                      chunk_size};
     at::parallel_for(0, batch, grain_size(gates), [&](int64_t begin, int64_t end) {
-      run_forward_rows(args, begin, end);
+      run_rows(args, begin, end);
     });
   });
 }
@@ -470,7 +455,7 @@ void backward_step(const at::Tensor& act, const at::Tensor& cumax, const at::Ten
                                       grad_h.data_ptr<scalar_t>(), grad_c.data_ptr<scalar_t>(),
                                       grad_act.data_ptr<scalar_t>(), mask, n_chunk, chunk_size};
     at::parallel_for(0, batch, grain_size(gates), [&](int64_t begin, int64_t end) {
-      run_backward_rows(args, begin, end);
+      run_rows(args, begin, end);
     });
   });
 }
@@ -502,6 +487,21 @@ void in_parallel(F&& body) {
 #else
   body(Team{0, 1});
 #endif
+}
+
+// Whether ``packed`` (a weight of ``outputs`` x ``depth`` packed by packed_gemm's ``pack``) holds
+// bf16 pairs; checked against the states ``like``.
+bool check_packed(const at::Tensor& packed, int64_t outputs, int64_t depth,
+                  const at::Tensor& like) {
+  const bool bf16 = packed.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(packed.size(0) == panels_of(outputs) &&
+                  packed.size(1) == (bf16 ? (depth + 1) / 2 : depth),
+              "the weight must be packed by packed_gemm.pack, ", outputs, " x ", depth);
+  TORCH_CHECK(!bf16 || (like.scalar_type() == at::kFloat && cpu_has_bf16_pairs()),
+              "bf16 products: float32 states and a CPU with AVX512-BF16");
+  TORCH_CHECK(bf16 || packed.scalar_type() == like.scalar_type(),
+              "the packed weight must have the states' dtype");
+  return bf16;
 }
 
 template <typename scalar_t>
@@ -539,21 +539,8 @@ void forward_sequence(const at::Tensor& input_gates, const at::Tensor& packed,
   } else {
     check(*gates_buffer, "gates_buffer", input_gates, batch, gates);
   }
-  const bool* masks = nullptr;
-  if (step_mask.has_value()) {
-    TORCH_CHECK(step_mask->scalar_type() == at::kBool && step_mask->is_contiguous() &&
-                    step_mask->numel() == steps * batch,
-                "the step mask must be a contiguous (T, B) bool tensor");
-    masks = step_mask->data_ptr<bool>();
-  }
-  const bool bf16 = packed.scalar_type() == at::kBFloat16;
-  TORCH_CHECK(packed.size(0) == panels_of(gates) && packed.size(1) == (bf16 ? (hidden + 1) / 2
-                                                                            : hidden),
-              "packed: W (G x H) packed by packed_gemm.pack");
-  TORCH_CHECK(!bf16 || (input_gates.scalar_type() == at::kFloat && cpu_has_bf16_pairs()),
-              "bf16 products: float32 states and a CPU with AVX512-BF16");
-  TORCH_CHECK(bf16 || packed.scalar_type() == input_gates.scalar_type(),
-              "packed: of the states' dtype");
+  const bool* masks = mask_pointer(step_mask, steps * batch);
+  const bool bf16 = check_packed(packed, gates, hidden, input_gates);
   const int64_t chosen_isa = isa_for(isa);
   const int64_t pairs = (hidden + 1) / 2;
   std::vector<uint32_t> h_pairs(bf16 ? batch * pairs : 0);
@@ -590,7 +577,7 @@ void forward_sequence(const at::Tensor& input_gates, const at::Tensor& packed,
             h + (t + 1) * batch * hidden, step_of<scalar_t>(outputs, t, batch * hidden),
             step_of<scalar_t>(tanh_cells, t, batch * hidden),
             masks == nullptr ? nullptr : masks + t * batch, n_chunk, chunk_size};
-        if (rb < re) run_forward_rows(args, rb, re);
+        if (rb < re) run_rows(args, rb, re);
         if (bf16)
           to_bf16_pairs(reinterpret_cast<const float*>(h + (t + 1) * batch * hidden), hidden,
                         hidden, rb, re, h_pairs.data());
@@ -626,21 +613,8 @@ void backward_sequence(const at::Tensor& packed_t, const at::Tensor& activations
   check(grad_c, "grad_c", activations, batch, hidden);
   if (distance_grads.has_value())
     check(*distance_grads, "distance_grads", activations, steps * batch, 2);
-  const bool* masks = nullptr;
-  if (step_mask.has_value()) {
-    TORCH_CHECK(step_mask->scalar_type() == at::kBool && step_mask->is_contiguous() &&
-                    step_mask->numel() == steps * batch,
-                "the step mask must be a contiguous (T, B) bool tensor");
-    masks = step_mask->data_ptr<bool>();
-  }
-  const bool bf16 = packed_t.scalar_type() == at::kBFloat16;
-  TORCH_CHECK(packed_t.size(0) == panels_of(hidden) &&
-                  packed_t.size(1) == (bf16 ? (gates + 1) / 2 : gates),
-              "packed_t: W^T (H x G) packed by packed_gemm.pack");
-  TORCH_CHECK(!bf16 || (activations.scalar_type() == at::kFloat && cpu_has_bf16_pairs()),
-              "bf16 products: float32 states and a CPU with AVX512-BF16");
-  TORCH_CHECK(bf16 || packed_t.scalar_type() == activations.scalar_type(),
-              "packed_t: of the states' dtype");
+  const bool* masks = mask_pointer(step_mask, steps * batch);
+  const bool bf16 = check_packed(packed_t, hidden, gates, activations);
   const int64_t chosen_isa = isa_for(isa);
   const int64_t pairs = (gates + 1) / 2;
   std::vector<uint32_t> row_pairs(bf16 ? batch * pairs : 0);
@@ -660,7 +634,7 @@ void backward_sequence(const at::Tensor& packed_t, const at::Tensor& activations
             step_of<scalar_t>(distance_grads, t, batch * 2), grad_hidden,
             grad_c.data_ptr<scalar_t>(), grad_row,
             masks == nullptr ? nullptr : masks + t * batch, n_chunk, chunk_size};
-        if (rb < re) run_backward_rows(args, rb, re);
+        if (rb < re) run_rows(args, rb, re);
         if (bf16)
           to_bf16_pairs(reinterpret_cast<const float*>(grad_row), gates, gates, rb, re,
                         row_pairs.data());

@@ -23,7 +23,8 @@ at::Tensor pack(const at::Tensor& weight, bool bf16) {
   const int64_t row_stride = weight.stride(0), col_stride = weight.stride(1);
   if (bf16) {
     TORCH_CHECK(weight.scalar_type() == at::kFloat, "pack: bf16 panels from a float32 weight");
-    auto packed = at::empty({panels, (depth + 1) / 2, kPanel, 2}, weight.options().dtype(at::kBFloat16));
+    auto packed = at::empty({panels, (depth + 1) / 2, kPanel, 2},
+                            weight.options().dtype(at::kBFloat16));
     const float* w = weight.data_ptr<float>();
     uint16_t* out = reinterpret_cast<uint16_t*>(packed.data_ptr<at::BFloat16>());
     at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {

@@ -192,6 +192,26 @@ TREERNN_AVX512 inline __mmask16 tail_mask(int64_t valid) {
   return valid >= kPanel ? __mmask16(0xFFFF) : __mmask16((1u << std::max<int64_t>(valid, 0)) - 1);
 }
 
+// A tile's epilogue: rows [row, row + R) of panels p and p + 1 (if ``two``), plus ``added``,
+// stored with the last panel's outputs masked.
+template <int R, typename M>
+TREERNN_AVX512 inline void store_tile(const M& m, int64_t row, int64_t p, bool two,
+                                      __m512* acc0, __m512* acc1) {
+  const int64_t col = p * kPanel;
+  const __mmask16 mask0 = tail_mask(m.n_outputs - col);
+  const __mmask16 mask1 = two ? tail_mask(m.n_outputs - col - kPanel) : __mmask16(0);
+  for (int r = 0; r < R; ++r) {
+    float* out = m.c + (row + r) * m.ldc + col;
+    if (m.added != nullptr) {
+      const float* added = m.added + (row + r) * m.ld_added + col;
+      acc0[r] = _mm512_add_ps(acc0[r], _mm512_maskz_loadu_ps(mask0, added));
+      acc1[r] = _mm512_add_ps(acc1[r], _mm512_maskz_loadu_ps(mask1, added + kPanel));
+    }
+    _mm512_mask_storeu_ps(out, mask0, acc0[r]);
+    _mm512_mask_storeu_ps(out + kPanel, mask1, acc1[r]);
+  }
+}
+
 template <int R>
 TREERNN_AVX512 void tile_avx512(const Product<float, float, float>& m, int64_t row, int64_t p,
                                 bool two) {
@@ -210,19 +230,7 @@ TREERNN_AVX512 void tile_avx512(const Product<float, float, float>& m, int64_t r
       acc1[r] = _mm512_fmadd_ps(x, b1, acc1[r]);
     }
   }
-  const int64_t col = p * kPanel;
-  const __mmask16 mask0 = tail_mask(m.n_outputs - col);
-  const __mmask16 mask1 = two ? tail_mask(m.n_outputs - col - kPanel) : __mmask16(0);
-  for (int r = 0; r < R; ++r) {
-    float* out = m.c + (row + r) * m.ldc + col;
-    if (m.added != nullptr) {
-      const float* added = m.added + (row + r) * m.ld_added + col;
-      acc0[r] = _mm512_add_ps(acc0[r], _mm512_maskz_loadu_ps(mask0, added));
-      acc1[r] = _mm512_add_ps(acc1[r], _mm512_maskz_loadu_ps(mask1, added + kPanel));
-    }
-    _mm512_mask_storeu_ps(out, mask0, acc0[r]);
-    _mm512_mask_storeu_ps(out + kPanel, mask1, acc1[r]);
-  }
+  store_tile<R>(m, row, p, two, acc0, acc1);
 }
 
 // The same over bf16 pairs (vdpbf16ps: two products per float32 lane), float32 results.
@@ -244,19 +252,7 @@ TREERNN_AVX512_BF16 void tile_avx512_bf16(const Product<uint32_t, uint32_t, floa
       acc1[r] = _mm512_dpbf16_ps(acc1[r], x, b1);
     }
   }
-  const int64_t col = p * kPanel;
-  const __mmask16 mask0 = tail_mask(m.n_outputs - col);
-  const __mmask16 mask1 = two ? tail_mask(m.n_outputs - col - kPanel) : __mmask16(0);
-  for (int r = 0; r < R; ++r) {
-    float* out = m.c + (row + r) * m.ldc + col;
-    if (m.added != nullptr) {
-      const float* added = m.added + (row + r) * m.ld_added + col;
-      acc0[r] = _mm512_add_ps(acc0[r], _mm512_maskz_loadu_ps(mask0, added));
-      acc1[r] = _mm512_add_ps(acc1[r], _mm512_maskz_loadu_ps(mask1, added + kPanel));
-    }
-    _mm512_mask_storeu_ps(out, mask0, acc0[r]);
-    _mm512_mask_storeu_ps(out + kPanel, mask1, acc1[r]);
-  }
+  store_tile<R>(m, row, p, two, acc0, acc1);
 }
 
 template <typename M, typename Tile>
@@ -268,31 +264,30 @@ TREERNN_INLINE void pairs_of_panels(const M& m, int64_t p0, int64_t p1, Tile&& t
   }
 }
 
-#define TREERNN_TILE_CASES(F) \
-  F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11) F(12)
+// The tiles of 1..12 rows, called through a table (one indirect call per tile).
+template <typename M>
+using TileFunction = void (*)(const M&, int64_t, int64_t, bool);
 
-void product_avx512(const Product<float, float, float>& m, int64_t p0, int64_t p1) {
+template <typename M>
+void product_in_tiles(const M& m, int64_t p0, int64_t p1, const TileFunction<M>* tiles) {
   pairs_of_panels(m, p0, p1, [&](int64_t row, int64_t size, int64_t p, bool two) {
-    switch (size) {
-#define TREERNN_CASE(R) \
-  case R:               \
-    return tile_avx512<R>(m, row, p, two);
-      TREERNN_TILE_CASES(TREERNN_CASE)
-#undef TREERNN_CASE
-    }
+    tiles[size - 1](m, row, p, two);
   });
 }
 
+#define TREERNN_TILES(tile) \
+  {tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>, tile<7>, tile<8>, tile<9>, tile<10>, \
+   tile<11>, tile<12>}
+
+void product_avx512(const Product<float, float, float>& m, int64_t p0, int64_t p1) {
+  static const TileFunction<Product<float, float, float>> tiles[] = TREERNN_TILES(tile_avx512);
+  product_in_tiles(m, p0, p1, tiles);
+}
+
 void product_avx512_bf16(const Product<uint32_t, uint32_t, float>& m, int64_t p0, int64_t p1) {
-  pairs_of_panels(m, p0, p1, [&](int64_t row, int64_t size, int64_t p, bool two) {
-    switch (size) {
-#define TREERNN_CASE(R) \
-  case R:               \
-    return tile_avx512_bf16<R>(m, row, p, two);
-      TREERNN_TILE_CASES(TREERNN_CASE)
-#undef TREERNN_CASE
-    }
-  });
+  static const TileFunction<Product<uint32_t, uint32_t, float>> tiles[] =
+      TREERNN_TILES(tile_avx512_bf16);
+  product_in_tiles(m, p0, p1, tiles);
 }
 
 // ---- AVX2 + FMA, float32: tiles of R rows x 1 panel (2 x 8 lanes, 2R accumulators) -----------
