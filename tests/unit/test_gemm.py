@@ -145,6 +145,7 @@ def test_onlstm_float64_fast_equals_reference_per_backend(backend: str) -> None:
 def test_auto_choice_is_kept_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """A later process reads the choice instead of probing again (same seed, same products)."""
     monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gemm, "machine_busy", lambda: None)
     gemm._CHOICES.clear()
     first = gemm.resolve("auto", 3, 5, 7, CPU, torch.float32)
     stored = json.loads((tmp_path / "gemm_backends.json").read_text())
@@ -166,6 +167,7 @@ def fresh_choices(monkeypatch: pytest.MonkeyPatch, tmp_path):
     for name in ("_CHOICES", "DECISIONS", "_PROBED"):
         monkeypatch.setattr(gemm, name, {})
     monkeypatch.setattr(gemm, "_SAID_FP32", set())
+    monkeypatch.setattr(gemm, "machine_busy", lambda: None)  # the test machine's load aside
     return tmp_path / "gemm_backends.json"
 
 
@@ -389,3 +391,23 @@ def test_treernn_bf16_products_are_float32_sums_of_bf16_operands() -> None:
         torch.testing.assert_close(result.double(), added.double() + rounded, rtol=1e-5, atol=1e-5)
         linear = gemm.PackedLinear(weight, rows, "treernn", torch.bfloat16)
         torch.testing.assert_close(linear.mm(x).double(), rounded, rtol=1e-5, atol=1e-5)
+
+
+def test_a_probe_under_load_is_not_kept(fresh_choices, monkeypatch, caplog) -> None:
+    """More runnable processes than CPUs during a probe: the choice holds for this process
+    only (said at INFO level), and the next process probes again."""
+    monkeypatch.setattr(gemm, "machine_busy", lambda: "load average 5.3 on 2 CPUs")
+    _injected_timings(monkeypatch, {"float32": 1.0, "bfloat16": 0.5})
+    with caplog.at_level(logging.INFO, logger=gemm.__name__):
+        assert gemm.bf16_pays(20, 400, 1640, CPU)
+    assert not fresh_choices.exists()
+    assert any("for this process only" in record.getMessage() for record in caplog.records)
+    assert gemm.bf16_pays(20, 400, 1640, CPU)  # kept in the process
+
+
+def test_machine_busy_reads_the_load_average(monkeypatch) -> None:
+    monkeypatch.setattr(gemm.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(gemm.os, "getloadavg", lambda: (2.4, 1.0, 1.0))
+    assert gemm.machine_busy() is None
+    monkeypatch.setattr(gemm.os, "getloadavg", lambda: (2.6, 1.0, 1.0))
+    assert gemm.machine_busy() == "load average 2.6 on 2 CPUs during the probe"

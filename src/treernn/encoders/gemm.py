@@ -198,8 +198,25 @@ def kept_choice(
             _CHOICES[key] = stored[name]
         else:
             _CHOICES[key] = probe()
-            _store_choice(name, _CHOICES[key])
+            busy = machine_busy()
+            if busy:  # the figures may be the other processes': probe again next time
+                log.info("%s; this choice holds for this process only", busy)
+            else:
+                _store_choice(name, _CHOICES[key])
     return _CHOICES[key]
+
+
+def machine_busy() -> str | None:
+    """Why a probe just taken may not speak for this machine (more runnable processes than CPUs:
+    a 1-minute load average above the CPU count plus one half), or None."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    cpus = os.cpu_count() or 1
+    if load > cpus + 0.5:
+        return f"load average {load:.1f} on {cpus} CPUs during the probe"
+    return None
 
 
 def _choices_file() -> Path:
