@@ -218,7 +218,9 @@ class LanguageModel(nn.Module):
         self.decoder.weight = self.embedding.weight
 
     def forward(self, tokens: Tensor, targets: Tensor) -> Tensor:
-        hidden = self.stack(self.embedding(tokens))  # (B, T, E)
+        # contiguous, as our encoders return it: torch's matmul multiplies a transposed bf16 view
+        # (nn.LSTM's output under autocast) with bmm in inference mode, 3x slower here
+        hidden = self.stack(self.embedding(tokens)).contiguous()  # (B, T, E)
         logits = self.decoder(hidden)  # (B, T, V)
         return F.cross_entropy(logits.view(-1, VOCAB_SIZE).float(), targets.reshape(-1))
 

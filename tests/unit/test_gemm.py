@@ -411,3 +411,27 @@ def test_machine_busy_reads_the_load_average(monkeypatch) -> None:
     assert gemm.machine_busy() is None
     monkeypatch.setattr(gemm.os, "getloadavg", lambda: (2.6, 1.0, 1.0))
     assert gemm.machine_busy() == "load average 2.6 on 2 CPUs during the probe"
+
+
+def test_a_model_can_have_its_own_loop_timed(fresh_choices, monkeypatch) -> None:
+    """With ``runs``, the probe times the model's own fp32 and bf16 runs (here counting calls),
+    under its own key; a model without a bf16 run here keeps fp32 without timing one."""
+    calls = []
+    runs = {"float32": lambda: calls.append("fp32"), "bfloat16": lambda: calls.append("bf16")}
+
+    def timings(products, flops, device=None, give_up=None):
+        assert flops == 123.0
+        for product in products.values():
+            product()
+        return {name: {"float32": 1.0, "bfloat16": 0.5}[name] for name in products}
+
+    monkeypatch.setattr(gemm, "time_in_turns", timings)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        chosen = gemm.product_dtype(4, 5, 6, CPU, "Model", "loop", lambda: (runs, 123.0))
+        assert chosen == torch.bfloat16 and calls == ["fp32", "bf16"]
+        only_fp32 = {"float32": runs["float32"]}
+        assert gemm.product_dtype(4, 5, 7, CPU, "Model", "loop", lambda: (only_fp32, 123.0)) is None
+    stored = json.loads(fresh_choices.read_text())
+    assert sorted(stored.values()) == ["bfloat16", "float32"]
+    assert all("bf16-mixed Model loop" in key for key in stored)
+    assert gemm._PROBED[gemm._precision_key(4, 5, 7, " Model loop")] == "no bf16 kernel"

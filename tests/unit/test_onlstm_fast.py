@@ -616,3 +616,17 @@ def test_auto_picks_the_recurrence_backend_by_timing_the_loop(
     monkeypatch.setenv(gemm.ENV_VAR, "aten")
     assert onlstm_fast.recurrence_backend("auto", gates, 8, 4, extension, None) == "aten"
     assert len(probed) == 1
+
+
+def test_the_precision_probe_times_both_recurrences(extension, monkeypatch) -> None:
+    """precision_runs: the fp32 and the bf16 forward loops (each on its own backend), which run;
+    None without the compiled kernel."""
+    monkeypatch.setattr(onlstm_fast, "recurrence_backend", lambda *args: "aten")
+    assert onlstm_fast.precision_runs(3, 8, 4, None) is None
+    loops, flops = onlstm_fast.precision_runs(3, 8, 4, extension)()
+    assert sorted(loops) == ["bfloat16", "float32"]
+    assert flops == 2.0 * onlstm_fast.PROBE_STEPS * 3 * 8 * (4 * 8 + 2 * 2)
+    fp32, bf16 = loops["float32"](), loops["bfloat16"]()
+    assert fp32[0].dtype == bf16[0].dtype == torch.float32
+    assert not torch.equal(fp32[0], bf16[0])
+    torch.testing.assert_close(bf16[0], fp32[0], rtol=5e-2, atol=5e-2)

@@ -286,11 +286,13 @@ def _store_choice(name: str, backend: str) -> None:
 def _probe(usable: list[str], batch: int, in_features: int, out_features: int, dtype) -> str:
     """Time each backend at this shape and return the fastest; log the figures."""
     generator = torch.Generator().manual_seed(0)
-    weight = torch.randn(out_features, in_features, generator=generator).to(dtype)
-    x = torch.randn(batch, in_features, generator=generator).to(dtype)
-    added = torch.randn(batch, out_features, generator=generator).to(dtype)
+    # bf16 products are run from fp32 operands to an fp32 result, as the recurrences run them
+    operands = torch.float32 if dtype == torch.bfloat16 else dtype
+    weight = torch.randn(out_features, in_features, generator=generator).to(operands)
+    x = torch.randn(batch, in_features, generator=generator).to(operands)
+    added = torch.randn(batch, out_features, generator=generator).to(operands)
     out = torch.empty_like(added)  # as the recurrences call it: into a preallocated buffer
-    linears = {name: PackedLinear(weight, batch, name) for name in usable}
+    linears = {name: PackedLinear(weight, batch, name, dtype) for name in usable}
     products = {
         name: functools.partial(linear.addmm, added, x, out=out) for name, linear in linears.items()
     }
@@ -462,24 +464,27 @@ def product_dtype(
     device: torch.device,
     model: str,
     product: str = "products",
+    runs: Callable[[], tuple[dict[str, Callable[[], object]], float]] | None = None,
 ) -> torch.dtype | None:
     """The dtype a recurrence runs its (batch, in_features) x (in_features, out_features)
-    products in: bf16 under bf16 autocast where :func:`bf16_pays` at this shape, None (fp32, the
-    inputs' dtype) otherwise: without autocast, under fp16 autocast (``16-mixed``: the
-    recurrences keep fp32, as fp16 products of a long recurrence can overflow), and where bf16
-    is not faster here. The decision is recorded in :data:`DECISIONS` under (``model``,
-    ``product``, shape); the first fp32 one of each ``model`` under bf16-mixed is logged, with
-    the probe's figures. Gates, states, tree signals and accumulations stay fp32 either way."""
+    products in: bf16 under bf16 autocast where :func:`bf16_pays` at this shape (with ``runs``:
+    timing what ``runs()`` returns, see there), None (fp32, the inputs' dtype) otherwise: without
+    autocast, under fp16 autocast (``16-mixed``: the recurrences keep fp32, as fp16 products of a
+    long recurrence can overflow), and where bf16 is not faster here. The decision is recorded in
+    :data:`DECISIONS` under (``model``, ``product``, shape); the first fp32 one of each ``model``
+    under bf16-mixed is logged, with the probe's figures. Gates, states, tree signals and
+    accumulations stay fp32 either way."""
     if not bf16_requested(device):
         return None
-    pays = bf16_pays(batch, in_features, out_features, device)
+    label = "" if runs is None else f" {model} {product}"
+    pays = bf16_pays(batch, in_features, out_features, device, runs, label)
     shape = _shape_text(batch, in_features, out_features)
     DECISIONS[model, product, shape] = "bfloat16" if pays else "float32"
     if pays:
         return torch.bfloat16
     if model not in _SAID_FP32:
         _SAID_FP32.add(model)
-        key = _precision_key(batch, in_features, out_features)
+        key = _precision_key(batch, in_features, out_features, label)
         log.warning(
             "%s under bf16-mixed: bf16 products are not at least %d%% faster than fp32 ones on "
             "this machine at %s (%s); its products stay fp32, as with precision=32",
@@ -491,19 +496,29 @@ def product_dtype(
     return None
 
 
-def bf16_pays(batch: int, in_features: int, out_features: int, device: torch.device) -> bool:
+def bf16_pays(
+    batch: int,
+    in_features: int,
+    out_features: int,
+    device: torch.device,
+    runs: Callable[[], tuple[dict[str, Callable[[], object]], float]] | None = None,
+    label: str = "",
+) -> bool:
     """Whether a (batch, in_features) x (in_features, out_features) product with fp32 operands
-    runs at least 1 / :data:`BF16_MARGIN` times as fast cast to bf16 (result cast back to fp32,
-    as the recurrences run it) as in fp32, each on its fastest backend here: probed once per
-    shape and kept like the backends (:func:`resolve`). False on devices other than CPU and
-    CUDA."""
+    runs at least 1 / :data:`BF16_MARGIN` times as fast in bf16 (operands cast to bf16, result in
+    fp32, as the recurrences run it) as in fp32, each on its fastest backend here; or, given
+    ``runs`` (returning {"float32": run, "bfloat16": run} and the FLOPs of one run; no
+    "bfloat16" where it cannot run here), whether the bf16 run is that much faster: a model's
+    own loop, e.g. a recurrence of some steps, where its products alone would not tell (oneDNN's
+    bf16 LSTM, a loop that packs its weight). Probed once per shape and ``label`` and kept like
+    the backends (:func:`resolve`). False on devices other than CPU and CUDA."""
     if device.type not in ("cpu", "cuda"):
         return False
-    key = _precision_key(batch, in_features, out_features)
+    key = _precision_key(batch, in_features, out_features, label)
     choice = kept_choice(
         key,
         ["bfloat16", "float32"],
-        lambda: _probe_precision(batch, in_features, out_features, device),
+        lambda: _probe_precision(batch, in_features, out_features, device, runs, label),
         device,
     )
     return choice == "bfloat16"
@@ -513,28 +528,35 @@ def bf16_pays(batch: int, in_features: int, out_features: int, device: torch.dev
 _PROBED: dict[tuple, str] = {}
 
 
-def _precision_key(batch: int, in_features: int, out_features: int) -> tuple:
-    return (batch, in_features, out_features, "bf16-mixed", torch.get_num_threads())
+def _precision_key(batch: int, in_features: int, out_features: int, label: str = "") -> tuple:
+    return (batch, in_features, out_features, f"bf16-mixed{label}", torch.get_num_threads())
 
 
-def _probe_precision(batch: int, in_features: int, out_features: int, device) -> str:
-    """Time the product in fp32 and in bf16 (casts included) and return the dtype name to use."""
-    generator = torch.Generator().manual_seed(0)
-    weight = torch.randn(out_features, in_features, generator=generator).to(device)
-    x = torch.randn(batch, in_features, generator=generator).to(device)
-    linears = {
-        "float32": PackedLinear(weight, batch),
-        "bfloat16": PackedLinear(weight, batch, dtype=torch.bfloat16),
-    }
-    products = {name: functools.partial(linear.mm, x) for name, linear in linears.items()}
-    flops = 2.0 * batch * in_features * out_features
+def _probe_precision(
+    batch: int, in_features: int, out_features: int, device, runs=None, label: str = ""
+) -> str:
+    """Time fp32 against bf16 (casts included) and return the dtype name to use."""
+    if runs is None:
+        generator = torch.Generator().manual_seed(0)
+        weight = torch.randn(out_features, in_features, generator=generator).to(device)
+        x = torch.randn(batch, in_features, generator=generator).to(device)
+        linears = {
+            "float32": PackedLinear(weight, batch),
+            "bfloat16": PackedLinear(weight, batch, dtype=torch.bfloat16),
+        }
+        products = {name: functools.partial(linear.mm, x) for name, linear in linears.items()}
+        flops = 2.0 * batch * in_features * out_features
+    else:
+        products, flops = runs()
     seconds = time_in_turns(products, flops, device, give_up=3.0)
-    choice = "bfloat16" if seconds["bfloat16"] < BF16_MARGIN * seconds["float32"] else "float32"
-    figures = f"GFLOP/s: {_rates(seconds, flops)}"
-    _PROBED[_precision_key(batch, in_features, out_features)] = figures
+    bf16 = seconds.get("bfloat16", float("inf"))
+    choice = "bfloat16" if bf16 < BF16_MARGIN * seconds["float32"] else "float32"
+    figures = f"GFLOP/s: {_rates(seconds, flops)}" if "bfloat16" in seconds else "no bf16 kernel"
+    _PROBED[_precision_key(batch, in_features, out_features, label)] = figures
     log.info(
-        "GEMM precision for %s under bf16-mixed, %d threads: %s (%s)",
+        "GEMM precision for %s%s under bf16-mixed, %d threads: %s (%s)",
         _shape_text(batch, in_features, out_features),
+        label and f" ({label.strip()})",
         torch.get_num_threads(),
         choice,
         figures,

@@ -18,6 +18,8 @@ as fp32.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
@@ -94,7 +96,8 @@ class LSTMEncoder(Encoder):
     ) -> EncoderOutput:
         if gemm.bf16_requested(x.device) and not all(
             gemm.product_dtype(x.size(0), layer.hidden_size, 4 * layer.hidden_size, x.device,
-                               "LSTM", "nn.LSTM layer") for layer in self.layers
+                               "LSTM", "nn.LSTM layer", _bf16_runs(layer, x.size(0), x.device))
+            for layer in self.layers
         ):  # fmt: skip
             # bf16 products are not faster here: fp32 (see the module docstring)
             with torch.autocast(x.device.type, enabled=False):
@@ -111,6 +114,31 @@ class LSTMEncoder(Encoder):
             layer_outputs.append(out)
             new_state.append(layer_state)
             x = self.lockdrop(out) if index < len(self.layers) - 1 else out
+        x = x.contiguous()  # nn.LSTM's bf16 output is a transposed view; see ONLSTMEncoder
         return EncoderOutput(
             hidden=x, pooled=last_real_step(x, mask), state=new_state, layer_outputs=layer_outputs
         )
+
+
+def _bf16_runs(layer: nn.LSTM, batch: int, device: torch.device):
+    """For :func:`gemm.product_dtype`: a layer of ``layer``'s sizes over 16 steps of ``batch`` rows
+    in fp32 and under bf16 autocast (oneDNN's bf16 LSTM primitive on CPU, where oneDNN has bf16
+    kernels; elsewhere on CPU there is no bf16 run), to be timed against each other: what runs
+    under bf16-mixed is the primitive, whose speed the products alone do not tell."""
+
+    def runs():
+        steps = 16
+        probe = nn.LSTM(layer.input_size, layer.hidden_size, batch_first=True).to(device)
+        x = torch.randn(batch, steps, layer.input_size, device=device)
+
+        def run(bf16: bool) -> None:
+            with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=bf16):
+                probe(x)
+
+        loops = {"float32": functools.partial(run, False)}
+        if device.type != "cpu" or gemm.onednn_available(torch.bfloat16):
+            loops["bfloat16"] = functools.partial(run, True)
+        flops = 2.0 * steps * batch * (layer.input_size + layer.hidden_size) * 4 * layer.hidden_size
+        return loops, flops
+
+    return runs

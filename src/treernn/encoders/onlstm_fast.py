@@ -548,31 +548,45 @@ def recurrence_backend(
     )
 
 
-def _probe_recurrence(usable, batch, hidden, chunk_size, kernel, dtype) -> str:
-    steps = 8
+#: steps of the loops the probes time (about a BPTT segment: the weight is packed once per call)
+PROBE_STEPS = 32
+
+
+def _probe_loop(batch, hidden, chunk_size, kernel, backend, product_dtype):
+    """A forward loop of :data:`PROBE_STEPS` steps on random data (a closure) and its FLOPs."""
     num_gates = 4 * hidden + 2 * (hidden // chunk_size)
     generator = torch.Generator().manual_seed(0)
-    gates = torch.randn(steps, batch, num_gates, generator=generator)
+    gates = torch.randn(PROBE_STEPS, batch, num_gates, generator=generator)
     weight = torch.randn(num_gates, hidden, generator=generator) / hidden**0.5
     state = torch.zeros(batch, hidden)
+    arguments = (gates, weight, state, state, None, chunk_size, False, backend, kernel)
+    loop = functools.partial(_fast_forward, *arguments, product_dtype)
+    return loop, 2.0 * PROBE_STEPS * batch * hidden * num_gates
+
+
+def precision_runs(batch: int, hidden: int, chunk_size: int, kernel: ModuleType | None):
+    """For :func:`gemm.product_dtype`: the recurrence's forward loop with fp32 and with bf16
+    products, each on its own fastest backend (:func:`recurrence_backend`), to be timed against
+    each other; None without the compiled kernel (the products alone are probed then)."""
+    if kernel is None:
+        return None
+
+    def runs():
+        loops = {}
+        for name, dtype in (("float32", None), ("bfloat16", torch.bfloat16)):
+            gates = torch.zeros(1, batch, 4 * hidden + 2 * (hidden // chunk_size))
+            backend = recurrence_backend("auto", gates, hidden, chunk_size, kernel, dtype)
+            loops[name], flops = _probe_loop(batch, hidden, chunk_size, kernel, backend, dtype)
+        return loops, flops
+
+    return runs
+
+
+def _probe_recurrence(usable, batch, hidden, chunk_size, kernel, dtype) -> str:
     product_dtype = None if dtype == torch.float32 else dtype
-    loops = {
-        name: functools.partial(
-            _fast_forward,
-            gates,
-            weight,
-            state,
-            state,
-            None,
-            chunk_size,
-            False,
-            name,
-            kernel,
-            product_dtype,
-        )  # fmt: skip
-        for name in usable
-    }
-    flops = 2.0 * steps * batch * hidden * num_gates
+    loops = {}
+    for name in usable:
+        loops[name], flops = _probe_loop(batch, hidden, chunk_size, kernel, name, product_dtype)
     seconds = gemm.time_in_turns(loops, flops)
     choice = min(seconds, key=seconds.get)
     log.info(
