@@ -4,7 +4,8 @@ ListOps setting (Ordered Memory paper, REFERENCE.md): batch 128, 50 tokens, embe
 128, 21 slots, dropouts 0.1 (cell) / 0.3 (memory) / 0.1 (input) / 0.2 (output), a 10-way classifier
 on the pooled output, Adam. Training time covers forward, backward and the optimizer step; inference
 covers a ``torch.no_grad`` forward in eval mode. All models see the same random batches; each
-figure is the fastest of ``--repeats`` steps after a warm-up step. The rows are timed in turns
+figure is the median of ``--repeats`` timed steps (default 5) after a warm-up step, printed with
+the spread (slowest to fastest step). The rows are timed in turns
 (one step of each row per round), so that a change in the machine's load hits every row alike and
 the ratios printed at the end compare steps taken at the same time.
 
@@ -12,13 +13,14 @@ Rows: Ordered Memory's reference path (``fused=False``: the readable Algorithm 1
 ``treernn.encoders.ordered_memory``, every slot at every step, plain autograd, fp32), its fused
 path (``treernn.encoders.ordered_memory_fused``: windowed slots, hand-written backward of the slot
 chain) in fp32 and in bf16-mixed (the model run under
-``torch.autocast("cpu", dtype=torch.bfloat16)``, as Lightning's ``precision=bf16-mixed`` does; on a
-CPU without bf16 kernels the fused path keeps fp32 products there), and an LSTM of the same size in
-fp32 and bf16-mixed. Then the ratios: fused vs reference, each Ordered
-Memory row vs the authors' 1.8k training tokens/s, and LSTM / Ordered Memory.
+``torch.autocast("cpu", dtype=torch.bfloat16)``, as Lightning's ``precision=bf16-mixed`` does; the
+fused path runs its products in bf16 only where a probe finds bf16 faster on this machine, and
+says so), and an LSTM of the same size in fp32 and bf16-mixed. Then the ratios: bf16-mixed vs
+fp32, fused vs reference, each Ordered Memory row vs the authors' 1.8k training tokens/s, and
+LSTM / Ordered Memory, and which products ran in which precision.
 
     python scripts/benchmark_ordered_memory.py --threads 2
-    python scripts/benchmark_ordered_memory.py --threads 1 --quick   # 2 rounds, 25 tokens
+    python scripts/benchmark_ordered_memory.py --threads 1 --quick   # 3 rounds, 25 tokens
 
 Numbers from a shared machine vary with the load of other processes (printed); with more runnable
 processes than cores, ``--threads 1`` is much faster than 2 (OpenMP threads wait for each other).
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import statistics
 import time
 from functools import partial
 from pathlib import Path
@@ -96,11 +99,12 @@ def cpu_description() -> str:
                 flags = set(value.split())
     wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
     present = " ".join(f for f in wanted if f in flags) or "none"
+    if Path("/proc/cpuinfo").exists():
+        model = gemm.cpu_name(Path("/proc/cpuinfo").read_text())
     return (
         f"CPU {model}; flags {present}; torch CPU capability "
         f"{torch.backends.cpu.get_cpu_capability()}; oneDNN bf16 "
-        f"{'yes' if gemm.onednn_available(torch.bfloat16) else 'no'} (where no, bf16 "
-        "products run without bf16 units, and the OM fused bf16-mixed row keeps fp32 products)"
+        f"{'yes' if gemm.onednn_available(torch.bfloat16) else 'no'}"
     )
 
 
@@ -111,9 +115,9 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=50)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--slots", type=int, default=21)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
-        "--quick", action="store_true", help="two timed rounds and 25 tokens (a smoke run)"
+        "--quick", action="store_true", help="three timed rounds and 25 tokens (a smoke run)"
     )
     parser.add_argument(
         "--backends",
@@ -122,7 +126,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.quick:
-        args.repeats, args.length = 2, min(args.length, 25)
+        args.repeats, args.length = 3, min(args.length, 25)
     torch.set_num_threads(args.threads)
     size = args.hidden
 
@@ -161,18 +165,32 @@ def main() -> None:
         model = factory()
         for train in (True, False):
             steps[name, train] = timed_step(model, args.batch_size, args.length, train, bf16)
-    best = dict.fromkeys(steps, float("inf"))  # the fastest step is the least disturbed
+    seconds = {key: [] for key in steps}
     for _ in range(args.repeats):
         for key, step in steps.items():
             start = time.perf_counter()
             step()
-            best[key] = min(best[key], time.perf_counter() - start)
+            seconds[key].append(time.perf_counter() - start)
+    tokens = args.batch_size * args.length
     results = {}
+    print(f"tokens/s, median of {args.repeats} timed steps (slowest-fastest)")
     for name in rows:
-        train, infer = (args.batch_size * args.length / best[name, mode] for mode in (True, False))
-        results[name] = (train, infer)
-        print(f"{name:20s} training {train:8.0f} tokens/s   inference {infer:8.0f} tokens/s")
+        figures = []
+        for mode in (True, False):
+            rates = [tokens / value for value in seconds[name, mode]]
+            figures.append((statistics.median(rates), min(rates), max(rates)))
+        results[name] = tuple(figure[0] for figure in figures)
+        (train, slow_train, fast_train), (infer, slow_infer, fast_infer) = figures
+        print(
+            f"{name:20s} training {train:8.0f} ({slow_train:.0f}-{fast_train:.0f})   "
+            f"inference {infer:8.0f} ({slow_infer:.0f}-{fast_infer:.0f})"
+        )
     print(f"load average at the end {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    for low, full in (("OM fused bf16-mixed", "OM fused fp32"), ("LSTM bf16-mixed", "LSTM fp32")):
+        print(
+            f"{low} vs {full}: training {results[low][0] / results[full][0]:.2f}x, "
+            f"inference {results[low][1] / results[full][1]:.2f}x"
+        )
     reference = results["OM reference fp32"]
     for name in [n for n in results if n.startswith("OM fused")]:
         train, infer = results[name]
@@ -193,6 +211,10 @@ def main() -> None:
             f"ratio {lstm_name} / {om_name}: training {lstm_train / om_train:.1f}x, "
             f"inference {lstm_infer / om_infer:.1f}x"
         )
+
+    print("Under bf16-mixed, which products ran in bf16 (the probe of gemm.product_dtype):")
+    for (model, product, shape), dtype in sorted(gemm.DECISIONS.items()):
+        print(f"  {model:16s} {product:22s} {shape:32s} {dtype}")
 
 
 if __name__ == "__main__":

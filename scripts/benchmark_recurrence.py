@@ -18,16 +18,25 @@ for a full language-model step (10k embedding, the stack, a tied
 decoder, 10k softmax and cross-entropy), at the paper size (400-1150-1150-400, chunk 10, batch 20,
 BPTT 70) and a small size (one layer of 256, chunk 8, batch 32, BPTT 35). Prints tokens per second
 (median over steps after warm-up; models take turns step by step so that load from other
-processes hits them alike), the ratio to nn.LSTM from the same run, peak memory of one step, the
-achieved GFLOP/s and its fraction of the machine's GEMM roofline, and a table of how the cost grows
-with sequence length, batch and hidden size.
+processes hits them alike), the spread, the ratio to nn.LSTM from the same run, peak memory of one
+step, the achieved GFLOP/s and its fraction of the machine's GEMM roofline, and a table of how the
+cost grows with sequence length, batch and hidden size.
 
-First it prints the machine: CPU model, the ISA flags that matter (avx2, avx512f, avx512_bf16,
-amx), torch's CPU capability, threads and load, and the GEMM roofline: GFLOP/s of MKL's packed
-GEMM, oneDNN's packed linear and plain aten ``addmm`` at each model's per-step shapes (B, K) x
-(K, N), the best round of several taken in turn. "of roofline" = the model's achieved GFLOP/s
-(its matrix-product FLOPs per token, counted below, times tokens/s) over the best backend's rate at
-its recurrent shape (B, H) x (H, gates): an upper bound a step-by-step recurrence cannot pass.
+Every model runs in fp32 and under bf16-mixed (``torch.autocast`` with bf16, as Lightning's
+``precision=bf16-mixed`` runs it), side by side: the table gives each row's ratio to nn.LSTM in
+fp32 and, for bf16-mixed rows, to the same model's fp32 row; at the end the run lists which of
+our models' products ran in bf16 and which stayed fp32 on this machine (the probe of
+``treernn.encoders.gemm.product_dtype``), and what autocast did to the plain torch modules.
+
+First it prints the machine: CPU model, family and model number, the ISA flags that matter (avx2,
+avx512f, avx512_bf16, amx), torch's CPU capability, threads and load, and the GEMM roofline:
+GFLOP/s of each backend (MKL's packed GEMM, oneDNN's packed linear, this package's ``treernn``
+micro-kernels, plain aten ``addmm``) at each model's per-step shapes (B, K) x (K, N), in fp32 and
+in bf16 where the CPU has bf16 kernels, the best round of several taken in turn. "of roofline" =
+the model's achieved GFLOP/s (its matrix-product FLOPs per token, counted below, times tokens/s)
+over the best fp32 backend's rate at its recurrent shape (B, H) x (H, gates): an upper bound a
+step-by-step fp32 recurrence cannot pass. Each timed figure is the median of the timed steps
+(5 with --quick, 7 otherwise), with the spread (slowest to fastest step) beside it.
 
     python scripts/benchmark_recurrence.py            # full run
     python scripts/benchmark_recurrence.py --quick    # about two minutes on 2 CPU cores
@@ -209,27 +218,40 @@ class LanguageModel(nn.Module):
         self.decoder.weight = self.embedding.weight
 
     def forward(self, tokens: Tensor, targets: Tensor) -> Tensor:
-        hidden = self.stack(self.embedding(tokens))  # (B, T, E)
+        # contiguous, as our encoders return it: torch's matmul multiplies a transposed bf16 view
+        # (nn.LSTM's output under autocast) with bmm in inference mode, 3x slower here
+        hidden = self.stack(self.embedding(tokens)).contiguous()  # (B, T, E)
         logits = self.decoder(hidden)  # (B, T, V)
-        return F.cross_entropy(logits.view(-1, VOCAB_SIZE), targets.reshape(-1))
+        return F.cross_entropy(logits.view(-1, VOCAB_SIZE).float(), targets.reshape(-1))
 
 
 def make_step(
-    model: nn.Module, part: str, mode: str, size: Size, device: torch.device
+    model: nn.Module,
+    part: str,
+    mode: str,
+    size: Size,
+    device: torch.device,
+    precision: str = "fp32",
 ) -> Callable[[], None]:
-    """A closure running one training step (forward + backward) or one inference forward."""
+    """A closure running one training step (forward + backward) or one inference forward, the
+    forward under bf16 autocast for ``precision="bf16-mixed"`` (as Lightning runs it)."""
     batch, steps = size.batch, size.bptt
+    autocast = precision == "bf16-mixed"
     model.train(mode == "train")
     if part == "stack":
         x = torch.randn(batch, steps, size.input_size, device=device)
 
-        def loss_fn() -> Tensor:
-            return model(x).pow(2).mean()
+        def forward() -> Tensor:
+            return model(x).float().pow(2).mean()
     else:
         tokens = torch.randint(VOCAB_SIZE, (batch, steps + 1), device=device)
 
-        def loss_fn() -> Tensor:
+        def forward() -> Tensor:
             return model(tokens[:, :-1], tokens[:, 1:])
+
+    def loss_fn() -> Tensor:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            return forward()
 
     if mode == "train":
 
@@ -305,11 +327,19 @@ def cpu_description() -> str:
     present = [flag for flag in wanted if flag in flags]
     present += sorted(flag for flag in flags if flag.startswith("amx"))
     absent = [flag for flag in ("avx512f", "avx512_bf16", "amx_bf16") if flag not in flags]
+    kernels = gemm.packed_kernels()
+    isa = {1: "portable C++", 2: "AVX2 + FMA", 3: "AVX-512"}.get(kernels.isa()) if kernels else None
+    treernn = (
+        "not built"
+        if kernels is None
+        else isa + (" and AVX512-BF16" if kernels.bf16_pairs() else "")
+    )
     return (
-        f"CPU {model}, {os.cpu_count()} CPUs visible; flags: {' '.join(present) or 'none'}"
+        f"CPU {gemm.cpu_name(cpuinfo.read_text()) if cpuinfo.exists() else model}, "
+        f"{os.cpu_count()} CPUs visible; flags: {' '.join(present) or 'none'}"
         f" (absent: {' '.join(absent) or 'none'}); torch CPU capability "
         f"{torch.backends.cpu.get_cpu_capability()}; oneDNN bf16 "
-        f"{'yes' if gemm.onednn_available(torch.bfloat16) else 'no'}"
+        f"{'yes' if gemm.onednn_available(torch.bfloat16) else 'no'}; treernn kernels {treernn}"
     )
 
 
@@ -318,15 +348,19 @@ def load_description() -> str:
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
-def gemm_rates(shape: tuple[int, int, int], device: torch.device, rounds: int) -> dict[str, float]:
-    """GFLOP/s of each backend for (B, K) x (K, N) products with a packed (N, K) weight."""
+def gemm_rates(
+    shape: tuple[int, int, int], device: torch.device, rounds: int, dtype=torch.float32
+) -> dict[str, float]:
+    """GFLOP/s of each backend for (B, K) x (K, N) products with a packed (N, K) weight, the
+    products in ``dtype`` (bf16: fp32 operands cast as the recurrences do, fp32 results)."""
     batch, inner, outer = shape
     generator = torch.Generator().manual_seed(0)
     weight = torch.randn(outer, inner, generator=generator).to(device)
     x = torch.randn(batch, inner, generator=generator).to(device)
-    linears = {
-        name: gemm.PackedLinear(weight, batch, name) for name in gemm.candidates(device, x.dtype)
-    }
+    names = gemm.candidates(device, dtype)
+    if dtype == torch.bfloat16 and len(names) > 1:  # aten's bf16 product is oneDNN's again
+        names = [name for name in names if name != "aten"]
+    linears = {name: gemm.PackedLinear(weight, batch, name, dtype) for name in names}
     flops = 2.0 * batch * inner * outer
     calls = max(2, min(100, int(2e8 / flops)))
     best = dict.fromkeys(linears, float("inf"))
@@ -359,12 +393,20 @@ def roofline(args: argparse.Namespace, sizes: list[Size], device: torch.device) 
                 )
     print("\nGEMM roofline (GFLOP/s, best of rounds taken in turn; (B x K) @ (K x N))")
     names = gemm.candidates(device, torch.float32)
-    print(f"{'shape':32s} {'B':>5} {'K':>5} {'N':>5} " + " ".join(f"{n:>7s}" for n in names))
+    low = [name for name in gemm.candidates(device, torch.bfloat16) if name != "aten"]
+    heads = names + [f"{name}-bf16" for name in low]
+    print(f"{'shape':32s} {'B':>5} {'K':>5} {'N':>5} " + " ".join(f"{n:>12s}" for n in heads))
     table = {}
+    rounds = 3 if args.quick else 7
     for shape, label in shapes.items():
-        table[shape] = gemm_rates(shape, device, 3 if args.quick else 7)
-        rates = " ".join(f"{table[shape][n]:7.1f}" for n in names)
-        print(f"{label:32s} {shape[0]:5d} {shape[1]:5d} {shape[2]:5d} {rates}", flush=True)
+        table[shape] = gemm_rates(shape, device, rounds)
+        rates = [table[shape][n] for n in names]
+        if low:
+            rates += list(gemm_rates(shape, device, rounds, torch.bfloat16).values())
+        figures = " ".join(f"{rate:12.1f}" for rate in rates)
+        print(f"{label:32s} {shape[0]:5d} {shape[1]:5d} {shape[2]:5d} {figures}", flush=True)
+    if not low:
+        print("(no bf16 GEMM kernels on this CPU: bf16 products would run 50-100x slower)")
     print(load_description())
     return table
 
@@ -374,42 +416,86 @@ def benchmark_size(
 ) -> list[dict]:
     rows = []
     available = [m for m in args.models.split(",") if m != "LSTMEncoder" or LSTMEncoder is not None]
+    precisions = args.precisions.split(",")
     for part in args.parts.split(","):
         # --quick times the slow reference cell on the recurrent stack only.
         models = [m for m in available if not (args.quick and part == "lm" and m == "ON-LSTM ref")]
         for mode in args.modes.split(","):
             steps = {}
-            for name in models:
-                torch.manual_seed(0)
-                stack = build_stack(name, size, args.dropout, args.weight_drop)
-                model = stack if part == "stack" else LanguageModel(stack, size)
-                steps[name] = make_step(model.to(device), part, mode, size, device)
+            for precision in precisions:
+                for name in models:
+                    if precision != "fp32" and not bf16_runs(name, device):
+                        continue
+                    torch.manual_seed(0)
+                    stack = build_stack(name, size, args.dropout, args.weight_drop)
+                    model = stack if part == "stack" else LanguageModel(stack, size)
+                    step = make_step(model.to(device), part, mode, size, device, precision)
+                    steps[name, precision] = step
             times = time_round_robin(steps, args.warmup, args.repeats, device)
             tokens = size.batch * size.bptt
-            baseline = tokens / statistics.median(times[models[0]])
-            for name in models:
-                rate = tokens / statistics.median(times[name])
+            rates = {key: [tokens / t for t in values] for key, values in times.items()}
+            medians = {key: statistics.median(values) for key, values in rates.items()}
+            baseline = medians[models[0], "fp32"]
+            for (name, precision), rate in medians.items():
                 skip_memory = args.no_memory or (args.quick and mode == "infer")
-                memory = None if skip_memory else peak_memory_bytes(steps[name], device)
+                memory = None if skip_memory else peak_memory_bytes(steps[name, precision], device)
                 gflops = rate * flops_per_token(name, size, part, mode) / 1e9
                 peak = max(rooflines.get(recurrent_shape(name, size), {}).values(), default=0.0)
+                own = medians.get((name, "fp32"))
                 rows.append(
-                    dict(size=size.name, part=part, mode=mode, model=name, tokens_per_s=rate,
-                         ratio=rate / baseline, memory=memory, gflops=gflops,
-                         fraction=gflops / peak if peak else None)
+                    dict(size=size.name, part=part, mode=mode, model=name, precision=precision,
+                         tokens_per_s=rate, low=min(rates[name, precision]),
+                         high=max(rates[name, precision]), ratio=rate / baseline,
+                         over_fp32=None if precision == "fp32" or own is None else rate / own,
+                         memory=memory, gflops=gflops,
+                         fraction=gflops / peak if peak and precision == "fp32" else None)
                 )  # fmt: skip
                 print(format_row(rows[-1]), flush=True)
     return rows
 
 
+def bf16_runs(model: str, device: torch.device) -> bool:
+    """Whether ``model`` can run under bf16 autocast here: nn.LSTM needs oneDNN's bf16 LSTM
+    primitive on CPU (our encoders fall back to fp32 by themselves)."""
+    return model != "nn.LSTM" or device.type != "cpu" or gemm.onednn_available(torch.bfloat16)
+
+
 def format_row(row: dict) -> str:
     memory = "-" if row["memory"] is None else f"{row['memory'] / 2**20:9.1f}"
     fraction = "-" if row["fraction"] is None else f"{row['fraction']:.2f}"
+    over = "-" if row["over_fp32"] is None else f"{row['over_fp32']:.2f}"
+    spread = f"{row['low']:.0f}-{row['high']:.0f}"
     return (
         f"{row['size']:6s} {row['part']:6s} {row['mode']:6s} {row['model']:30s} "
-        f"{row['tokens_per_s']:11.0f} {row['ratio']:7.2f} {memory:>10s} {row['gflops']:8.1f} "
-        f"{fraction:>8s}"
+        f"{row['precision']:10s} {row['tokens_per_s']:10.0f} {spread:>17s} {row['ratio']:6.2f} "
+        f"{over:>6s} {memory:>9s} {row['gflops']:8.1f} {fraction:>7s}"
     )
+
+
+def header() -> str:
+    return (
+        f"{'size':6s} {'part':6s} {'mode':6s} {'model':30s} {'precision':10s} {'tokens/s':>10s} "
+        f"{'spread':>17s} {'ratio':>6s} {'/fp32':>6s} {'peak MiB':>9s} {'GFLOP/s':>8s} "
+        f"{'of roof':>7s}"
+    )
+
+
+def precision_summary(args: argparse.Namespace, device: torch.device) -> None:
+    """Which products ran in which precision under bf16-mixed in this run."""
+    if "bf16-mixed" not in args.precisions.split(","):
+        return
+    print("\nUnder bf16-mixed, our models' products (bf16 where the probe found bf16 at least 10%")
+    print("faster than fp32 at the product's shape on this machine, fp32 otherwise):")
+    for (model, product, shape), dtype in sorted(gemm.DECISIONS.items()):
+        print(f"  {model:16s} {product:28s} {shape:32s} {dtype}")
+    print("  (gates, states, distances and every elementwise step stay fp32 in every case)")
+    lstm = (
+        "oneDNN's bf16 LSTM primitive"
+        if gemm.onednn_available(torch.bfloat16) or device.type != "cpu"
+        else "not run: this CPU has no bf16 LSTM primitive (autocast would fail)"
+    )
+    print(f"Plain torch modules follow autocast: nn.LSTM {lstm}; the LM's embedding stays fp32,")
+    print("its tied decoder (nn.Linear) runs in bf16, the cross-entropy in fp32.")
 
 
 def scaling_table(args: argparse.Namespace, device: torch.device) -> None:
@@ -456,6 +542,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--models", default=",".join(MODELS), help="comma list; the first is the ratio's baseline"
     )
+    parser.add_argument(
+        "--precisions", default="fp32,bf16-mixed", help="comma list of fp32,bf16-mixed"
+    )
     parser.add_argument("--dropout", type=float, default=0.3, help="between-layer dropout (ours)")
     parser.add_argument(
         "--weight-drop", type=float, default=0.45, help="DropConnect on recurrent weights (ours)"
@@ -464,7 +553,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-scaling", action="store_true", help="skip the scaling table")
     args = parser.parse_args(argv)
     args.warmup = args.warmup if args.warmup is not None else 1 if args.quick else 2
-    args.repeats = args.repeats if args.repeats is not None else 3 if args.quick else 7
+    args.repeats = args.repeats if args.repeats is not None else 5 if args.quick else 7
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -484,15 +573,16 @@ def main(argv: list[str] | None = None) -> None:
         print("treernn.encoders.lstm.LSTMEncoder not importable: skipped")
     print(
         f"training uses dropout {args.dropout} and weight drop {args.weight_drop} in our encoders; "
-        "nn.LSTM has none.\nratio = tokens/s over the first model's in this run; peak MiB = memory "
-        "allocated during one step."
+        "nn.LSTM has none; peak MiB = memory allocated during one step."
     )
     print(
-        f"{'size':6s} {'part':6s} {'mode':6s} {'model':30s} {'tokens/s':>11s} {'ratio':>7s} "
-        f"{'peak MiB':>10s} {'GFLOP/s':>8s} {'of roof':>8s}"
+        "ratio = median tokens/s over the first model's in fp32 in this run; /fp32 = a bf16-mixed "
+        "row over the same model's fp32 row;\nspread = slowest to fastest timed step (tokens/s)."
     )
+    print(header())
     for size in chosen:
         benchmark_size(args, size, device, rooflines)
+    precision_summary(args, device)
     if not args.no_scaling:
         scaling_table(args, device)
     print(f"\ndone in {time.perf_counter() - started:.0f} s, {load_description()}")

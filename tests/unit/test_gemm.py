@@ -15,7 +15,9 @@ from treernn.encoders.onlstm import ONLSTMEncoder
 from treernn.errors import ConfigValueError
 
 CPU = torch.device("cpu")
-PACKED = [name for name in ("mkl", "onednn") if name in gemm.candidates(CPU, torch.float32)]
+PACKED = [
+    name for name in ("mkl", "onednn", "treernn") if name in gemm.candidates(CPU, torch.float32)
+]
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +25,7 @@ def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(gemm.ENV_VAR, raising=False)
 
 
-@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn"])
+@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn", "treernn"])
 def test_products_equal_plain_matmul(backend: str) -> None:
     if backend != "aten" and backend not in PACKED:
         pytest.skip(f"this torch build cannot run the {backend} packed GEMM")
@@ -41,7 +43,7 @@ def test_products_equal_plain_matmul(backend: str) -> None:
     torch.testing.assert_close(linear_t.mm(added), added @ weight, **tolerance)
 
 
-@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn"])
+@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn", "treernn"])
 def test_large_linear_equals_f_linear_with_gradients(backend: str) -> None:
     """``gemm.linear`` (the ON-LSTM input projection: one product over all steps) on each backend:
     the output and the gradients of input, weight and bias equal ``F.linear``'s to float32
@@ -61,9 +63,14 @@ def test_large_linear_equals_f_linear_with_gradients(backend: str) -> None:
     torch.testing.assert_close(out, expected, **tolerance)
     for got, want in zip(torch.autograd.grad(out, (x, weight, bias), grad), expected_grads):
         torch.testing.assert_close(got, want, **tolerance)
-    # float64 is F.linear itself, whichever backend is asked for
+    # float64 is F.linear itself, whichever library backend is asked for (treernn runs it)
     x64, weight64 = x.detach().double(), weight.detach().double()
-    assert torch.equal(gemm.linear(x64, weight64, None, backend), x64 @ weight64.t())
+    if backend == "treernn":
+        torch.testing.assert_close(
+            gemm.linear(x64, weight64, None, backend), x64 @ weight64.t(), rtol=1e-12, atol=1e-12
+        )
+    else:
+        assert torch.equal(gemm.linear(x64, weight64, None, backend), x64 @ weight64.t())
 
 
 def test_rows_bucket_is_the_power_of_two_below() -> None:
@@ -106,10 +113,11 @@ def test_forcing_by_option_and_environment(monkeypatch: pytest.MonkeyPatch) -> N
         ONLSTMEncoder(4, 6, num_layers=1, chunk_size=3, gemm_backend="fastest")
 
 
-@pytest.mark.parametrize("backend", ["auto", "mkl", "onednn", "aten"])
+@pytest.mark.parametrize("backend", ["auto", "mkl", "onednn", "treernn", "aten"])
 def test_onlstm_float64_fast_equals_reference_per_backend(backend: str) -> None:
     """float64, padded, DropConnect and locked dropout, carried state: the fast path with each
-    backend forced (all run on aten in float64) equals the readable cell to 1e-10, gradients too."""
+    backend forced (all but treernn run on aten in float64; treernn runs its portable C++
+    products and the whole-sequence loops) equals the readable cell to 1e-10, gradients too."""
     torch.manual_seed(0)
     kwargs = dict(num_layers=2, chunk_size=3, dropout=0.2, weight_drop=0.3, output_size=3)
     reference = ONLSTMEncoder(4, 6, impl="reference", **kwargs).double()
@@ -137,6 +145,7 @@ def test_onlstm_float64_fast_equals_reference_per_backend(backend: str) -> None:
 def test_auto_choice_is_kept_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """A later process reads the choice instead of probing again (same seed, same products)."""
     monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gemm, "machine_busy", lambda: None)
     gemm._CHOICES.clear()
     first = gemm.resolve("auto", 3, 5, 7, CPU, torch.float32)
     stored = json.loads((tmp_path / "gemm_backends.json").read_text())
@@ -148,3 +157,281 @@ def test_auto_choice_is_kept_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_pa
     gemm._CHOICES.clear()
     monkeypatch.setattr(gemm, "_probe", lambda *args: pytest.fail("probed again"))
     assert gemm.resolve("auto", 3, 5, 7, CPU, torch.float32) == other
+
+
+# ----------------------------------------------------------------------------- precision
+@pytest.fixture()
+def fresh_choices(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    """An empty cache file and empty in-process choices, decisions and log memory."""
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
+    for name in ("_CHOICES", "DECISIONS", "_PROBED"):
+        monkeypatch.setattr(gemm, name, {})
+    monkeypatch.setattr(gemm, "_SAID_FP32", set())
+    monkeypatch.setattr(gemm, "machine_busy", lambda: None)  # the test machine's load aside
+    return tmp_path / "gemm_backends.json"
+
+
+def _injected_timings(monkeypatch: pytest.MonkeyPatch, seconds: dict[str, float]) -> list:
+    """Make the precision probe see ``seconds`` per product instead of timing anything."""
+    calls = []
+
+    def timings(products, flops, device=None, give_up=None):
+        if set(products) == set(seconds):  # the backend probes see every backend alike
+            calls.append(sorted(products))
+        return {name: seconds.get(name, 1.0) for name in products}
+
+    monkeypatch.setattr(gemm, "time_in_turns", timings)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("bf16_seconds", "expected"),
+    [(0.5, torch.bfloat16), (0.89, torch.bfloat16), (0.95, None), (1.0, None), (60.0, None)],
+)
+def test_bf16_only_where_the_probe_finds_it_at_least_10_percent_faster(
+    bf16_seconds: float, expected, fresh_choices, monkeypatch, caplog
+) -> None:
+    """Injected probe results, no timing: bf16 products where they take under 0.9x the fp32
+    time (casts included), fp32 otherwise (within noise of fp32, or much slower), kept in the
+    file and recorded per model and product."""
+    calls = _injected_timings(monkeypatch, {"float32": 1.0, "bfloat16": bf16_seconds})
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        chosen = gemm.product_dtype(20, 1150, 4830, CPU, "ON-LSTM", "recurrent steps")
+    assert chosen == expected
+    assert calls == [["bfloat16", "float32"]]
+    stored = json.loads(fresh_choices.read_text())
+    (key,) = [key for key in stored if "bf16-mixed" in key]
+    assert "20x1150x4830 bf16-mixed" in key and "family" in key
+    name = "bfloat16" if expected else "float32"
+    assert stored[key] == name
+    shape = "(20 x 1150) @ (1150 x 4830)"
+    assert {("ON-LSTM", "recurrent steps", shape): name} == gemm.DECISIONS
+
+
+def test_one_log_line_per_model_that_keeps_fp32(fresh_choices, monkeypatch, caplog) -> None:
+    """Slow bf16: one warning per model, naming it, the shape and the probe's figures; a model
+    whose products pay says nothing."""
+    _injected_timings(monkeypatch, {"float32": 1.0, "bfloat16": 1.85})
+    bf16 = torch.autocast("cpu", dtype=torch.bfloat16)
+    with caplog.at_level(logging.WARNING, logger=gemm.__name__), bf16:
+        for _ in range(3):
+            assert gemm.product_dtype(8, 16, 64, CPU, "ON-LSTM", "steps") is None
+            assert gemm.product_dtype(16, 16, 64, CPU, "ON-LSTM", "projection") is None
+        assert gemm.product_dtype(8, 16, 64, CPU, "Ordered Memory") is None
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("ON-LSTM under bf16-mixed")
+    assert "(8 x 16) @ (16 x 64)" in messages[0]
+    assert "GFLOP/s" in messages[0] and "stay fp32" in messages[0]
+    assert messages[1].startswith("Ordered Memory under bf16-mixed")
+
+
+def test_no_bf16_without_bf16_autocast(fresh_choices, monkeypatch) -> None:
+    """No autocast, or fp16 autocast (16-mixed): fp32 products, and no probe runs."""
+    monkeypatch.setattr(gemm, "bf16_pays", lambda *args: pytest.fail("probed"))
+    assert gemm.product_dtype(8, 16, 64, CPU, "ON-LSTM") is None
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert gemm.product_dtype(8, 16, 64, CPU, "ON-LSTM") is None
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):
+        assert gemm.product_dtype(8, 16, 64, CPU, "ON-LSTM") is None
+    assert gemm.DECISIONS == {}
+
+
+def test_the_precision_choice_is_kept_per_machine(fresh_choices, monkeypatch) -> None:
+    """A later process (empty in-process choices) reads the kept choice instead of probing; a
+    file written on another CPU (another key) is not used."""
+    _injected_timings(monkeypatch, {"float32": 1.0, "bfloat16": 0.5})
+    assert gemm.bf16_pays(20, 400, 1640, CPU)
+    monkeypatch.setattr(gemm, "_CHOICES", {})
+    monkeypatch.setattr(gemm, "_probe_precision", lambda *args: pytest.fail("probed again"))
+    assert gemm.bf16_pays(20, 400, 1640, CPU)
+    stored = json.loads(fresh_choices.read_text())
+    monkeypatch.setattr(gemm, "_CHOICES", {})
+    elsewhere = {key.replace("family", "another family"): value for key, value in stored.items()}
+    fresh_choices.write_text(json.dumps(elsewhere))
+    monkeypatch.setattr(gemm, "_probe_precision", lambda *args: "float32")
+    assert not gemm.bf16_pays(20, 400, 1640, CPU)
+
+
+def test_the_probe_measures_bf16_with_its_casts(fresh_choices, monkeypatch) -> None:
+    """The products timed are the recurrences' own: fp32 operands in, fp32 out, the bf16 one
+    through PackedLinear's casts (checked by calling what the probe would time)."""
+    timed = {}
+
+    def timings(products, flops, device=None, give_up=None):
+        timed.update({name: product() for name, product in products.items()})
+        return {"float32": 1.0, "bfloat16": 2.0}
+
+    monkeypatch.setattr(gemm, "time_in_turns", timings)
+    assert not gemm.bf16_pays(3, 5, 7, CPU)
+    assert timed["float32"].dtype == timed["bfloat16"].dtype == torch.float32
+    torch.testing.assert_close(timed["bfloat16"], timed["float32"], rtol=2e-2, atol=5e-2)
+    assert not torch.equal(timed["bfloat16"], timed["float32"])
+
+
+def test_other_devices_never_run_bf16_products() -> None:
+    assert not gemm.bf16_pays(3, 5, 7, torch.device("meta"))
+
+
+def test_cpu_name_tells_cpus_with_one_model_name_apart() -> None:
+    """Two virtual CPUs both called "AMD EPYC" (a Zen 3 and a Zen 4) get different keys."""
+    zen3 = "model name\t: AMD EPYC\ncpu family\t: 25\nmodel\t\t: 1\nflags\t\t: avx2 fma\n"
+    zen4 = zen3.replace("model\t\t: 1", "model\t\t: 17").replace("fma", "fma avx512_bf16")
+    names = {gemm.cpu_name(text) for text in (zen3, zen4, zen4.replace("17", "1"))}
+    assert len(names) == 3 and all(name.startswith("AMD EPYC (family 25 model") for name in names)
+    # the flags' order does not matter
+    assert gemm.cpu_name(zen4) == gemm.cpu_name(zen4.replace("avx2 fma", "fma avx2"))
+
+
+# ----------------------------------------------------------------------------- weight gradients
+@pytest.mark.parametrize("backend", ["aten", "onednn"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_weight_gradient_is_grad_transposed_times_inputs(backend: str, dtype) -> None:
+    if backend != "aten" and backend not in PACKED:
+        pytest.skip(f"this torch build cannot run the {backend} packed GEMM")
+    torch.manual_seed(0)
+    grad, inputs = torch.randn(37, 11, dtype=dtype), torch.randn(37, 5, dtype=dtype)
+    expected = grad.double().t() @ inputs.double()
+    result = gemm.weight_gradient(grad, inputs, backend)
+    assert result.shape == (11, 5) and result.dtype == dtype and result.is_contiguous()
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(result.double(), expected, rtol=tolerance, atol=tolerance)
+    # bf16 products: within bf16 rounding, fp32 out
+    low = gemm.weight_gradient(grad.float(), inputs.float(), backend, torch.bfloat16)
+    assert low.dtype == torch.float32
+    torch.testing.assert_close(low.double(), expected, rtol=3e-2, atol=5e-2)
+
+
+def test_weight_gradient_backend_is_probed_once_per_shape(fresh_choices, monkeypatch) -> None:
+    usable = [name for name in gemm.candidates(CPU, torch.float32) if name != "mkl"]
+    if len(usable) == 1:
+        pytest.skip("only aten here")
+    calls = []
+    monkeypatch.setattr(
+        gemm, "_probe_weight_gradient", lambda *args: calls.append(args) or "onednn"
+    )
+    for rows in (1100, 1400, 2000):  # one octave of rows: one probe
+        assert gemm.resolve_weight_gradient("auto", rows, 48, 12, CPU, torch.float32) == "onednn"
+    assert len(calls) == 1 and calls[0][1:4] == (1024, 48, 12)
+    # mkl and treernn have no weight-gradient product: chosen as for auto
+    assert gemm.resolve_weight_gradient("mkl", 1400, 48, 12, CPU, torch.float32) == "onednn"
+    assert gemm.resolve_weight_gradient("aten", 1400, 48, 12, CPU, torch.float32) == "aten"
+    assert gemm.resolve_weight_gradient("auto", 14, 48, 12, CPU, torch.float64) == "aten"
+
+
+@pytest.mark.parametrize("backend", ["auto", "aten"])
+def test_large_linear_in_bf16_stays_close_with_gradients(backend: str) -> None:
+    """gemm.linear with dtype=bf16 (the input projection under bf16-mixed where bf16 pays):
+    fp32 results and gradients within bf16 rounding of F.linear's, and not equal to them."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 9, 33).transpose(0, 1).requires_grad_()
+    weight = torch.randn(40, 33, requires_grad=True)
+    bias = torch.randn(40, requires_grad=True)
+    expected = torch.nn.functional.linear(x, weight, bias)
+    grad = torch.randn_like(expected)
+    expected_grads = torch.autograd.grad(expected, (x, weight, bias), grad)
+    out = gemm.linear(x, weight, bias, backend, torch.bfloat16)
+    assert out.dtype == torch.float32 and not torch.equal(out, expected)
+    torch.testing.assert_close(out, expected, rtol=2e-2, atol=1e-1)
+    for got, want in zip(torch.autograd.grad(out, (x, weight, bias), grad), expected_grads):
+        assert got.dtype == torch.float32
+        assert (got - want).norm() / want.norm() < 1e-2
+
+
+# ----------------------------------------------------------------------------- treernn kernels
+ISAS = {"portable C++": 1, "AVX2 + FMA": 2, "AVX-512": 3}
+
+
+@pytest.mark.parametrize("isa", list(ISAS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_every_copy_of_the_treernn_products_equals_matmul(isa: str, dtype) -> None:
+    """Each instruction-set copy of the micro-kernels (forced; those this CPU lacks skipped) at
+    shapes with partial tiles and a partial last panel: added + x @ W^T, written in place or
+    into ``out``, from a contiguous or a transposed weight (the backward pass packs W.T)."""
+    kernels = gemm.packed_kernels()
+    if kernels is None:
+        pytest.fail("the packed_gemm extension did not build")
+    if ISAS[isa] > kernels.isa():
+        pytest.skip(f"this CPU has no {isa}")
+    generator = torch.Generator().manual_seed(0)
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-12
+    for rows, depth, outputs in [(1, 1, 1), (3, 5, 7), (13, 17, 33), (20, 40, 97), (37, 8, 64)]:
+        weight = torch.randn(outputs, depth, generator=generator, dtype=dtype)
+        x = torch.randn(rows, depth, generator=generator, dtype=dtype)
+        added = torch.randn(rows, outputs, generator=generator, dtype=dtype)
+        expected = added + x @ weight.t()
+        for matrix in (weight, weight.t().contiguous().t()):
+            packed = kernels.pack(matrix, False)
+            result = kernels.linear(x, packed, outputs, added, None, ISAS[isa])
+            torch.testing.assert_close(result, expected, rtol=tolerance, atol=tolerance)
+        out = added.clone()
+        kernels.linear(x, packed, outputs, out, out, ISAS[isa])  # in place
+        torch.testing.assert_close(out, expected, rtol=tolerance, atol=tolerance)
+        torch.testing.assert_close(
+            kernels.linear(x, packed, outputs, None, None, ISAS[isa]),
+            x @ weight.t(),
+            rtol=tolerance,
+            atol=tolerance,
+        )
+
+
+def test_treernn_bf16_products_are_float32_sums_of_bf16_operands() -> None:
+    """AVX512-BF16 pairs: the products of the operands rounded to bf16, summed in float32."""
+    kernels = gemm.packed_kernels()
+    if kernels is None or not kernels.bf16_pairs():
+        pytest.skip("no AVX512-BF16 on this CPU")
+    generator = torch.Generator().manual_seed(1)
+    for rows, depth, outputs in [(1, 1, 1), (3, 5, 7), (20, 41, 97)]:  # odd K: a padded pair
+        weight = torch.randn(outputs, depth, generator=generator)
+        x = torch.randn(rows, depth, generator=generator)
+        added = torch.randn(rows, outputs, generator=generator)
+        rounded = x.bfloat16().double() @ weight.bfloat16().double().t()
+        result = kernels.linear(x, kernels.pack(weight, True), outputs, added)
+        assert result.dtype == torch.float32
+        torch.testing.assert_close(result.double(), added.double() + rounded, rtol=1e-5, atol=1e-5)
+        linear = gemm.PackedLinear(weight, rows, "treernn", torch.bfloat16)
+        torch.testing.assert_close(linear.mm(x).double(), rounded, rtol=1e-5, atol=1e-5)
+
+
+def test_a_probe_under_load_is_not_kept(fresh_choices, monkeypatch, caplog) -> None:
+    """More runnable processes than CPUs during a probe: the choice holds for this process
+    only (said at INFO level), and the next process probes again."""
+    monkeypatch.setattr(gemm, "machine_busy", lambda: "load average 5.3 on 2 CPUs")
+    _injected_timings(monkeypatch, {"float32": 1.0, "bfloat16": 0.5})
+    with caplog.at_level(logging.INFO, logger=gemm.__name__):
+        assert gemm.bf16_pays(20, 400, 1640, CPU)
+    assert not fresh_choices.exists()
+    assert any("for this process only" in record.getMessage() for record in caplog.records)
+    assert gemm.bf16_pays(20, 400, 1640, CPU)  # kept in the process
+
+
+def test_machine_busy_reads_the_load_average(monkeypatch) -> None:
+    monkeypatch.setattr(gemm.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(gemm.os, "getloadavg", lambda: (2.4, 1.0, 1.0))
+    assert gemm.machine_busy() is None
+    monkeypatch.setattr(gemm.os, "getloadavg", lambda: (2.6, 1.0, 1.0))
+    assert gemm.machine_busy() == "load average 2.6 on 2 CPUs during the probe"
+
+
+def test_a_model_can_have_its_own_loop_timed(fresh_choices, monkeypatch) -> None:
+    """With ``runs``, the probe times the model's own fp32 and bf16 runs (here counting calls),
+    under its own key; a model without a bf16 run here keeps fp32 without timing one."""
+    calls = []
+    runs = {"float32": lambda: calls.append("fp32"), "bfloat16": lambda: calls.append("bf16")}
+
+    def timings(products, flops, device=None, give_up=None):
+        assert flops == 123.0
+        for product in products.values():
+            product()
+        return {name: {"float32": 1.0, "bfloat16": 0.5}[name] for name in products}
+
+    monkeypatch.setattr(gemm, "time_in_turns", timings)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        chosen = gemm.product_dtype(4, 5, 6, CPU, "Model", "loop", lambda: (runs, 123.0))
+        assert chosen == torch.bfloat16 and calls == ["fp32", "bf16"]
+        only_fp32 = {"float32": runs["float32"]}
+        assert gemm.product_dtype(4, 5, 7, CPU, "Model", "loop", lambda: (only_fp32, 123.0)) is None
+    stored = json.loads(fresh_choices.read_text())
+    assert sorted(stored.values()) == ["bfloat16", "float32"]
+    assert all("bf16-mixed Model loop" in key for key in stored)
+    assert gemm._PROBED[gemm._precision_key(4, 5, 7, " Model loop")] == "no bf16 kernel"

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from treernn.encoders import gemm
 from treernn.encoders.lstm import LSTMEncoder
 
 
@@ -80,12 +81,23 @@ def test_negative_dropout_is_rejected():
         LSTMEncoder(3, 6, dropout=-0.1)
 
 
-def test_bf16_autocast_runs_on_every_cpu():
-    """bf16-mixed on a CPU without oneDNN bf16 (no bf16 LSTM primitive) falls back to fp32."""
+@pytest.mark.parametrize("pays", [False, True])
+def test_bf16_autocast_runs_bf16_only_where_it_pays(pays: bool, monkeypatch) -> None:
+    """bf16-mixed: oneDNN's bf16 LSTM where the probe finds bf16 products faster (injected here),
+    the fp32 results exactly where it does not (and on CPUs without any bf16 LSTM primitive)."""
+    if pays and not gemm.onednn_available(torch.bfloat16):
+        pytest.skip("no oneDNN bf16 kernels (and so no bf16 LSTM primitive) on this CPU")
+    monkeypatch.setattr(gemm, "bf16_pays", lambda *shape: pays)
+    torch.manual_seed(0)
     encoder = LSTMEncoder(4, 6, num_layers=2)
     x = torch.randn(2, 5, 4)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = encoder(x)
     out.hidden.float().sum().backward()
     expected = encoder(x).hidden
-    torch.testing.assert_close(out.hidden.float(), expected, atol=0.05, rtol=0.05)
+    assert out.hidden.dtype == (torch.bfloat16 if pays else torch.float32)
+    if pays:
+        assert not torch.equal(out.hidden.float(), expected)
+        torch.testing.assert_close(out.hidden.float(), expected, atol=0.05, rtol=0.05)
+    else:
+        torch.testing.assert_close(out.hidden, expected, atol=0, rtol=0)

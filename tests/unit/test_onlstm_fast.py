@@ -7,6 +7,7 @@ agree with each other, and the build falls back to the torch-ops steps with one 
 from __future__ import annotations
 
 import logging
+import os
 from types import ModuleType
 
 import pytest
@@ -170,7 +171,7 @@ def test_fast_matches_reference_float64(
     _check_against_reference(case, torch.float64, TOLERANCE_FLOAT64)
 
 
-@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn"])
+@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn", "treernn"])
 def test_fast_matches_reference_per_gemm_backend(
     backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -192,7 +193,7 @@ def _same_encoder_twice(seed: int, **kwargs) -> tuple[ONLSTMEncoder, ONLSTMEncod
     return first, second
 
 
-@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn"])
+@pytest.mark.parametrize("backend", ["aten", "mkl", "onednn", "treernn"])
 @pytest.mark.parametrize("case", [CASES[1], CASES[4], CASES[5]])
 def test_fused_equals_torch_ops_path(
     case, backend: str, extension: ModuleType, monkeypatch: pytest.MonkeyPatch
@@ -215,8 +216,8 @@ def test_fused_equals_torch_ops_path(
 
 @pytest.mark.parametrize(
     ("dtype", "backend"),
-    [(torch.float32, "aten"), (torch.float32, "mkl"), (torch.float32, "onednn")]
-    + [(torch.float64, "aten")],  # float64 products always run on aten
+    [(torch.float32, name) for name in ("aten", "mkl", "onednn", "treernn")]
+    + [(torch.float64, "aten"), (torch.float64, "treernn")],  # treernn: the sequence loop
 )
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("save_for_backward", [False, True])
@@ -285,11 +286,14 @@ def test_inference_path_saves_nothing_and_matches() -> None:
     _assert_same(out_ref, out_fast)
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", [*PATHS, "sequence"])
 def test_gradcheck_double(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Finite differences agree with the hand-written backward (float64, padded, with state),
-    through the fused kernel and through the torch-ops steps."""
-    _use_path(path, monkeypatch)
+    through the fused kernel, through the torch-ops steps, and through the whole-sequence C++
+    loops (the treernn backend, its portable products in float64)."""
+    _use_path("fused" if path == "sequence" else path, monkeypatch)
+    if path == "sequence":
+        monkeypatch.setenv(gemm.ENV_VAR, "treernn")
     torch.manual_seed(0)
     steps, batch, hidden, chunk = 3, 2, 4, 2
     num_gates = 4 * hidden + 2 * (hidden // chunk)
@@ -327,7 +331,7 @@ def test_fast_path_under_bf16_autocast_keeps_fp32_without_bf16_kernels(
 ) -> None:
     """bf16-mixed on a CPU without bf16 matrix kernels: the fast recurrence keeps fp32 products,
     forward and backward, and gives the fp32 results."""
-    monkeypatch.setattr(gemm, "_cpu_has_fast_bf16", lambda model: False)
+    monkeypatch.setattr(gemm, "bf16_pays", lambda *shape: False)
     torch.manual_seed(0)
     encoder = ONLSTMEncoder(input_size=5, hidden_size=12, num_layers=2, chunk_size=4)
     x = torch.randn(3, 6, 5)
@@ -346,7 +350,7 @@ def test_bf16_products_under_autocast_stay_close_to_fp32(
     the same arithmetic): input projection, per-step products and the recurrent weight gradient
     in bf16 with fp32 accumulation, everything else fp32. Outputs, distances and gradients within
     a few bf16 roundings of fp32 (relative error < 5e-2), and not equal to them (bf16 ran)."""
-    monkeypatch.setattr(gemm, "_cpu_has_fast_bf16", lambda model: True)
+    monkeypatch.setattr(gemm, "bf16_pays", lambda *shape: True)
     _use_path(path, monkeypatch)
     torch.manual_seed(0)
     encoder = ONLSTMEncoder(
@@ -402,13 +406,14 @@ def test_no_kernel_for_other_dtypes_and_devices(extension: ModuleType) -> None:
 
 @pytest.mark.parametrize("failure", ["build", "no ninja"])
 def test_failed_build_falls_back_with_one_warning(
-    failure: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    failure: str, tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A build that cannot happen or fails: one warning naming the reason and the fallback, no
     retry in the same process, and the torch-ops path gives the results."""
     from torch.utils import cpp_extension
 
     monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))  # no finished build to import
     monkeypatch.setattr(cpp_ext, "_LOADED", {})
     if failure == "build":
 
@@ -423,11 +428,14 @@ def test_failed_build_falls_back_with_one_warning(
     with caplog.at_level(logging.WARNING, logger=cpp_ext.__name__):
         results = [fast_recurrence(gates, weight, state, state, None, 2) for _ in range(2)]
         assert fused_kernel(gates) is None
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1, [r.getMessage() for r in warnings]
-    message = warnings[0].getMessage()
-    assert "torch-ops path" in message
-    assert ("Error building extension" if failure == "build" else "ninja") in message
+    # one warning per extension the recurrence asked for (its kernel, the treernn GEMMs)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("C++ extension onlstm_step ")
+    assert warnings[1].startswith("C++ extension packed_gemm ")
+    for message in warnings:
+        assert "torch-ops path" in message
+        assert ("Error building extension" if failure == "build" else "ninja") in message
     monkeypatch.setenv(cpp_ext.ENV_VAR, "0")
     expected = fast_recurrence(gates, weight, state, state, None, 2)
     for result in results:
@@ -468,3 +476,157 @@ def test_compile_error_is_one_warning_naming_the_error(
     assert len(warnings) == 1, warnings
     assert "broken.cpp" in warnings[0] and "error:" in warnings[0], warnings[0]
     assert "torch-ops path" in warnings[0]
+
+
+def test_a_stamped_build_is_imported_without_cpp_extension_load(
+    extension: ModuleType, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished build (stamped) in the cache is imported directly: cpp_extension.load is not
+    called; a library changed since it was stamped goes through the build again."""
+    import shutil
+
+    from torch.utils import cpp_extension
+
+    source = cpp_ext.SOURCE_DIR / "onlstm_step.cpp"
+    built = cpp_ext.build_directory("onlstm_step", source)  # the extension fixture built it
+    monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
+    copy = cpp_ext.build_directory("onlstm_step", source)
+    shutil.copytree(built, copy)
+    cpp_ext._stamp("onlstm_step", copy)  # as a finished build stamps it
+    calls = []
+    monkeypatch.setattr(cpp_extension, "load", lambda *args, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(cpp_ext, "_LOADED", {})
+    module = cpp_ext.load_extension("onlstm_step")
+    assert calls == [] and module is not None and hasattr(module, "forward_step")
+    library = cpp_ext._library("onlstm_step", copy)
+    status = library.stat()
+    os.utime(library, ns=(status.st_atime_ns, status.st_mtime_ns + 1))  # rebuilt since
+    monkeypatch.setattr(cpp_ext, "_LOADED", {})
+    cpp_ext.load_extension("onlstm_step")
+    assert len(calls) == 1 and calls[0]["build_directory"] == str(copy)
+
+
+def test_a_build_leaves_the_flags_of_later_builds_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpp_extension.load appends torch's link flags to the list it is given: the flags (and so
+    the build directory of the next extension) stay as they were."""
+    from torch.utils import cpp_extension
+
+    def appending_load(*args, extra_cflags, extra_ldflags, **kwargs):
+        extra_cflags.append("-DCHANGED")
+        extra_ldflags.extend(["-L/torch/lib", "-lc10"])
+        raise RuntimeError("Error building extension")
+
+    monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
+    monkeypatch.setattr(cpp_extension, "load", appending_load)
+    monkeypatch.setattr(cpp_ext, "_LOADED", {})
+    monkeypatch.setattr(cpp_ext, "_load_stamped", lambda name, directory: None)
+    source = cpp_ext.SOURCE_DIR / "weight_ops.cpp"
+    before = cpp_ext.build_directory("weight_ops", source)
+    assert cpp_ext.load_extension("onlstm_step") is None
+    assert cpp_ext.build_directory("weight_ops", source) == before
+
+
+@pytest.mark.parametrize("isa", [1, 2, 3])
+@pytest.mark.parametrize("masked", [False, True])
+def test_sequence_loops_per_instruction_set(isa: int, masked: bool, extension) -> None:
+    """The whole-sequence C++ loops with each copy of the products forced (portable C++, AVX2,
+    AVX-512; those this CPU lacks skipped): the buffers and gradients of the per-step torch-ops
+    path to float32 rounding, with more rows than one register tile and a partial last panel."""
+    kernels = gemm.packed_kernels()
+    if isa > kernels.isa():
+        pytest.skip("this CPU lacks that instruction set")
+    generator = torch.Generator().manual_seed(5)
+    steps, batch, hidden, chunk = 6, 14, 20, 4
+    num_gates = 4 * hidden + 2 * (hidden // chunk)
+    gates = torch.randn(steps, batch, num_gates, generator=generator)
+    weight = torch.randn(num_gates, hidden, generator=generator) * 0.3
+    h0, c0 = torch.randn(2, batch, hidden, generator=generator)
+    step_mask = (torch.rand(steps, batch, generator=generator) < 0.7) if masked else None
+    expected = _fast_forward(gates, weight, h0, c0, step_mask, chunk, True, "aten", None)
+    outputs, h_last, c_last, distances, saved = expected
+    hs, cs = torch.empty(2, steps + 1, batch, hidden)
+    hs[0], cs[0] = h0, c0
+    buffers = dict(
+        cumaxes=torch.empty(steps, batch, 2, hidden // chunk),
+        activations=torch.empty_like(gates),
+        tanh_cells=torch.empty(steps, batch, hidden),
+    )
+    masked_outputs = torch.empty(steps, batch, hidden) if masked else None
+    extension.forward_sequence(
+        gates, kernels.pack(weight, False), hs, cs, masked_outputs, buffers["cumaxes"],
+        buffers["activations"], buffers["tanh_cells"], None, step_mask, chunk, isa,
+    )  # fmt: skip
+    for name, value in buffers.items():
+        torch.testing.assert_close(value, saved[name], **TOLERANCE, msg=name)
+    torch.testing.assert_close(hs, saved["hs"], **TOLERANCE)
+    torch.testing.assert_close(cs, saved["cs"], **TOLERANCE)
+    if masked:
+        torch.testing.assert_close(masked_outputs, outputs, **TOLERANCE)
+    grad_outputs = torch.randn(steps, batch, hidden, generator=generator)
+    distance_grads = torch.randn(steps, batch, 2, generator=generator)
+    grads = {}
+    for name, kernel in (("torch", None), ("sequence", extension)):
+        grad_h, grad_c = torch.randn(2, batch, hidden, generator=torch.Generator().manual_seed(9))
+        grad_gates = torch.empty_like(gates)
+        if kernel is None:
+            to_hidden = gemm.PackedLinear(weight.t(), batch, "aten")
+            grad_h, grad_c = onlstm_fast._torch_backward_steps(
+                saved["activations"], saved["cumaxes"], saved["tanh_cells"], saved["cs"],
+                grad_outputs, distance_grads, grad_h, grad_c, grad_gates, to_hidden, step_mask,
+                chunk,
+            )  # fmt: skip
+        else:
+            kernel.backward_sequence(
+                kernels.pack(weight.t(), False), saved["activations"], saved["cumaxes"],
+                saved["tanh_cells"], saved["cs"], grad_outputs, distance_grads, grad_h, grad_c,
+                grad_gates, step_mask, chunk, isa,
+            )  # fmt: skip
+        grads[name] = (grad_h, grad_c, grad_gates)
+    for value_torch, value_sequence in zip(grads["torch"], grads["sequence"]):
+        torch.testing.assert_close(value_sequence, value_torch, **TOLERANCE)
+
+
+def test_auto_picks_the_recurrence_backend_by_timing_the_loop(
+    extension, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "auto" with the kernel in float32: the backend whose forward loop the probe finds fastest
+    (injected timings here), kept per shape; a forced backend, float64 and the torch-ops path are
+    not probed."""
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(gemm.ENV_VAR, raising=False)
+    monkeypatch.setattr(gemm, "_CHOICES", {})
+    probed = []
+
+    def timings(loops, flops, device=None, give_up=None):
+        probed.append(sorted(loops))
+        return {name: 2.0 if name == "aten" else 1.0 for name in loops}  # aten slowest: skip it
+
+    monkeypatch.setattr(gemm, "time_in_turns", timings)
+    usable = gemm.candidates(torch.device("cpu"), torch.float32)
+    gates = torch.zeros(5, 3, 4 * 8 + 2 * 2)
+    first = next(name for name in usable if name != "aten")
+    for _ in range(2):
+        chosen = onlstm_fast.recurrence_backend("auto", gates, 8, 4, extension, None)
+        assert chosen == first
+    assert len(probed) == 1 and probed[0] == sorted(usable)
+    assert onlstm_fast.recurrence_backend("aten", gates, 8, 4, extension, None) == "aten"
+    assert onlstm_fast.recurrence_backend("auto", gates.double(), 8, 4, extension, None) == "auto"
+    assert onlstm_fast.recurrence_backend("auto", gates, 8, 4, None, None) == "auto"
+    monkeypatch.setenv(gemm.ENV_VAR, "aten")
+    assert onlstm_fast.recurrence_backend("auto", gates, 8, 4, extension, None) == "aten"
+    assert len(probed) == 1
+
+
+def test_the_precision_probe_times_both_recurrences(extension, monkeypatch) -> None:
+    """precision_runs: the fp32 and the bf16 forward loops (each on its own backend), which run;
+    None without the compiled kernel."""
+    monkeypatch.setattr(onlstm_fast, "recurrence_backend", lambda *args: "aten")
+    assert onlstm_fast.precision_runs(3, 8, 4, None) is None
+    loops, flops = onlstm_fast.precision_runs(3, 8, 4, extension)()
+    assert sorted(loops) == ["bfloat16", "float32"]
+    assert flops == 2.0 * onlstm_fast.PROBE_STEPS * 3 * 8 * (4 * 8 + 2 * 2)
+    fp32, bf16 = loops["float32"](), loops["bfloat16"]()
+    assert fp32[0].dtype == bf16[0].dtype == torch.float32
+    assert not torch.equal(fp32[0], bf16[0])
+    torch.testing.assert_close(bf16[0], fp32[0], rtol=5e-2, atol=5e-2)

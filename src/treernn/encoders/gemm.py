@@ -4,57 +4,88 @@ A recurrence multiplies the same weight by a small (B, K) block once per step, T
 On x86 CPUs torch ships two packed-weight GEMMs for that pattern, and which one is faster depends
 on the CPU (and on the shape): MKL's (``torch.ops.mkl._mkl_linear``) and oneDNN's
 (``torch.ops.mkldnn._linear_pointwise`` on a weight reordered by
-``torch.ops.mkldnn._reorder_linear_weight``; oneDNN is also what ``nn.LSTM`` runs on CPU).
-:class:`PackedLinear` packs a weight once for one backend and then computes ``x @ weight.T``
-(optionally plus an added tensor) per step.
+``torch.ops.mkldnn._reorder_linear_weight``; oneDNN is also what ``nn.LSTM`` runs on CPU). This
+package adds its own (``treernn``: the register-tiled AVX-512 / AVX512-BF16 / AVX2 micro-kernels
+of ``csrc/packed_gemm.h``), which the ON-LSTM recurrence also calls from C++ for a whole sequence
+at a time, with no call back into Python per step. :class:`PackedLinear` packs a weight once
+for one backend and then computes ``x @ weight.T`` (optionally plus an added tensor) per step.
 
 Backends (the ``gemm_backend`` option of the encoders, or the environment variable
 ``TREERNN_GEMM_BACKEND``, which is read when the option is ``"auto"``):
 
-* ``"auto"`` (default): on CPU in float32, the fastest of ``mkl``, ``onednn`` and ``aten`` at the
+* ``"auto"`` (default): on CPU in float32, the fastest of ``mkl``, ``onednn``, ``treernn`` and
+  ``aten`` at the
   shape (batch, in_features, out_features), measured by a short probe (a few hundred products)
   the first time the shape is seen on this machine, logged (``treernn.encoders.gemm``) and kept
   in ``$TREERNN_CACHE_DIR/gemm_backends.json`` (default ``~/.cache/treernn``) by CPU model,
   shape, dtype, threads and torch version. Keeping the choice makes it once per machine, not once
   per run: two runs with the same seed on one machine stay bit-identical even when the backends
   are close and a probe under load would pick differently. Delete the file to probe again;
-* ``"mkl"``, ``"onednn"``: forced, where the build and dtype allow it;
+* ``"mkl"``, ``"onednn"``, ``"treernn"``: forced, where the build and dtype allow it
+  (``treernn`` also runs float64, with its portable C++ copy: the tests run the ON-LSTM sequence
+  loops against the float64 reference that way);
 * ``"aten"``: plain ``torch.addmm`` (no packing).
 
+Weight gradients (``grad.T @ inputs`` over all rows of a call, :func:`weight_gradient`) are
+probed the same way between oneDNN (on a tiled transposed copy of ``grad``) and aten's ``mm``; on
+CPUs where MKL does not use AVX-512 (AMD), oneDNN's is about 1.5x faster there.
+
+Precision (:func:`product_dtype`): under ``torch.autocast`` with bf16 (Lightning's
+``precision="bf16-mixed"``) a recurrence runs a product in bf16 (fp32 accumulation, fp32 result)
+only where a probe on this machine finds the bf16 product, casts included, at least 10% faster
+than the fp32 one at that product's shape; otherwise in fp32, said in one log line per model.
+The choice is kept in the same file as the backends. Whether bf16 pays is a property of the
+machine, not of its ISA flags: on an AMD Zen 4 (AVX512-BF16) oneDNN's bf16 products run at about
+twice the fp32 rate, on an Intel Xeon with the same flags and no AMX at about half of it, and
+without bf16 instructions (AVX2) 50-100x slower.
+
 Everything that the packed GEMMs cannot do runs on ``aten``: CUDA and other devices, float64
-(so the float64 equivalence tests always compare exact aten products), and bf16 where oneDNN has
-no bf16 kernel for this CPU (it needs AVX512BW/VL/DQ or AVX-NE-CONVERT). The three backends agree
-to float32 rounding (they sum the K products in different orders), so the choice changes results
+(so the float64 equivalence tests always compare exact aten products, unless a backend is
+forced), and bf16 where neither oneDNN nor ``treernn`` has a bf16 kernel for this CPU (oneDNN
+needs AVX512BW/VL/DQ or AVX-NE-CONVERT, ``treernn`` AVX512-BF16). The backends agree to float32
+rounding (they sum the K products in different orders), so the choice changes results
 at the 1e-6 level only; a run that needs bitwise repeatability across machines forces one backend.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import os
 import platform
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from treernn.encoders.cpp_ext import load_extension
 from treernn.encoders.weight_ops import transposed
 from treernn.errors import ConfigValueError
 
 log = logging.getLogger(__name__)
 
-GemmBackend = Literal["auto", "mkl", "onednn", "aten"]
-BACKENDS: tuple[str, ...] = ("auto", "mkl", "onednn", "aten")
+GemmBackend = Literal["auto", "mkl", "onednn", "treernn", "aten"]
+BACKENDS: tuple[str, ...] = ("auto", "mkl", "onednn", "treernn", "aten")
 ENV_VAR = "TREERNN_GEMM_BACKEND"
+CPU = torch.device("cpu")
 
-#: (backend, batch, in_features, out_features, dtype, threads) -> chosen backend, per process
+#: (batch, in_features, out_features, dtype, threads) -> chosen backend, per process; the keys
+#: of weight-gradient and precision choices start with "weight gradient" and "precision"
 _CHOICES: dict[tuple, str] = {}
+#: (model, product, shape) -> the dtype name its products ran in under bf16-mixed, per process
+DECISIONS: dict[tuple[str, str, str], str] = {}
+#: models whose fp32 products under bf16-mixed have been logged
+_SAID_FP32: set[str] = set()
+#: bf16 products are used where they are at least this much faster than fp32 ones
+BF16_MARGIN = 0.9
 
 
 def check_backend(name: str) -> str:
@@ -90,6 +121,29 @@ def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
         return False
 
 
+def packed_kernels() -> ModuleType | None:
+    """The compiled ``treernn`` backend (``csrc/packed_gemm.cpp``), or None where it cannot be
+    built here (or ``TREERNN_CPP_EXT=0``)."""
+    return load_extension("packed_gemm")
+
+
+def treernn_available(dtype: torch.dtype) -> bool:
+    """Whether the ``treernn`` backend runs products in ``dtype`` here: float32 and float64
+    wherever it builds, bf16 on CPUs with AVX512-BF16."""
+    if dtype not in (torch.float32, torch.float64, torch.bfloat16):
+        return False
+    kernels = packed_kernels()
+    return kernels is not None and (dtype != torch.bfloat16 or kernels.bf16_pairs())
+
+
+def requested_backend(requested: str) -> str:
+    """``requested`` checked, with ``"auto"`` replaced by ``TREERNN_GEMM_BACKEND`` when set."""
+    requested = check_backend(requested)
+    if requested == "auto":
+        requested = check_backend(os.environ.get(ENV_VAR, "auto") or "auto")
+    return requested
+
+
 def candidates(device: torch.device, dtype: torch.dtype) -> list[str]:
     """The backends that can run products of this device and dtype (``aten`` always can)."""
     if device.type != "cpu":
@@ -99,6 +153,8 @@ def candidates(device: torch.device, dtype: torch.dtype) -> list[str]:
         names.append("mkl")
     if onednn_available(dtype):
         names.append("onednn")
+    if treernn_available(dtype):
+        names.append("treernn")
     return names + ["aten"]
 
 
@@ -116,24 +172,51 @@ def resolve(
     it is set, else to a probe (cached per shape). A forced backend that cannot run this device
     and dtype falls back to ``aten``.
     """
-    requested = check_backend(requested)
-    if requested == "auto":
-        requested = check_backend(os.environ.get(ENV_VAR, "auto") or "auto")
+    requested = requested_backend(requested)
     usable = candidates(device, dtype)
     if requested != "auto":
         return requested if requested in usable else "aten"
+    if dtype == torch.float64:  # exact aten products for the float64 tests
+        return "aten"
     if len(usable) == 1 or batch <= 0:
         return usable[0]
     key = (batch, in_features, out_features, dtype, torch.get_num_threads())
+    return kept_choice(key, usable, lambda: _probe(usable, batch, in_features, out_features, dtype))
+
+
+def kept_choice(
+    key: tuple, usable: list[str], probe: Callable[[], str], device: torch.device = CPU
+) -> str:
+    """The choice for ``key`` on ``device``: this process's, else the file's where it is one of
+    ``usable``, else ``probe()``'s (then written to the file). The file's key names the choices
+    too: a backend added later (or one that now builds) is probed, not passed over."""
+    name = f"{_machine_key(*key, device.type)} | of {' '.join(usable)}"
+    key = (*key, device.type, *usable)
     if key not in _CHOICES:
         stored = _stored_choices()
-        name = _machine_key(*key)
         if stored.get(name) in usable:
             _CHOICES[key] = stored[name]
         else:
-            _CHOICES[key] = _probe(usable, batch, in_features, out_features, dtype)
-            _store_choice(name, _CHOICES[key])
+            _CHOICES[key] = probe()
+            busy = machine_busy()
+            if busy:  # the figures may be the other processes': probe again next time
+                log.info("%s; this choice holds for this process only", busy)
+            else:
+                _store_choice(name, _CHOICES[key])
     return _CHOICES[key]
+
+
+def machine_busy() -> str | None:
+    """Why a probe just taken may not speak for this machine (more runnable processes than CPUs:
+    a 1-minute load average above the CPU count plus one half), or None."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    cpus = os.cpu_count() or 1
+    if load > cpus + 0.5:
+        return f"load average {load:.1f} on {cpus} CPUs during the probe"
+    return None
 
 
 def _choices_file() -> Path:
@@ -144,20 +227,38 @@ def _choices_file() -> Path:
 @functools.cache
 def _cpu_model() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        return cpu_name(Path("/proc/cpuinfo").read_text())
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return platform.processor() or platform.machine()
 
 
-def _machine_key(batch, in_features, out_features, dtype, threads) -> str:
-    dtype_name = str(dtype).replace("torch.", "")
+def cpu_name(cpuinfo: str) -> str:
+    """The CPU's model name, family, model number and a digest of its ISA flags, from the text of
+    ``/proc/cpuinfo``: virtual machines often show one model name (``AMD EPYC``) for different
+    CPUs (a Zen 3 and a Zen 4), whose fastest backends and precisions differ."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = hashlib.sha256(" ".join(sorted(fields.get("flags", "").split())).encode())
     return (
-        f"{_cpu_model()} | {batch}x{in_features}x{out_features} {dtype_name} | "
+        f"{fields.get('model name', platform.machine())} (family {fields.get('cpu family', '?')} "
+        f"model {fields.get('model', '?')}, flags {flags.hexdigest()[:8]})"
+    )
+
+
+def _machine_key(batch, in_features, out_features, dtype, threads, device_type="cpu") -> str:
+    machine = _cpu_model() if device_type == "cpu" else _accelerator_model(device_type)
+    return (
+        f"{machine} | {batch}x{in_features}x{out_features} {_dtype_name(dtype)} | "
         f"{threads} threads | torch {torch.__version__}"
     )
+
+
+def _accelerator_model(device_type: str) -> str:
+    if device_type == "cuda" and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
+    return device_type
 
 
 def _stored_choices() -> dict[str, str]:
@@ -183,41 +284,85 @@ def _store_choice(name: str, backend: str) -> None:
 
 
 def _probe(usable: list[str], batch: int, in_features: int, out_features: int, dtype) -> str:
-    """Time each backend at this shape (rounds taken in turn, best round kept, so that load from
-    other processes hits them alike) and return the fastest; log the figures."""
+    """Time each backend at this shape and return the fastest; log the figures."""
     generator = torch.Generator().manual_seed(0)
-    weight = torch.randn(out_features, in_features, generator=generator).to(dtype)
-    x = torch.randn(batch, in_features, generator=generator).to(dtype)
-    added = torch.randn(batch, out_features, generator=generator).to(dtype)
+    # bf16 products are run from fp32 operands to an fp32 result, as the recurrences run them
+    operands = torch.float32 if dtype == torch.bfloat16 else dtype
+    weight = torch.randn(out_features, in_features, generator=generator).to(operands)
+    x = torch.randn(batch, in_features, generator=generator).to(operands)
+    added = torch.randn(batch, out_features, generator=generator).to(operands)
     out = torch.empty_like(added)  # as the recurrences call it: into a preallocated buffer
-    linears = {name: PackedLinear(weight, batch, name) for name in usable}
+    linears = {name: PackedLinear(weight, batch, name, dtype) for name in usable}
+    products = {
+        name: functools.partial(linear.addmm, added, x, out=out) for name, linear in linears.items()
+    }
     flops = 2.0 * batch * in_features * out_features
-    # about 2 ms a round at 20 GFLOP/s, at least 2 products
-    calls = max(2, min(50, int(4e7 / flops)))
-    best = dict.fromkeys(usable, float("inf"))
-    with torch.no_grad():
-        for linear in linears.values():
-            linear.addmm(added, x, out=out)  # warm-up (first-call set-up, caches)
-        for _ in range(7):
-            for name, linear in linears.items():
-                start = time.perf_counter()
-                for _ in range(calls):
-                    linear.addmm(added, x, out=out)
-                best[name] = min(best[name], (time.perf_counter() - start) / calls)
-    choice = min(best, key=best.get)
-    figures = ", ".join(f"{name} {flops / best[name] / 1e9:.0f}" for name in usable)
-    shape = f"({batch} x {in_features}) @ ({in_features} x {out_features})"
-    dtype_name = str(dtype).replace("torch.", "")
-    threads = torch.get_num_threads()
+    seconds = time_in_turns(products, flops)
+    choice = min(seconds, key=seconds.get)
     log.info(
         "GEMM backend for %s %s, %d threads: %s (GFLOP/s: %s)",
-        shape,
-        dtype_name,
-        threads,
+        _shape_text(batch, in_features, out_features),
+        _dtype_name(dtype),
+        torch.get_num_threads(),
         choice,
-        figures,
+        _rates(seconds, flops),
     )
     return choice
+
+
+def time_in_turns(
+    products: dict[str, Callable[[], object]],
+    flops: float,
+    device: torch.device = CPU,
+    give_up: float | None = None,
+) -> dict[str, float]:
+    """Seconds per call of each product: rounds taken in turn, best round kept (so that load from
+    other processes hits them alike), after one warm-up call each (first-call set-up, caches).
+    With ``give_up``, a product whose warm-up call takes over ``give_up`` times the first's is
+    timed by that call alone (a bf16 product 50-100x slower than fp32 is not worth more rounds)."""
+    # about 2 ms a round at 20 GFLOP/s, at least 2 products
+    calls = max(2, min(50, int(4e7 / flops)))
+    first = {}
+    with torch.no_grad():
+        for name, product in products.items():
+            product()  # set-up
+            _synchronize(device)
+            start = time.perf_counter()
+            product()
+            _synchronize(device)
+            first[name] = time.perf_counter() - start
+        fastest_first = min(first.values())
+        timed = {
+            name: product
+            for name, product in products.items()
+            if give_up is None or first[name] <= give_up * fastest_first
+        }
+        best = {name: first[name] for name in products}
+        for _ in range(7):
+            for name, product in timed.items():
+                start = time.perf_counter()
+                for _ in range(calls):
+                    product()
+                _synchronize(device)
+                best[name] = min(best[name], (time.perf_counter() - start) / calls)
+    return best
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _shape_text(batch: int, in_features: int, out_features: int) -> str:
+    return f"({batch} x {in_features}) @ ({in_features} x {out_features})"
+
+
+def _dtype_name(dtype: torch.dtype | str) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _rates(seconds: dict[str, float], flops: float) -> str:
+    return ", ".join(f"{name} {flops / value / 1e9:.0f}" for name, value in seconds.items())
 
 
 class PackedLinear:
@@ -233,15 +378,22 @@ class PackedLinear:
     ) -> None:
         out_features, in_features = weight.shape
         # dtype: run the products in it (bf16 under bf16-mixed), results in the input's dtype
-        self.casts = dtype is not None and dtype != weight.dtype
-        if self.casts:
-            weight = weight.to(dtype)
+        self.product_dtype = dtype or weight.dtype
         self.backend = resolve(
-            backend, batch, in_features, out_features, weight.device, weight.dtype
+            backend, batch, in_features, out_features, weight.device, self.product_dtype
         )
         self.batch = batch
-        self.weight = weight
+        self.out_features = out_features
         self.packed = None
+        if self.backend == "treernn":  # bf16 panels packed from the fp32 weight; fp32 in and out
+            self.casts = False
+            self.weight = weight.float() if weight.dtype == torch.bfloat16 else weight
+            self.packed = packed_kernels().pack(self.weight, self.product_dtype == torch.bfloat16)
+            return
+        self.casts = self.product_dtype != weight.dtype
+        if self.casts:
+            weight = weight.to(self.product_dtype)
+        self.weight = weight
         if self.backend == "mkl":
             self.weight = _contiguous(weight)
             self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, batch)
@@ -260,6 +412,11 @@ class PackedLinear:
             return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, bias, self.batch)
         if self.backend == "onednn":
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
+        if self.backend == "treernn":
+            operand = x.to(self.weight.dtype).contiguous()
+            product = packed_kernels().linear(operand, self.packed, self.out_features)
+            product = product.to(x.dtype)
+            return product if bias is None else product.add_(bias)
         return x @ self.weight.t() if bias is None else torch.addmm(bias, x, self.weight.t())
 
     def addmm(self, added: Tensor, x: Tensor, out: Tensor | None = None) -> Tensor:
@@ -272,6 +429,14 @@ class PackedLinear:
             # oneDNN adds ``added`` inside the GEMM (a fused post-op)
             result = torch.ops.mkldnn._linear_pointwise.binary(x, added, self.packed, None, "add")
             return result if out is None else out.copy_(result)
+        if (
+            self.backend == "treernn"
+            and x.dtype == added.dtype == self.weight.dtype
+            and (out is None or (out.is_contiguous() and out.dtype == x.dtype))
+        ):
+            return packed_kernels().linear(
+                x.contiguous(), self.packed, self.out_features, added.contiguous(), out
+            )
         return torch.add(added, self.mm(x), out=out)
 
 
@@ -284,33 +449,206 @@ def _contiguous(weight: Tensor) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- mixed precision
-def autocast_product_dtype(device: torch.device, model: str) -> torch.dtype | None:
-    """The dtype a recurrence runs its matrix products in under ``torch.autocast`` with bf16
-    (Lightning's ``precision="bf16-mixed"``): bf16 on GPUs and on CPUs with bf16 matrix kernels
-    (oneDNN's: AVX512-BF16 or AMX); None (fp32 products) otherwise: without autocast, under fp16
-    autocast (``16-mixed``: the recurrences keep fp32, as fp16 products of a long recurrence can
-    overflow), and on CPUs without bf16 kernels, where torch's bf16 products are 50-100x slower
-    than fp32 ones (logged once per ``model``). Gates, states and accumulations stay fp32."""
-    if not torch.is_autocast_enabled(device.type):
-        return None
-    if torch.get_autocast_dtype(device.type) != torch.bfloat16:
-        return None
-    if device.type == "cpu" and not _cpu_has_fast_bf16(model):
-        return None
-    return torch.bfloat16
-
-
-@functools.cache
-def _cpu_has_fast_bf16(model: str) -> bool:
-    if onednn_available(torch.bfloat16):
-        return True
-    log.warning(
-        "%s under bf16-mixed: this CPU has no bf16 matrix kernels (oneDNN bf16 needs AVX512 or "
-        "AMX), where bf16 products are 50-100x slower than fp32; the recurrence keeps fp32 "
-        "products (use precision=32 to silence this)",
-        model,
+def bf16_requested(device: torch.device) -> bool:
+    """Whether ``torch.autocast`` asks for bf16 on ``device`` here (Lightning's bf16-mixed)."""
+    return (
+        torch.is_autocast_enabled(device.type)
+        and torch.get_autocast_dtype(device.type) == torch.bfloat16
     )
-    return False
+
+
+def product_dtype(
+    batch: int,
+    in_features: int,
+    out_features: int,
+    device: torch.device,
+    model: str,
+    product: str = "products",
+    runs: Callable[[], tuple[dict[str, Callable[[], object]], float]] | None = None,
+) -> torch.dtype | None:
+    """The dtype a recurrence runs its (batch, in_features) x (in_features, out_features)
+    products in: bf16 under bf16 autocast where :func:`bf16_pays` at this shape (with ``runs``:
+    timing what ``runs()`` returns, see there), None (fp32, the inputs' dtype) otherwise: without
+    autocast, under fp16 autocast (``16-mixed``: the recurrences keep fp32, as fp16 products of a
+    long recurrence can overflow), and where bf16 is not faster here. The decision is recorded in
+    :data:`DECISIONS` under (``model``, ``product``, shape); the first fp32 one of each ``model``
+    under bf16-mixed is logged, with the probe's figures. Gates, states, tree signals and
+    accumulations stay fp32 either way."""
+    if not bf16_requested(device):
+        return None
+    label = "" if runs is None else f" {model} {product}"
+    pays = bf16_pays(batch, in_features, out_features, device, runs, label)
+    shape = _shape_text(batch, in_features, out_features)
+    DECISIONS[model, product, shape] = "bfloat16" if pays else "float32"
+    if pays:
+        return torch.bfloat16
+    if model not in _SAID_FP32:
+        _SAID_FP32.add(model)
+        key = _precision_key(batch, in_features, out_features, label)
+        log.warning(
+            "%s under bf16-mixed: bf16 products are not at least %d%% faster than fp32 ones on "
+            "this machine at %s (%s); its products stay fp32, as with precision=32",
+            model,
+            round(100 * (1 - BF16_MARGIN)),
+            shape,
+            _PROBED.get(key, f"the choice kept in {_choices_file()}; delete it to probe again"),
+        )
+    return None
+
+
+def bf16_pays(
+    batch: int,
+    in_features: int,
+    out_features: int,
+    device: torch.device,
+    runs: Callable[[], tuple[dict[str, Callable[[], object]], float]] | None = None,
+    label: str = "",
+) -> bool:
+    """Whether a (batch, in_features) x (in_features, out_features) product with fp32 operands
+    runs at least 1 / :data:`BF16_MARGIN` times as fast in bf16 (operands cast to bf16, result in
+    fp32, as the recurrences run it) as in fp32, each on its fastest backend here; or, given
+    ``runs`` (returning {"float32": run, "bfloat16": run} and the FLOPs of one run; no
+    "bfloat16" where it cannot run here), whether the bf16 run is that much faster: a model's
+    own loop, e.g. a recurrence of some steps, where its products alone would not tell (oneDNN's
+    bf16 LSTM, a loop that packs its weight). Probed once per shape and ``label`` and kept like
+    the backends (:func:`resolve`). False on devices other than CPU and CUDA."""
+    if device.type not in ("cpu", "cuda"):
+        return False
+    key = _precision_key(batch, in_features, out_features, label)
+    choice = kept_choice(
+        key,
+        ["bfloat16", "float32"],
+        lambda: _probe_precision(batch, in_features, out_features, device, runs, label),
+        device,
+    )
+    return choice == "bfloat16"
+
+
+#: precision keys -> the probe's figures, for the log line of a model that keeps fp32
+_PROBED: dict[tuple, str] = {}
+
+
+def _precision_key(batch: int, in_features: int, out_features: int, label: str = "") -> tuple:
+    return (batch, in_features, out_features, f"bf16-mixed{label}", torch.get_num_threads())
+
+
+def _probe_precision(
+    batch: int, in_features: int, out_features: int, device, runs=None, label: str = ""
+) -> str:
+    """Time fp32 against bf16 (casts included) and return the dtype name to use."""
+    if runs is None:
+        generator = torch.Generator().manual_seed(0)
+        weight = torch.randn(out_features, in_features, generator=generator).to(device)
+        x = torch.randn(batch, in_features, generator=generator).to(device)
+        linears = {
+            "float32": PackedLinear(weight, batch),
+            "bfloat16": PackedLinear(weight, batch, dtype=torch.bfloat16),
+        }
+        products = {name: functools.partial(linear.mm, x) for name, linear in linears.items()}
+        flops = 2.0 * batch * in_features * out_features
+    else:
+        products, flops = runs()
+    seconds = time_in_turns(products, flops, device, give_up=3.0)
+    bf16 = seconds.get("bfloat16", float("inf"))
+    choice = "bfloat16" if bf16 < BF16_MARGIN * seconds["float32"] else "float32"
+    figures = f"GFLOP/s: {_rates(seconds, flops)}" if "bfloat16" in seconds else "no bf16 kernel"
+    _PROBED[_precision_key(batch, in_features, out_features, label)] = figures
+    log.info(
+        "GEMM precision for %s%s under bf16-mixed, %d threads: %s (%s)",
+        _shape_text(batch, in_features, out_features),
+        label and f" ({label.strip()})",
+        torch.get_num_threads(),
+        choice,
+        figures,
+    )
+    return choice
+
+
+# ----------------------------------------------------------------------------- weight gradients
+def weight_gradient(
+    grad: Tensor, inputs: Tensor, backend: str = "auto", dtype: torch.dtype | None = None
+) -> Tensor:
+    """``grad.T @ inputs``: the (N, K) weight gradient of a linear map from its (R, N) output
+    gradients and (R, K) inputs, summed over all R rows at once, on the backend probed for this
+    product (:func:`resolve_weight_gradient`); with ``dtype`` (bf16 under bf16-mixed) the
+    product runs in it and the result comes back in ``grad``'s dtype."""
+    rows, out_features = grad.shape
+    in_features = inputs.size(1)
+    run_dtype = dtype or grad.dtype
+    chosen = resolve_weight_gradient(
+        backend, rows, out_features, in_features, grad.device, run_dtype
+    )
+    result = _weight_gradient(chosen, grad.to(run_dtype), inputs.to(run_dtype))
+    return result.to(grad.dtype)
+
+
+def _weight_gradient(backend: str, grad: Tensor, inputs: Tensor) -> Tensor:
+    if backend == "onednn":
+        # (N, R) @ (R, K) as oneDNN's linear of the rows of grad.T (a contiguous copy, by the
+        # tiled transpose) and the weight inputs.T (a transposed view oneDNN reads as it is)
+        return torch.ops.mkldnn._linear_pointwise(
+            _contiguous(grad.t()), inputs.t(), None, "none", [], ""
+        )
+    return grad.t() @ inputs
+
+
+def resolve_weight_gradient(
+    requested: str,
+    rows: int,
+    out_features: int,
+    in_features: int,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> str:
+    """The backend of :func:`weight_gradient` (``onednn`` or ``aten``): as :func:`resolve`,
+    probed at :func:`rows_bucket` rows; ``mkl`` and ``treernn`` have no such product, and where
+    they are asked for the choice is probed as for ``auto``."""
+    requested = requested_backend(requested)
+    if requested in ("mkl", "treernn"):
+        requested = "auto"
+    usable = [name for name in candidates(device, dtype) if name in ("onednn", "aten")]
+    if requested != "auto":
+        return requested if requested in usable else "aten"
+    if len(usable) == 1 or rows <= 0 or dtype == torch.float64:
+        return "aten"
+    bucket = rows_bucket(rows)
+    key = (
+        out_features,
+        bucket,
+        in_features,
+        f"weight gradient {_dtype_name(dtype)}",
+        torch.get_num_threads(),
+    )
+    return kept_choice(
+        key,
+        usable,
+        lambda: _probe_weight_gradient(usable, bucket, out_features, in_features, dtype),
+    )
+
+
+def _probe_weight_gradient(
+    usable: list[str], rows: int, out_features: int, in_features: int, dtype
+) -> str:
+    generator = torch.Generator().manual_seed(0)
+    grad = torch.randn(rows, out_features, generator=generator).to(dtype)
+    inputs = torch.randn(rows, in_features, generator=generator).to(dtype)
+    products = {name: functools.partial(_weight_gradient, name, grad, inputs) for name in usable}
+    flops = 2.0 * rows * out_features * in_features
+    seconds = time_in_turns(products, flops)
+    choice = min(seconds, key=seconds.get)
+    log.info(
+        "GEMM backend for the weight gradient (%d x %d).T @ (%d x %d) %s, %d threads: %s "
+        "(GFLOP/s: %s)",
+        rows,
+        out_features,
+        rows,
+        in_features,
+        _dtype_name(dtype),
+        torch.get_num_threads(),
+        choice,
+        _rates(seconds, flops),
+    )
+    return choice
 
 
 # ----------------------------------------------------------------------------- large products
@@ -321,32 +659,43 @@ def rows_bucket(rows: int) -> int:
     return 1 << max(0, rows.bit_length() - 1)
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, backend: str = "auto") -> Tensor:
+def linear(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    backend: str = "auto",
+    dtype: torch.dtype | None = None,
+) -> Tensor:
     """``F.linear(x, weight, bias)`` for one large product over all rows of ``x`` (e.g. the input
     projection of every step of a sequence at once), forward and input gradient on the backend
     chosen for the shape (:func:`resolve`, probed at :func:`rows_bucket` rows; the weight packed
-    once per call), the weight gradient on aten. Where the backend is aten (float64, CUDA, a
-    probe that finds it fastest) this is ``F.linear`` itself."""
+    once per call), the weight gradient by :func:`weight_gradient`. With ``dtype`` (bf16 under
+    bf16-mixed) the three products run in it, with fp32 results and the bias added in fp32. Where
+    the backend is aten and no dtype is asked for (float64, CUDA, a probe that finds aten
+    fastest) this is ``F.linear`` itself."""
     in_features, out_features = weight.size(1), weight.size(0)
     rows = x.numel() // max(1, in_features)
-    if resolve(backend, rows_bucket(rows), in_features, out_features, x.device, x.dtype) == "aten":
+    run_dtype = dtype or x.dtype
+    chosen = resolve(backend, rows_bucket(rows), in_features, out_features, x.device, run_dtype)
+    if chosen == "aten" and run_dtype == x.dtype:
         return F.linear(x, weight, bias)
-    return _Linear.apply(x, weight, bias, backend)
+    return _Linear.apply(x, weight, bias, backend, dtype)
 
 
 class _Linear(torch.autograd.Function):
-    """:func:`linear` off aten: the backward's input gradient on the backend chosen for its own
-    shape (rows x out_features) @ (out_features x in_features)."""
+    """:func:`linear` off aten or in another dtype: the backward's input gradient on the backend
+    chosen for its own shape (rows x out_features) @ (out_features x in_features)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, backend):  # type: ignore[override]
+    def forward(ctx, x, weight, bias, backend, dtype):  # type: ignore[override]
         in_features, out_features = weight.size(1), weight.size(0)
         flat = x.reshape(-1, in_features)
         rows = flat.size(0)
-        chosen = resolve(backend, rows_bucket(rows), in_features, out_features, x.device, x.dtype)
-        out = PackedLinear(weight, rows, chosen).mm(flat, bias)
+        run_dtype = dtype or x.dtype
+        chosen = resolve(backend, rows_bucket(rows), in_features, out_features, x.device, run_dtype)
+        out = PackedLinear(weight, rows, chosen, dtype).mm(flat, bias)
         ctx.save_for_backward(flat, weight)
-        ctx.backend, ctx.shape, ctx.has_bias = backend, x.shape, bias is not None
+        ctx.backend, ctx.dtype, ctx.shape, ctx.has_bias = backend, dtype, x.shape, bias is not None
         return out.view(*x.shape[:-1], out_features)
 
     @staticmethod
@@ -356,14 +705,15 @@ class _Linear(torch.autograd.Function):
         in_features, out_features = weight.size(1), weight.size(0)
         grad = grad.reshape(-1, out_features)
         rows = grad.size(0)
+        run_dtype = ctx.dtype or grad.dtype
         grad_x = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             chosen = resolve(
-                ctx.backend, rows_bucket(rows), out_features, in_features, grad.device, grad.dtype
+                ctx.backend, rows_bucket(rows), out_features, in_features, grad.device, run_dtype
             )
-            grad_x = PackedLinear(weight.t(), rows, chosen).mm(grad).view(ctx.shape)
+            grad_x = PackedLinear(weight.t(), rows, chosen, ctx.dtype).mm(grad).view(ctx.shape)
         if ctx.needs_input_grad[1]:
-            grad_weight = grad.t() @ flat
+            grad_weight = weight_gradient(grad, flat, ctx.backend, ctx.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad.sum(0)
-        return grad_x, grad_weight, grad_bias, None
+        return grad_x, grad_weight, grad_bias, None, None

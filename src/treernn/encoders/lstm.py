@@ -7,12 +7,18 @@ eval), as AWD-LSTM's ``WeightDrop`` does. Between layers, locked (variational) d
 AWD-LSTM.
 
 On CPU ``nn.LSTM`` runs oneDNN's LSTM primitive (its own packed GEMMs: the per-step products are
-already on oneDNN, see :mod:`treernn.encoders.gemm`). oneDNN has no bf16 LSTM on CPUs without
-bf16 support (e.g. AVX2 only), where ``torch.autocast("cpu", dtype=torch.bfloat16)``
-(``precision=bf16-mixed``) would fail to create the primitive; there the encoder runs in fp32.
+already on oneDNN, see :mod:`treernn.encoders.gemm`). Under ``torch.autocast`` with bf16
+(``precision=bf16-mixed``) it runs oneDNN's bf16 LSTM only where the probe of
+:func:`treernn.encoders.gemm.product_dtype` finds bf16 products faster than fp32 on this machine
+at the recurrent shape (batch, H) x (H, 4H); elsewhere the encoder runs in fp32 (logged once). On
+CPUs without bf16 instructions (e.g. AVX2 only) oneDNN has no bf16 LSTM at all and autocast would
+fail to create the primitive; on an Intel Xeon with AVX512-BF16 and no AMX it runs, 0.75x as fast
+as fp32.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import Tensor, nn
@@ -88,14 +94,13 @@ class LSTMEncoder(Encoder):
     def forward(
         self, x: Tensor, mask: Tensor | None = None, state: LSTMState | None = None
     ) -> EncoderOutput:
-        if (
-            x.device.type == "cpu"
-            and torch.is_autocast_enabled("cpu")
-            and torch.get_autocast_dtype("cpu") == torch.bfloat16
-            and not gemm.onednn_available(torch.bfloat16)
-        ):
-            # no bf16 LSTM primitive on this CPU: fp32 (see the module docstring)
-            with torch.autocast("cpu", enabled=False):
+        if gemm.bf16_requested(x.device) and not all(
+            gemm.product_dtype(x.size(0), layer.hidden_size, 4 * layer.hidden_size, x.device,
+                               "LSTM", "nn.LSTM layer", _bf16_runs(layer, x.size(0), x.device))
+            for layer in self.layers
+        ):  # fmt: skip
+            # bf16 products are not faster here: fp32 (see the module docstring)
+            with torch.autocast(x.device.type, enabled=False):
                 return self.forward(x.float(), mask, state)
         batch_size = x.size(0)
         if state is None:
@@ -109,6 +114,31 @@ class LSTMEncoder(Encoder):
             layer_outputs.append(out)
             new_state.append(layer_state)
             x = self.lockdrop(out) if index < len(self.layers) - 1 else out
+        x = x.contiguous()  # nn.LSTM's bf16 output is a transposed view; see ONLSTMEncoder
         return EncoderOutput(
             hidden=x, pooled=last_real_step(x, mask), state=new_state, layer_outputs=layer_outputs
         )
+
+
+def _bf16_runs(layer: nn.LSTM, batch: int, device: torch.device):
+    """For :func:`gemm.product_dtype`: a layer of ``layer``'s sizes over 16 steps of ``batch`` rows
+    in fp32 and under bf16 autocast (oneDNN's bf16 LSTM primitive on CPU, where oneDNN has bf16
+    kernels; elsewhere on CPU there is no bf16 run), to be timed against each other: what runs
+    under bf16-mixed is the primitive, whose speed the products alone do not tell."""
+
+    def runs():
+        steps = 16
+        probe = nn.LSTM(layer.input_size, layer.hidden_size, batch_first=True).to(device)
+        x = torch.randn(batch, steps, layer.input_size, device=device)
+
+        def run(bf16: bool) -> None:
+            with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=bf16):
+                probe(x)
+
+        loops = {"float32": functools.partial(run, False)}
+        if device.type != "cpu" or gemm.onednn_available(torch.bfloat16):
+            loops["bfloat16"] = functools.partial(run, True)
+        flops = 2.0 * steps * batch * (layer.input_size + layer.hidden_size) * 4 * layer.hidden_size
+        return loops, flops
+
+    return runs

@@ -47,7 +47,7 @@ from treernn.encoders.base import (
     last_real_step,
 )
 from treernn.encoders.gemm import GemmBackend, check_backend
-from treernn.encoders.onlstm_fast import fast_recurrence
+from treernn.encoders.onlstm_fast import fast_recurrence, fused_kernel, precision_runs
 from treernn.encoders.weight_ops import dropconnect
 from treernn.errors import ConfigValueError
 
@@ -262,23 +262,30 @@ class ONLSTMEncoder(Encoder):
         for index, (layer, (h0, c0)) in enumerate(zip(self.layers, state)):
             weight = layer.recurrent_weight()  # one DropConnect mask for the whole call
             if self.impl == "fast":
-                # Under autocast (bf16-mixed) the matrix products run in bf16 where that is fast
-                # (GPUs, CPUs with bf16 matrix kernels), with fp32 accumulation; the gates,
-                # states, distances and the recurrence's elementwise work stay fp32.
-                product_dtype = gemm.autocast_product_dtype(x.device, "ON-LSTM")
+                # Under autocast with bf16 (bf16-mixed) the input projection and the recurrence's
+                # products (per step, and its weight gradient) each run in bf16, with fp32
+                # accumulation, where a probe finds that faster on this machine at their shapes
+                # (gemm.product_dtype), else in fp32; the gates, states, distances and the
+                # recurrence's elementwise work stay fp32 either way.
+                steps, batch = layer_input.shape[:2]
+                num_gates = layer.hh.weight.size(0)
+                projection_dtype = gemm.product_dtype(
+                    gemm.rows_bucket(steps * batch), layer.input_size, num_gates, x.device,
+                    "ON-LSTM", "input projection",
+                )  # fmt: skip
+                step_dtype = gemm.product_dtype(
+                    batch, layer.hidden_size, num_gates, x.device, "ON-LSTM", "recurrent steps",
+                    precision_runs(batch, layer.hidden_size, layer.chunk_size, fused_kernel(x)),
+                )  # fmt: skip
                 with torch.autocast(x.device.type, enabled=False):
                     if layer_input.dtype in (torch.float16, torch.bfloat16):
                         layer_input = layer_input.float()
                     # Both biases are constant over time: fold b_hh into the input projection,
                     # one large product over all steps on the machine's fastest GEMM library.
                     bias = layer.ih.bias + layer.hh.bias
-                    if product_dtype is None:
-                        input_gates = gemm.linear(
-                            layer_input, layer.ih.weight, bias, self.gemm_backend
-                        )
-                    else:
-                        low = (layer_input.to(product_dtype), layer.ih.weight.to(product_dtype))
-                        input_gates = F.linear(*low).float() + bias
+                    input_gates = gemm.linear(
+                        layer_input, layer.ih.weight, bias, self.gemm_backend, projection_dtype
+                    )
                     outputs, h, c, forget_distance, input_distance = fast_recurrence(
                         input_gates,
                         weight,
@@ -287,7 +294,7 @@ class ONLSTMEncoder(Encoder):
                         step_mask,
                         layer.chunk_size,
                         self.gemm_backend,
-                        product_dtype,
+                        step_dtype,
                     )
             else:
                 input_gates = F.linear(layer_input, layer.ih.weight, layer.ih.bias)  # (T, B, G)
@@ -302,7 +309,10 @@ class ONLSTMEncoder(Encoder):
                 # LockedDropout is batch-first: its (B, 1, H) mask is shared over time.
                 layer_input = self.locked_dropout(outputs.transpose(0, 1)).transpose(0, 1)
 
-        hidden = layer_outputs[-1]
+        # contiguous (B, T, H): a decoder's linear then folds into one product; on a transposed
+        # view under bf16 autocast in inference mode torch's matmul expands its weight per batch
+        # row and multiplies with bmm instead (3x slower LM inference at 1 x 256, measured)
+        hidden = layer_outputs[-1].contiguous()
         return EncoderOutput(
             hidden=hidden,
             pooled=last_real_step(hidden, mask),

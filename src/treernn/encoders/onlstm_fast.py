@@ -30,14 +30,19 @@ Without autograd (``torch.no_grad``, parsing) the forward loop saves nothing.
 
 from __future__ import annotations
 
+import functools
+import logging
 from types import ModuleType
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from treernn.encoders import gemm
 from treernn.encoders.cpp_ext import load_extension
-from treernn.encoders.gemm import PackedLinear
+from treernn.encoders.gemm import PackedLinear, weight_gradient
+
+log = logging.getLogger(__name__)
 
 
 def fused_kernel(like: Tensor) -> ModuleType | None:
@@ -188,7 +193,15 @@ def _fast_forward(
     tanh_cells = input_gates.new_empty(steps, batch, hidden) if save_for_backward else None
     gates_buffer = None if save_for_backward else input_gates.new_empty(batch, num_gates)
     buffers = (hs, cs, outputs, cumaxes, activations, tanh_cells, gates_buffer)
-    if kernel is None:
+    if kernel is not None and recurrent.backend == "treernn":
+        # every step in one C++ call: products on the packed panels, elementwise work between
+        masked_outputs = None if step_mask is None else outputs
+        kernel.forward_sequence(
+            input_gates, recurrent.packed, hs, cs, masked_outputs, cumaxes, activations,
+            tanh_cells, gates_buffer, None if step_mask is None else step_mask.contiguous(),
+            chunk_size,
+        )  # fmt: skip
+    elif kernel is None:
         _torch_forward_steps(input_gates, recurrent, *buffers, step_mask, chunk_size)
     else:
         _fused_forward_steps(kernel, input_gates, recurrent, *buffers, step_mask, chunk_size)
@@ -225,6 +238,9 @@ class ONLSTMRecurrence(torch.autograd.Function):
         product_dtype=None,
     ):  # fmt: skip
         kernel = fused_kernel(input_gates)
+        gemm_backend = recurrence_backend(
+            gemm_backend, input_gates, weight.size(1), chunk_size, kernel, product_dtype
+        )
         inputs = (input_gates, weight, h0, c0, step_mask, chunk_size)
         outputs, h_last, c_last, distances, saved = _fast_forward(
             *inputs, True, gemm_backend, kernel, product_dtype
@@ -264,7 +280,16 @@ class ONLSTMRecurrence(torch.autograd.Function):
         )
         saved = (activations, cumaxes, tanh_cells, cs)
         gradients = (grad_outputs, distance_grads, grad_h, grad_c, grad_gates)
-        if ctx.kernel is None:
+        if ctx.kernel is not None and to_hidden.backend == "treernn":
+            # every step in one C++ call; grad_h and grad_c updated in place
+            ctx.kernel.backward_sequence(
+                to_hidden.packed, activations, cumaxes, tanh_cells, cs,
+                grad_outputs.contiguous(),
+                None if distance_grads is None else distance_grads.contiguous(),
+                grad_h, grad_c, grad_gates,
+                None if step_mask is None else step_mask.contiguous(), ctx.chunk_size,
+            )  # fmt: skip
+        elif ctx.kernel is None:
             grad_h, grad_c = _torch_backward_steps(
                 *saved, *gradients, to_hidden, step_mask, ctx.chunk_size
             )
@@ -276,11 +301,12 @@ class ONLSTMRecurrence(torch.autograd.Function):
         grad_weight = None
         if ctx.needs_input_grad[1]:
             # One (G, T*B) x (T*B, H) product instead of T rank-B updates.
-            left, right = grad_gates.view(-1, num_gates).t(), hs[:-1].reshape(-1, hidden)
-            if ctx.product_dtype is None:
-                grad_weight = left @ right
-            else:
-                grad_weight = (left.to(ctx.product_dtype) @ right.to(ctx.product_dtype)).float()
+            grad_weight = weight_gradient(
+                grad_gates.view(-1, num_gates),
+                hs[:-1].reshape(-1, hidden),
+                ctx.gemm_backend,
+                ctx.product_dtype,
+            )
         return (
             grad_gates if ctx.needs_input_grad[0] else None,
             grad_weight,
@@ -473,6 +499,8 @@ def fast_recurrence(
             *inputs, chunk_size, gemm_backend, product_dtype
         )
     else:
+        kernel = fused_kernel(input_gates)
+        hidden = recurrent_weight.size(1)
         with torch.no_grad():
             outputs, h, c, distances, _ = _fast_forward(
                 input_gates.contiguous(),
@@ -482,8 +510,94 @@ def fast_recurrence(
                 step_mask,
                 chunk_size,
                 False,
-                gemm_backend,
-                fused_kernel(input_gates),
+                recurrence_backend(
+                    gemm_backend, input_gates, hidden, chunk_size, kernel, product_dtype
+                ),
+                kernel,
                 product_dtype,
             )
     return outputs, h, c, distances[..., 1], distances[..., 0]
+
+
+def recurrence_backend(
+    requested: str,
+    input_gates: Tensor,
+    hidden: int,
+    chunk_size: int,
+    kernel: ModuleType | None,
+    product_dtype: torch.dtype | None,
+) -> str:
+    """The GEMM backend of the per-step products. ``"auto"`` with the compiled kernel on CPU in
+    float32: the fastest here of :func:`gemm.candidates`, timed as the recurrence runs them (the
+    forward loop of a few steps: the ``treernn`` backend loops in C++, the others in Python with
+    one product and one kernel call per step), probed once per shape and kept like the GEMM
+    choices. Otherwise ``requested`` as it is (``"auto"``: :class:`PackedLinear` resolves it per
+    product shape)."""
+    requested = gemm.requested_backend(requested)
+    steps, batch, num_gates = input_gates.shape
+    if requested != "auto" or kernel is None or input_gates.dtype != torch.float32 or batch == 0:
+        return requested
+    dtype = product_dtype or input_gates.dtype
+    usable = gemm.candidates(input_gates.device, dtype)
+    if len(usable) == 1:
+        return usable[0]
+    dtype_name = str(dtype).replace("torch.", "")
+    key = (batch, hidden, num_gates, f"ON-LSTM recurrence {dtype_name}", torch.get_num_threads())
+    return gemm.kept_choice(
+        key, usable, lambda: _probe_recurrence(usable, batch, hidden, chunk_size, kernel, dtype)
+    )
+
+
+#: steps of the loops the probes time (about a BPTT segment: the weight is packed once per call)
+PROBE_STEPS = 32
+
+
+def _probe_loop(batch, hidden, chunk_size, kernel, backend, product_dtype):
+    """A forward loop of :data:`PROBE_STEPS` steps on random data (a closure) and its FLOPs."""
+    num_gates = 4 * hidden + 2 * (hidden // chunk_size)
+    generator = torch.Generator().manual_seed(0)
+    gates = torch.randn(PROBE_STEPS, batch, num_gates, generator=generator)
+    weight = torch.randn(num_gates, hidden, generator=generator) / hidden**0.5
+    state = torch.zeros(batch, hidden)
+    arguments = (gates, weight, state, state, None, chunk_size, False, backend, kernel)
+    loop = functools.partial(_fast_forward, *arguments, product_dtype)
+    return loop, 2.0 * PROBE_STEPS * batch * hidden * num_gates
+
+
+def precision_runs(batch: int, hidden: int, chunk_size: int, kernel: ModuleType | None):
+    """For :func:`gemm.product_dtype`: the recurrence's forward loop with fp32 and with bf16
+    products, each on its own fastest backend (:func:`recurrence_backend`), to be timed against
+    each other; None without the compiled kernel (the products alone are probed then)."""
+    if kernel is None:
+        return None
+
+    def runs():
+        loops = {}
+        for name, dtype in (("float32", None), ("bfloat16", torch.bfloat16)):
+            gates = torch.zeros(1, batch, 4 * hidden + 2 * (hidden // chunk_size))
+            backend = recurrence_backend("auto", gates, hidden, chunk_size, kernel, dtype)
+            loops[name], flops = _probe_loop(batch, hidden, chunk_size, kernel, backend, dtype)
+        return loops, flops
+
+    return runs
+
+
+def _probe_recurrence(usable, batch, hidden, chunk_size, kernel, dtype) -> str:
+    product_dtype = None if dtype == torch.float32 else dtype
+    loops = {}
+    for name in usable:
+        loops[name], flops = _probe_loop(batch, hidden, chunk_size, kernel, name, product_dtype)
+    seconds = gemm.time_in_turns(loops, flops)
+    choice = min(seconds, key=seconds.get)
+    log.info(
+        "ON-LSTM recurrence backend for batch %d, hidden %d (chunk %d), %s products, %d threads: "
+        "%s (GFLOP/s of its products, loop included: %s)",
+        batch,
+        hidden,
+        chunk_size,
+        str(dtype).replace("torch.", ""),
+        torch.get_num_threads(),
+        choice,
+        ", ".join(f"{name} {flops / value / 1e9:.0f}" for name, value in seconds.items()),
+    )
+    return choice

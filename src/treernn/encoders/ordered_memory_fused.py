@@ -43,9 +43,11 @@ recurrence's matrix products (input, query, key and cell projections) run in bf1
 weights cast once per forward, and the attention softmax, gates, LayerNorms, memory state and
 outputs stay in fp32 (the outputs are fp32). As with autocast's linear layers, the cell's ReLU
 layer and the right half of its first layer are bf16, and so is the cell's hidden dropout mask
-(1 / keep rounded to bf16). On a CPU without bf16 matrix units (no oneDNN bf16 kernels, e.g.
-AVX2 only) torch's bf16 products are 50-100x slower than fp32 ones, so there the recurrence keeps
-fp32 products under bf16-mixed (logged once): the result is the fp32 one.
+(1 / keep rounded to bf16). Where bf16 products are not faster than fp32 ones on the machine (a
+probe at the cell's shape, :func:`treernn.encoders.gemm.product_dtype`: CPUs without bf16
+instructions, where they are 50-100x slower, and CPUs whose bf16 instructions are no faster than
+their fp32 FMA units) the recurrence keeps fp32 products under bf16-mixed (logged once): the
+result is the fp32 one.
 
 Names: ``gemm_dtype`` is the dtype of the matrix products (bf16 under bf16-mixed, else the
 state's); ``*_gemm`` tensors are weights cast to it; ``window`` is the number of slots a step
@@ -78,10 +80,14 @@ def fused_ordered_memory(
     authors_padding: bool = False,
 ) -> tuple[Tensor, Tensor, OrderedMemoryState]:
     """What :meth:`OrderedMemoryRecurrence.forward` returns, computed the fast way: hidden
-    (B, T, H), attention (B, T, N), final state. Under ``torch.autocast`` (bf16-mixed) the
-    matrix products run in bf16 where that is fast (:func:`gemm.autocast_product_dtype`) and
+    (B, T, H), attention (B, T, N), final state. Under ``torch.autocast`` with bf16
+    (bf16-mixed) the matrix products run in bf16 where a probe finds that faster on this machine
+    at the cell's largest product, (B, 4H) x (4H, 4H) (:func:`gemm.product_dtype`), and
     everything else in fp32."""
-    gemm_dtype = gemm.autocast_product_dtype(x.device, "Ordered Memory")
+    width = 4 * recurrence.hidden_size
+    gemm_dtype = gemm.product_dtype(
+        x.size(0), width, width, x.device, "Ordered Memory", "cell and projections"
+    )
     with torch.autocast(x.device.type, enabled=False):
         if x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()

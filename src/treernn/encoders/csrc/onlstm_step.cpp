@@ -12,11 +12,18 @@
 // (one row of grad_gates) and the gradient reaching the previous cell, recomputing what it needs
 // of the forward step from the saved buffers (cheaper than reading precomputed products back).
 //
+// forward_sequence / backward_sequence: every step of a call in one parallel region, for the
+// ``treernn`` GEMM backend: per step the recurrent product on the packed panels of packed_gemm.h
+// (each thread its share of the panels; the input projection added in the product's epilogue),
+// a barrier, the rows' elementwise work (each thread its share of the rows), a barrier. No call
+// back into Python or torch's dispatcher per step; bf16 panels run the products in bf16 (the
+// states converted to bf16 pairs by the rows' owners), everything else stays float32.
+//
 // float32 and float64 CPU contiguous tensors, rows split over threads with at::parallel_for.
 // float64 uses libm's exp and tanh (the float64 tests compare with the reference to 1e-10);
 // float32 uses the polynomial approximations of fast_math.h (within a few ulp of libm), so that the
-// compiler vectorises the loops. The row loops are compiled twice on x86-64, for AVX2 + FMA and for
-// the baseline ISA, and the AVX2 copy is chosen at run time where the CPU has it (the build itself
+// compiler vectorises the loops. The row loops are compiled three times on x86-64, for AVX-512, for
+// AVX2 + FMA and for the baseline ISA, and the best copy is chosen at run time (the build itself
 // never uses -march=native, so a build cache can be shared between different CPUs).
 
 #include <ATen/Dispatch.h>
@@ -32,6 +39,11 @@
 #include <vector>
 
 #include "fast_math.h"
+#include "packed_gemm.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace {
 
@@ -305,28 +317,43 @@ TREERNN_INLINE void backward_rows(const BackwardArgs<scalar_t>& a, int64_t begin
   }
 }
 
-// ---- the row loops, compiled for AVX2 + FMA and for the baseline ISA ---------------------------
+// ---- the row loops, compiled for AVX-512, for AVX2 + FMA and for the baseline ISA -------------
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// One step's rows, by the row loop of its direction (overloads: one dispatcher serves both).
 template <typename scalar_t>
-__attribute__((target("avx2,fma"))) void forward_rows_avx2(const ForwardArgs<scalar_t>& a,
-                                                           int64_t begin, int64_t end) {
+TREERNN_INLINE void rows(const ForwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
   forward_rows(a, begin, end);
 }
 template <typename scalar_t>
-__attribute__((target("avx2,fma"))) void backward_rows_avx2(const BackwardArgs<scalar_t>& a,
-                                                            int64_t begin, int64_t end) {
+TREERNN_INLINE void rows(const BackwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
   backward_rows(a, begin, end);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+template <typename Args>
+__attribute__((target("avx2,fma"))) void rows_avx2(const Args& a, int64_t begin, int64_t end) {
+  rows(a, begin, end);
+}
+template <typename Args>
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,prefer-vector-width=512"))) void
+rows_avx512(const Args& a, int64_t begin, int64_t end) {
+  rows(a, begin, end);
 }
 #endif
 
-template <typename scalar_t>
-void forward_rows_baseline(const ForwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
-  forward_rows(a, begin, end);
+template <typename Args>
+void rows_baseline(const Args& a, int64_t begin, int64_t end) {
+  rows(a, begin, end);
 }
-template <typename scalar_t>
-void backward_rows_baseline(const BackwardArgs<scalar_t>& a, int64_t begin, int64_t end) {
-  backward_rows(a, begin, end);
+
+// The best copy of the row loop this CPU runs.
+template <typename Args>
+void run_rows(const Args& a, int64_t begin, int64_t end) {
+#ifdef TREERNN_HAS_AVX2_COPY
+  if (cpu_has_avx512()) return rows_avx512(a, begin, end);
+  if (cpu_has_avx2()) return rows_avx2(a, begin, end);
+#endif
+  rows_baseline(a, begin, end);
 }
 
 // Rows per thread: enough elementwise work (about 64k gate values) to be worth a thread, so that
@@ -358,16 +385,16 @@ struct StepShape {
   int64_t batch, gates, n_chunk, hidden;
 };
 
-// The sizes of one step from the pre-activations act (B, G = 2n + 4H), checked.
+// The sizes of one step from the pre-activations act (..., B, G = 2n + 4H), checked.
 StepShape step_shape(const at::Tensor& act, int64_t chunk_size) {
-  TORCH_CHECK(act.dim() == 2, "act must be (B, G)");
+  TORCH_CHECK(act.dim() >= 2, "act must be (B, G) or (T, B, G)");
   TORCH_CHECK(act.scalar_type() == at::kFloat || act.scalar_type() == at::kDouble,
               "the fused ON-LSTM step runs float32 and float64 only");
-  const int64_t batch = act.size(0), gates = act.size(1);
+  const int64_t batch = act.size(act.dim() - 2), gates = act.size(act.dim() - 1);
   TORCH_CHECK(chunk_size > 0 && gates % (4 * chunk_size + 2) == 0,
               "G = ", gates, " is not 2n + 4H for chunk_size ", chunk_size);
   const int64_t n_chunk = gates / (4 * chunk_size + 2);
-  check(act, "act", act, batch, gates);
+  check(act, "act", act, act.numel() / std::max<int64_t>(1, gates), gates);
   return {batch, gates, n_chunk, n_chunk * chunk_size};
 }
 
@@ -401,10 +428,7 @@ void forward_step(const at::Tensor& act, const std::optional<at::Tensor>& produc
                                      optional_pointer<scalar_t>(tanh_cell), mask, n_chunk,
                                      chunk_size};
     at::parallel_for(0, batch, grain_size(gates), [&](int64_t begin, int64_t end) {
-#ifdef TREERNN_HAS_AVX2_COPY
-      if (cpu_has_avx2()) return forward_rows_avx2(args, begin, end);
-#endif
-      forward_rows_baseline(args, begin, end);
+      run_rows(args, begin, end);
     });
   });
 }
@@ -431,10 +455,207 @@ void backward_step(const at::Tensor& act, const at::Tensor& cumax, const at::Ten
                                       grad_h.data_ptr<scalar_t>(), grad_c.data_ptr<scalar_t>(),
                                       grad_act.data_ptr<scalar_t>(), mask, n_chunk, chunk_size};
     at::parallel_for(0, batch, grain_size(gates), [&](int64_t begin, int64_t end) {
-#ifdef TREERNN_HAS_AVX2_COPY
-      if (cpu_has_avx2()) return backward_rows_avx2(args, begin, end);
+      run_rows(args, begin, end);
+    });
+  });
+}
+
+// ---- whole sequences: the per-step products (packed_gemm.h) and the elementwise work in one
+// parallel region, a barrier after each; no call back into Python or torch per step ------------
+
+int64_t region_threads() { return std::max<int64_t>(1, at::get_num_threads()); }
+
+struct Team {
+  int64_t thread, threads;
+  int64_t row_begin(int64_t rows) const { return rows * thread / threads; }
+  int64_t row_end(int64_t rows) const { return rows * (thread + 1) / threads; }
+};
+
+TREERNN_INLINE void team_barrier() {
+#ifdef _OPENMP
+#pragma omp barrier
 #endif
-      backward_rows_baseline(args, begin, end);
+}
+
+// Runs body(team) on every thread of one parallel region (one thread without OpenMP).
+template <typename F>
+void in_parallel(F&& body) {
+#ifdef _OPENMP
+  const int64_t wanted = region_threads();
+#pragma omp parallel num_threads(wanted)
+  body(Team{omp_get_thread_num(), omp_get_num_threads()});
+#else
+  body(Team{0, 1});
+#endif
+}
+
+// Whether ``packed`` (a weight of ``outputs`` x ``depth`` packed by packed_gemm's ``pack``) holds
+// bf16 pairs; checked against the states ``like``.
+bool check_packed(const at::Tensor& packed, int64_t outputs, int64_t depth,
+                  const at::Tensor& like) {
+  const bool bf16 = packed.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(packed.size(0) == panels_of(outputs) &&
+                  packed.size(1) == (bf16 ? (depth + 1) / 2 : depth),
+              "the weight must be packed by packed_gemm.pack, ", outputs, " x ", depth);
+  TORCH_CHECK(!bf16 || (like.scalar_type() == at::kFloat && cpu_has_bf16_pairs()),
+              "bf16 products: float32 states and a CPU with AVX512-BF16");
+  TORCH_CHECK(bf16 || packed.scalar_type() == like.scalar_type(),
+              "the packed weight must have the states' dtype");
+  return bf16;
+}
+
+template <typename scalar_t>
+scalar_t* step_of(const std::optional<at::Tensor>& tensor, int64_t t, int64_t size) {
+  return tensor.has_value() ? tensor->data_ptr<scalar_t>() + t * size : nullptr;
+}
+
+// The forward loop of ONLSTMRecurrence over all T steps: per step, act = input_gates[t] +
+// hs[t] @ W^T (W packed by packed_gemm's ``pack``: float panels, or bf16 pairs, then the products
+// run in bf16 with float32 sums), then what forward_step does. Buffers as forward_step's, per step.
+void forward_sequence(const at::Tensor& input_gates, const at::Tensor& packed,
+                      const at::Tensor& hs, const at::Tensor& cs,
+                      const std::optional<at::Tensor>& outputs, const at::Tensor& cumaxes,
+                      const std::optional<at::Tensor>& activations,
+                      const std::optional<at::Tensor>& tanh_cells,
+                      const std::optional<at::Tensor>& gates_buffer,
+                      const std::optional<at::Tensor>& step_mask, int64_t chunk_size,
+                      int64_t isa) {
+  TORCH_CHECK(input_gates.dim() == 3, "input_gates must be (T, B, G)");
+  const int64_t steps = input_gates.size(0), batch = input_gates.size(1);
+  if (steps == 0 || batch == 0) return;
+  const StepShape shape = step_shape(input_gates, chunk_size);
+  const int64_t gates = shape.gates, n_chunk = shape.n_chunk, hidden = shape.hidden;
+  check(input_gates, "input_gates", input_gates, steps * batch, gates);
+  check(hs, "hs", input_gates, (steps + 1) * batch, hidden);
+  check(cs, "cs", input_gates, (steps + 1) * batch, hidden);
+  check(cumaxes, "cumaxes", input_gates, steps * batch, 2 * n_chunk);
+  if (outputs.has_value()) check(*outputs, "outputs", input_gates, steps * batch, hidden);
+  TORCH_CHECK(activations.has_value() == tanh_cells.has_value() &&
+                  activations.has_value() != gates_buffer.has_value(),
+              "give activations and tanh_cells, or gates_buffer");
+  if (activations.has_value()) {
+    check(*activations, "activations", input_gates, steps * batch, gates);
+    check(*tanh_cells, "tanh_cells", input_gates, steps * batch, hidden);
+  } else {
+    check(*gates_buffer, "gates_buffer", input_gates, batch, gates);
+  }
+  const bool* masks = mask_pointer(step_mask, steps * batch);
+  const bool bf16 = check_packed(packed, gates, hidden, input_gates);
+  const int64_t chosen_isa = isa_for(isa);
+  const int64_t pairs = (hidden + 1) / 2;
+  std::vector<uint32_t> h_pairs(bf16 ? batch * pairs : 0);
+  AT_DISPATCH_FLOATING_TYPES(input_gates.scalar_type(), "onlstm_forward_sequence", [&] {
+    scalar_t* h = hs.data_ptr<scalar_t>();
+    scalar_t* c = cs.data_ptr<scalar_t>();
+    const scalar_t* added = input_gates.data_ptr<scalar_t>();
+    if (bf16) to_bf16_pairs(reinterpret_cast<const float*>(h), hidden, hidden, 0, batch,
+                            h_pairs.data());
+    in_parallel([&](const Team& team) {
+      const PanelRange mine = panel_share(gates, team.thread, team.threads);
+      const int64_t rb = team.row_begin(batch), re = team.row_end(batch);
+      for (int64_t t = 0; t < steps; ++t) {
+        scalar_t* act = activations.has_value() ? step_of<scalar_t>(activations, t, batch * gates)
+                                                : gates_buffer->data_ptr<scalar_t>();
+        const scalar_t* h_prev = h + t * batch * hidden;
+        if (bf16) {
+          const Product<uint32_t, uint32_t, float> m{
+              h_pairs.data(), pairs, batch, pairs,
+              reinterpret_cast<const uint32_t*>(packed.data_ptr<at::BFloat16>()), gates,
+              reinterpret_cast<float*>(act), gates,
+              reinterpret_cast<const float*>(added + t * batch * gates), gates};
+          product_panels_bf16(m, mine.begin, mine.end);
+        } else {
+          const Product<scalar_t, scalar_t, scalar_t> m{
+              h_prev, hidden, batch, hidden, packed.data_ptr<scalar_t>(), gates, act, gates,
+              added + t * batch * gates, gates};
+          product_panels(m, mine.begin, mine.end, chosen_isa);
+        }
+        team_barrier();
+        const ForwardArgs<scalar_t> args{
+            act, nullptr, nullptr, cumaxes.data_ptr<scalar_t>() + t * batch * 2 * n_chunk,
+            c + t * batch * hidden, h_prev, c + (t + 1) * batch * hidden,
+            h + (t + 1) * batch * hidden, step_of<scalar_t>(outputs, t, batch * hidden),
+            step_of<scalar_t>(tanh_cells, t, batch * hidden),
+            masks == nullptr ? nullptr : masks + t * batch, n_chunk, chunk_size};
+        if (rb < re) run_rows(args, rb, re);
+        if (bf16)
+          to_bf16_pairs(reinterpret_cast<const float*>(h + (t + 1) * batch * hidden), hidden,
+                        hidden, rb, re, h_pairs.data());
+        team_barrier();
+      }
+    });
+  });
+}
+
+// The reverse loop of ONLSTMRecurrence.backward over all T steps: per step, what backward_step
+// does, then grad_h = grad_gates[t] @ W (+ the part of grad_h that skips a padded step), with
+// W^T (H x G) packed by packed_gemm's ``pack`` (bf16 pairs: the products in bf16). grad_h and
+// grad_c (B, H) come in as the gradients reaching the last state and leave as those of h0, c0.
+void backward_sequence(const at::Tensor& packed_t, const at::Tensor& activations,
+                       const at::Tensor& cumaxes, const at::Tensor& tanh_cells,
+                       const at::Tensor& cs, const at::Tensor& grad_outputs,
+                       const std::optional<at::Tensor>& distance_grads, const at::Tensor& grad_h,
+                       const at::Tensor& grad_c, const at::Tensor& grad_gates,
+                       const std::optional<at::Tensor>& step_mask, int64_t chunk_size,
+                       int64_t isa) {
+  TORCH_CHECK(activations.dim() == 3, "activations must be (T, B, G)");
+  const int64_t steps = activations.size(0), batch = activations.size(1);
+  if (steps == 0 || batch == 0) return;
+  const StepShape shape = step_shape(activations, chunk_size);
+  const int64_t gates = shape.gates, n_chunk = shape.n_chunk, hidden = shape.hidden;
+  check(activations, "activations", activations, steps * batch, gates);
+  check(grad_gates, "grad_gates", activations, steps * batch, gates);
+  check(cumaxes, "cumaxes", activations, steps * batch, 2 * n_chunk);
+  check(tanh_cells, "tanh_cells", activations, steps * batch, hidden);
+  check(cs, "cs", activations, (steps + 1) * batch, hidden);
+  check(grad_outputs, "grad_outputs", activations, steps * batch, hidden);
+  check(grad_h, "grad_h", activations, batch, hidden);
+  check(grad_c, "grad_c", activations, batch, hidden);
+  if (distance_grads.has_value())
+    check(*distance_grads, "distance_grads", activations, steps * batch, 2);
+  const bool* masks = mask_pointer(step_mask, steps * batch);
+  const bool bf16 = check_packed(packed_t, hidden, gates, activations);
+  const int64_t chosen_isa = isa_for(isa);
+  const int64_t pairs = (gates + 1) / 2;
+  std::vector<uint32_t> row_pairs(bf16 ? batch * pairs : 0);
+  AT_DISPATCH_FLOATING_TYPES(activations.scalar_type(), "onlstm_backward_sequence", [&] {
+    scalar_t* grad_hidden = grad_h.data_ptr<scalar_t>();
+    in_parallel([&](const Team& team) {
+      const PanelRange mine = panel_share(hidden, team.thread, team.threads);
+      const int64_t rb = team.row_begin(batch), re = team.row_end(batch);
+      for (int64_t t = steps - 1; t >= 0; --t) {
+        scalar_t* grad_row = grad_gates.data_ptr<scalar_t>() + t * batch * gates;
+        const BackwardArgs<scalar_t> args{
+            activations.data_ptr<scalar_t>() + t * batch * gates,
+            cumaxes.data_ptr<scalar_t>() + t * batch * 2 * n_chunk,
+            tanh_cells.data_ptr<scalar_t>() + t * batch * hidden,
+            cs.data_ptr<scalar_t>() + t * batch * hidden,
+            grad_outputs.data_ptr<scalar_t>() + t * batch * hidden,
+            step_of<scalar_t>(distance_grads, t, batch * 2), grad_hidden,
+            grad_c.data_ptr<scalar_t>(), grad_row,
+            masks == nullptr ? nullptr : masks + t * batch, n_chunk, chunk_size};
+        if (rb < re) run_rows(args, rb, re);
+        if (bf16)
+          to_bf16_pairs(reinterpret_cast<const float*>(grad_row), gates, gates, rb, re,
+                        row_pairs.data());
+        team_barrier();
+        // at a padded step the rows' kernel has left in grad_h the part that skips the step
+        const scalar_t* skip = masks == nullptr ? nullptr : grad_hidden;
+        if (bf16) {
+          const Product<uint32_t, uint32_t, float> m{
+              row_pairs.data(), pairs, batch, pairs,
+              reinterpret_cast<const uint32_t*>(packed_t.data_ptr<at::BFloat16>()), hidden,
+              reinterpret_cast<float*>(grad_hidden), hidden,
+              reinterpret_cast<const float*>(skip), hidden};
+          product_panels_bf16(m, mine.begin, mine.end);
+        } else {
+          const Product<scalar_t, scalar_t, scalar_t> m{
+              grad_row, gates, batch, gates, packed_t.data_ptr<scalar_t>(), hidden, grad_hidden,
+              hidden, skip, hidden};
+          product_panels(m, mine.begin, mine.end, chosen_isa);
+        }
+        team_barrier();
+      }
     });
   });
 }
@@ -454,4 +675,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("c_prev"), pybind11::arg("grad_output"), pybind11::arg("grad_distance"),
         pybind11::arg("grad_h"), pybind11::arg("grad_c"), pybind11::arg("grad_act"),
         pybind11::arg("real"), pybind11::arg("chunk_size"));
+  m.def("forward_sequence", &forward_sequence,
+        "The forward loop over all steps: packed products and elementwise work, in place.",
+        pybind11::arg("input_gates"), pybind11::arg("packed"), pybind11::arg("hs"),
+        pybind11::arg("cs"), pybind11::arg("outputs"), pybind11::arg("cumaxes"),
+        pybind11::arg("activations"), pybind11::arg("tanh_cells"), pybind11::arg("gates_buffer"),
+        pybind11::arg("step_mask"), pybind11::arg("chunk_size"), pybind11::arg("isa") = 0);
+  m.def("backward_sequence", &backward_sequence,
+        "The reverse loop over all steps: elementwise work and packed products, in place.",
+        pybind11::arg("packed_t"), pybind11::arg("activations"), pybind11::arg("cumaxes"),
+        pybind11::arg("tanh_cells"), pybind11::arg("cs"), pybind11::arg("grad_outputs"),
+        pybind11::arg("distance_grads"), pybind11::arg("grad_h"), pybind11::arg("grad_c"),
+        pybind11::arg("grad_gates"), pybind11::arg("step_mask"), pybind11::arg("chunk_size"),
+        pybind11::arg("isa") = 0);
 }

@@ -1,0 +1,370 @@
+// The matrix products of the recurrences' steps, C = added + A @ W^T with a small batch A (B x K,
+// B about 1-128) and one weight W (N x K) used at every step: the weight is packed once per call
+// into panels of 16 outputs, and each product then streams the panels through register tiles of
+// R rows x 32 outputs (AVX-512) or R rows x 16 outputs (AVX2 + FMA), adding ``added`` and
+// masking the last panel in the tile's epilogue. Used by the ``treernn`` GEMM backend
+// (packed_gemm.cpp, treernn/encoders/gemm.py) and by the ON-LSTM sequence loops
+// (onlstm_step.cpp), which call it from inside their own parallel region, one range of panels
+// per thread.
+//
+// Layouts (row-major): float32 / float64 packed (P, K, 16), P = ceil(N / 16), element
+// (p, k, i) = W[16 p + i, k] (zero beyond N). bf16 packed (P, K2, 16, 2), K2 = ceil(K / 2),
+// element (p, k2, i, j) = bf16(W[16 p + i, 2 k2 + j]) (zero beyond N and K): the pairs that
+// AVX512-BF16's vdpbf16ps multiplies and sums into one float32 lane. A bf16 operand A is given
+// as pairs too: B rows of K2 32-bit words (zero-padded to even K). Sums run over k in order within
+// each output, in float32 (float64 for float64), so results do not depend on the thread count.
+//
+// Instruction sets are chosen at run time (``detected_isa``); the build itself stays portable
+// (no -march=native), and ``isa`` arguments force a lower one (the tests run every copy).
+#pragma once
+
+#include <c10/util/BFloat16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "fast_math.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define TREERNN_X86_KERNELS 1
+#endif
+
+namespace {
+
+constexpr int64_t kPanel = 16;
+
+enum Isa : int64_t { kIsaAuto = 0, kIsaScalar = 1, kIsaAvx2 = 2, kIsaAvx512 = 3 };
+
+// The best float32 instruction set of this CPU for the products.
+int64_t detected_isa() {
+#ifdef TREERNN_X86_KERNELS
+  static const int64_t isa = __builtin_cpu_supports("avx512f")   ? kIsaAvx512
+                             : (__builtin_cpu_supports("avx2") &&
+                                __builtin_cpu_supports("fma")) ? kIsaAvx2
+                                                               : kIsaScalar;
+  return isa;
+#else
+  return kIsaScalar;
+#endif
+}
+
+// Whether this CPU multiplies bf16 pairs (AVX512-BF16): the bf16 products need it.
+bool cpu_has_bf16_pairs() {
+#ifdef TREERNN_X86_KERNELS
+  static const bool has = __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bf16");
+  return has;
+#else
+  return false;
+#endif
+}
+
+// ``requested`` (kIsaAuto: the detected one), never above what the CPU has.
+int64_t isa_for(int64_t requested) {
+  const int64_t best = detected_isa();
+  return requested == kIsaAuto ? best : std::min(requested, best);
+}
+
+int64_t panels_of(int64_t outputs) { return (outputs + kPanel - 1) / kPanel; }
+
+// bf16 bits of x, rounded to nearest even (as torch's float -> bfloat16 conversion)
+inline uint16_t bf16_bits(float x) { return c10::BFloat16(x).x; }
+
+// ---- packing ----------------------------------------------------------------------------------
+
+// Panels [p0, p1) of W (N x K), W[n, k] = w[n * row_stride + k * col_stride] (a transposed view
+// is packed as it is, reading along its contiguous direction).
+template <typename T>
+void pack_panels(const T* w, int64_t row_stride, int64_t col_stride, int64_t n_outputs,
+                 int64_t depth, T* packed, int64_t p0, int64_t p1) {
+  for (int64_t p = p0; p < p1; ++p) {
+    T* panel = packed + p * depth * kPanel;
+    const int64_t valid = std::min(kPanel, n_outputs - p * kPanel);
+    if (valid < kPanel) std::fill(panel, panel + depth * kPanel, T(0));
+    if (row_stride == 1) {  // W[., k] contiguous: read along the outputs
+      for (int64_t k = 0; k < depth; ++k)
+        for (int64_t i = 0; i < valid; ++i)
+          panel[k * kPanel + i] = w[(p * kPanel + i) + k * col_stride];
+    } else {
+      for (int64_t i = 0; i < valid; ++i) {
+        const T* row = w + (p * kPanel + i) * row_stride;
+        for (int64_t k = 0; k < depth; ++k) panel[k * kPanel + i] = row[k * col_stride];
+      }
+    }
+  }
+}
+
+void pack_panels_bf16(const float* w, int64_t row_stride, int64_t col_stride, int64_t n_outputs,
+                      int64_t depth, uint16_t* packed, int64_t p0, int64_t p1) {
+  const int64_t pairs = (depth + 1) / 2;
+  for (int64_t p = p0; p < p1; ++p) {
+    uint16_t* panel = packed + p * pairs * kPanel * 2;
+    std::fill(panel, panel + pairs * kPanel * 2, uint16_t(0));
+    const int64_t valid = std::min(kPanel, n_outputs - p * kPanel);
+    if (row_stride == 1) {
+      for (int64_t k = 0; k < depth; ++k)
+        for (int64_t i = 0; i < valid; ++i)
+          panel[((k / 2) * kPanel + i) * 2 + k % 2] =
+              bf16_bits(w[(p * kPanel + i) + k * col_stride]);
+    } else {
+      for (int64_t i = 0; i < valid; ++i) {
+        const float* row = w + (p * kPanel + i) * row_stride;
+        for (int64_t k = 0; k < depth; ++k)
+          panel[((k / 2) * kPanel + i) * 2 + k % 2] = bf16_bits(row[k * col_stride]);
+      }
+    }
+  }
+}
+
+// Rows [begin, end) of A (rows x K, row stride lda) as bf16 pairs (row stride pairs = ceil(K/2)).
+void to_bf16_pairs(const float* a, int64_t lda, int64_t depth, int64_t begin, int64_t end,
+                   uint32_t* out) {
+  const int64_t pairs = (depth + 1) / 2;
+  for (int64_t r = begin; r < end; ++r) {
+    uint16_t* row = reinterpret_cast<uint16_t*>(out + r * pairs);
+    for (int64_t k = 0; k < depth; ++k) row[k] = bf16_bits(a[r * lda + k]);
+    if (depth % 2) row[depth] = 0;
+  }
+}
+
+// ---- the products -----------------------------------------------------------------------------
+
+// What one call computes: C[b, n] = added[b, n] (if given) + sum_k A[b, k] W[n, k] for all rows b
+// and the outputs of panels [p0, p1).
+template <typename A_t, typename W_t, typename C_t>
+struct Product {
+  const A_t* a;          // rows x lda
+  int64_t lda;           // in elements of A_t (bf16: pairs)
+  int64_t rows;
+  int64_t depth;         // K (bf16: pairs)
+  const W_t* packed;     // panels of depth x 16 (bf16: pairs x 16 words)
+  int64_t n_outputs;     // N
+  C_t* c;
+  int64_t ldc;
+  const C_t* added;      // or null; may equal c (in place)
+  int64_t ld_added;
+};
+
+// Any type, any CPU: the reference copy (float64, and CPUs without AVX2).
+template <typename T>
+void product_scalar(const Product<T, T, T>& m, int64_t p0, int64_t p1) {
+  T acc[kPanel];
+  for (int64_t p = p0; p < p1; ++p) {
+    const T* panel = m.packed + p * m.depth * kPanel;
+    const int64_t valid = std::min(kPanel, m.n_outputs - p * kPanel);
+    for (int64_t r = 0; r < m.rows; ++r) {
+      for (int64_t i = 0; i < kPanel; ++i) acc[i] = 0;
+      const T* a = m.a + r * m.lda;
+      for (int64_t k = 0; k < m.depth; ++k)
+        for (int64_t i = 0; i < kPanel; ++i) acc[i] += a[k] * panel[k * kPanel + i];
+      T* out = m.c + r * m.ldc + p * kPanel;
+      const T* added = m.added == nullptr ? nullptr : m.added + r * m.ld_added + p * kPanel;
+      for (int64_t i = 0; i < valid; ++i) out[i] = (added ? added[i] : T(0)) + acc[i];
+    }
+  }
+}
+
+// Row blocks of about equal size, at most max_rows each: calls block(first_row, rows).
+template <typename F>
+TREERNN_INLINE void row_blocks(int64_t rows, int64_t max_rows, F&& block) {
+  const int64_t count = (rows + max_rows - 1) / max_rows;
+  int64_t first = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t size = (rows - first) / (count - i) + ((rows - first) % (count - i) != 0);
+    block(first, size);
+    first += size;
+  }
+}
+
+#ifdef TREERNN_X86_KERNELS
+
+#define TREERNN_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+#define TREERNN_AVX512_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
+#define TREERNN_AVX2 __attribute__((target("avx2,fma")))
+
+// ---- AVX-512, float32: tiles of R rows x 2 panels (2R accumulators) -------------------------
+
+TREERNN_AVX512 inline __mmask16 tail_mask(int64_t valid) {
+  return valid >= kPanel ? __mmask16(0xFFFF) : __mmask16((1u << std::max<int64_t>(valid, 0)) - 1);
+}
+
+// A tile's epilogue: rows [row, row + R) of panels p and p + 1 (if ``two``), plus ``added``,
+// stored with the last panel's outputs masked.
+template <int R, typename M>
+TREERNN_AVX512 inline void store_tile(const M& m, int64_t row, int64_t p, bool two,
+                                      __m512* acc0, __m512* acc1) {
+  const int64_t col = p * kPanel;
+  const __mmask16 mask0 = tail_mask(m.n_outputs - col);
+  const __mmask16 mask1 = two ? tail_mask(m.n_outputs - col - kPanel) : __mmask16(0);
+  for (int r = 0; r < R; ++r) {
+    float* out = m.c + (row + r) * m.ldc + col;
+    if (m.added != nullptr) {
+      const float* added = m.added + (row + r) * m.ld_added + col;
+      acc0[r] = _mm512_add_ps(acc0[r], _mm512_maskz_loadu_ps(mask0, added));
+      acc1[r] = _mm512_add_ps(acc1[r], _mm512_maskz_loadu_ps(mask1, added + kPanel));
+    }
+    _mm512_mask_storeu_ps(out, mask0, acc0[r]);
+    _mm512_mask_storeu_ps(out + kPanel, mask1, acc1[r]);
+  }
+}
+
+template <int R>
+TREERNN_AVX512 void tile_avx512(const Product<float, float, float>& m, int64_t row, int64_t p,
+                                bool two) {
+  __m512 acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  const float* w0 = m.packed + p * m.depth * kPanel;
+  const float* w1 = two ? w0 + m.depth * kPanel : w0;
+  const float* a = m.a + row * m.lda;
+  for (int64_t k = 0; k < m.depth; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(w0 + k * kPanel);
+    const __m512 b1 = _mm512_loadu_ps(w1 + k * kPanel);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r * m.lda + k]);
+      acc0[r] = _mm512_fmadd_ps(x, b0, acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(x, b1, acc1[r]);
+    }
+  }
+  store_tile<R>(m, row, p, two, acc0, acc1);
+}
+
+// The same over bf16 pairs (vdpbf16ps: two products per float32 lane), float32 results.
+template <int R>
+TREERNN_AVX512_BF16 void tile_avx512_bf16(const Product<uint32_t, uint32_t, float>& m,
+                                          int64_t row, int64_t p, bool two) {
+  __m512 acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  const uint32_t* w0 = m.packed + p * m.depth * kPanel;
+  const uint32_t* w1 = two ? w0 + m.depth * kPanel : w0;
+  const uint32_t* a = m.a + row * m.lda;
+  for (int64_t k = 0; k < m.depth; ++k) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(w0 + k * kPanel);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(w1 + k * kPanel);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * m.lda + k]));
+      acc0[r] = _mm512_dpbf16_ps(acc0[r], x, b0);
+      acc1[r] = _mm512_dpbf16_ps(acc1[r], x, b1);
+    }
+  }
+  store_tile<R>(m, row, p, two, acc0, acc1);
+}
+
+template <typename M, typename Tile>
+TREERNN_INLINE void pairs_of_panels(const M& m, int64_t p0, int64_t p1, Tile&& tile) {
+  const int64_t panels = panels_of(m.n_outputs);
+  for (int64_t p = p0; p < p1; p += 2) {
+    const bool two = p + 1 < std::min(p1, panels);
+    row_blocks(m.rows, 12, [&](int64_t row, int64_t size) { tile(row, size, p, two); });
+  }
+}
+
+// The tiles of 1..12 rows, called through a table (one indirect call per tile).
+template <typename M>
+using TileFunction = void (*)(const M&, int64_t, int64_t, bool);
+
+template <typename M>
+void product_in_tiles(const M& m, int64_t p0, int64_t p1, const TileFunction<M>* tiles) {
+  pairs_of_panels(m, p0, p1, [&](int64_t row, int64_t size, int64_t p, bool two) {
+    tiles[size - 1](m, row, p, two);
+  });
+}
+
+#define TREERNN_TILES(tile) \
+  {tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>, tile<7>, tile<8>, tile<9>, tile<10>, \
+   tile<11>, tile<12>}
+
+void product_avx512(const Product<float, float, float>& m, int64_t p0, int64_t p1) {
+  static const TileFunction<Product<float, float, float>> tiles[] = TREERNN_TILES(tile_avx512);
+  product_in_tiles(m, p0, p1, tiles);
+}
+
+void product_avx512_bf16(const Product<uint32_t, uint32_t, float>& m, int64_t p0, int64_t p1) {
+  static const TileFunction<Product<uint32_t, uint32_t, float>> tiles[] =
+      TREERNN_TILES(tile_avx512_bf16);
+  product_in_tiles(m, p0, p1, tiles);
+}
+
+// ---- AVX2 + FMA, float32: tiles of R rows x 1 panel (2 x 8 lanes, 2R accumulators) -----------
+
+template <int R>
+TREERNN_AVX2 void tile_avx2(const Product<float, float, float>& m, int64_t row, int64_t p) {
+  __m256 acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+  const float* w = m.packed + p * m.depth * kPanel;
+  const float* a = m.a + row * m.lda;
+  for (int64_t k = 0; k < m.depth; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(w + k * kPanel);
+    const __m256 b1 = _mm256_loadu_ps(w + k * kPanel + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a + r * m.lda + k);
+      acc0[r] = _mm256_fmadd_ps(x, b0, acc0[r]);
+      acc1[r] = _mm256_fmadd_ps(x, b1, acc1[r]);
+    }
+  }
+  const int64_t col = p * kPanel;
+  const int64_t valid = std::min(kPanel, m.n_outputs - col);
+  alignas(32) float sums[kPanel];
+  for (int r = 0; r < R; ++r) {
+    _mm256_store_ps(sums, acc0[r]);
+    _mm256_store_ps(sums + 8, acc1[r]);
+    float* out = m.c + (row + r) * m.ldc + col;
+    const float* added = m.added == nullptr ? nullptr : m.added + (row + r) * m.ld_added + col;
+    for (int64_t i = 0; i < valid; ++i) out[i] = (added ? added[i] : 0.0f) + sums[i];
+  }
+}
+
+void product_avx2(const Product<float, float, float>& m, int64_t p0, int64_t p1) {
+  for (int64_t p = p0; p < p1; ++p) {
+    row_blocks(m.rows, 6, [&](int64_t row, int64_t size) {
+      switch (size) {
+        case 1: return tile_avx2<1>(m, row, p);
+        case 2: return tile_avx2<2>(m, row, p);
+        case 3: return tile_avx2<3>(m, row, p);
+        case 4: return tile_avx2<4>(m, row, p);
+        case 5: return tile_avx2<5>(m, row, p);
+        default: return tile_avx2<6>(m, row, p);
+      }
+    });
+  }
+}
+
+#endif  // TREERNN_X86_KERNELS
+
+// Panels [p0, p1) of a float32 or float64 product on instruction set ``isa`` (float64: scalar).
+template <typename T>
+void product_panels(const Product<T, T, T>& m, int64_t p0, int64_t p1, int64_t isa) {
+#ifdef TREERNN_X86_KERNELS
+  if constexpr (std::is_same_v<T, float>) {
+    if (isa == kIsaAvx512) return product_avx512(m, p0, p1);
+    if (isa == kIsaAvx2) return product_avx2(m, p0, p1);
+  }
+#endif
+  product_scalar(m, p0, p1);
+}
+
+// Panels [p0, p1) of a bf16 product (callers check cpu_has_bf16_pairs first).
+void product_panels_bf16(const Product<uint32_t, uint32_t, float>& m, int64_t p0, int64_t p1) {
+#ifdef TREERNN_X86_KERNELS
+  product_avx512_bf16(m, p0, p1);
+#endif
+}
+
+// This thread's share of a product's panels, in pairs (the AVX-512 tiles take two at a time).
+struct PanelRange {
+  int64_t begin, end;
+};
+
+PanelRange panel_share(int64_t n_outputs, int64_t thread, int64_t threads) {
+  const int64_t pairs = (panels_of(n_outputs) + 1) / 2;
+  const int64_t first = pairs * thread / threads, last = pairs * (thread + 1) / threads;
+  return {std::min(2 * first, panels_of(n_outputs)), std::min(2 * last, panels_of(n_outputs))};
+}
+
+}  // namespace
