@@ -17,6 +17,10 @@ validates every N updates (``trainer.val_check_interval=N``, ``check_val_every_n
 and N is longer than an epoch, an epoch that ends without a new validation does not step it
 again on the old value, and an epoch before the first validation does not step it at all.
 
+Divergence: :meth:`Task.chance_levels` names what a model that predicts the uniform distribution
+over the task's outputs scores (ln V nats per word, ln C per example);
+:class:`~treernn.callbacks.divergence.DivergenceMonitor` stops a run that is clearly worse.
+
 Validation vs test: an encoder with a ``validating`` attribute (Ordered Memory, whose eval mode
 uses more memory slots at test time than in validation) has it set to True for the validation
 loop and False otherwise.
@@ -86,6 +90,15 @@ class Task(pl.LightningModule):
     def encode_batch(self, batch: Any, state: Any = None) -> EncodedBatch:
         inputs = self.encoder_inputs(batch)
         return EncodedBatch(inputs, self.run_encoder(inputs, state))
+
+    # ----------------------------------------------------------------- divergence
+    def chance_levels(self) -> dict[str, float]:
+        """What a model predicting the uniform distribution over the task's outputs scores, by
+        metric key: a loss in nats (``train/loss``: ln V for V words, ln C for C classes) or a
+        perplexity (``val/ppl``: V). Every listed metric is one where higher is worse; a
+        training run clearly above these levels has diverged (see
+        :class:`~treernn.callbacks.divergence.DivergenceMonitor`). None listed by default."""
+        return {}
 
     # ----------------------------------------------------------------- validation vs test
     def _set_validating(self, validating: bool) -> None:

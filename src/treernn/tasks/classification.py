@@ -171,6 +171,11 @@ class ClassificationTask(Task):
         #: filled at the end of testing: {group: {"acc": .., "count": .., "buckets": {name: {..}}}}
         self.test_results: dict[str, Any] = {}
 
+    def chance_levels(self) -> dict[str, float]:
+        """A uniform guess over the C classes: ln C per example (training loss only: see
+        :class:`~treernn.callbacks.divergence.DivergenceMonitor` for why not the validation's)."""
+        return {"train/loss": math.log(self.hparams.num_classes)}
+
     # ----------------------------------------------------------------- model
     def encode(self, batch: ClassificationBatch) -> Tensor:
         """(S*B, H) one vector per sentence."""

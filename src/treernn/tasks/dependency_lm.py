@@ -130,6 +130,16 @@ class DependencyLanguageModel(Task):
             {stage: Perplexity() for stage in ("train_ppl", "val_ppl", "test_ppl")}
         )
 
+    def chance_levels(self) -> dict[str, float]:
+        """A uniform guess over the V words: perplexity V (validation always uses the exact
+        softmax), and ln V per word for the ``nll`` training loss (the NCE loss has no such
+        level)."""
+        words = self.decoder.out_features
+        levels = {"val/ppl": float(words)}
+        if self.hparams.loss == "nll":
+            levels["train/loss"] = math.log(words)
+        return levels
+
     # ------------------------------------------------------------------ model
 
     def hidden_and_targets(self, batch: DependencyBatch) -> tuple[Tensor, Tensor, Tensor]:

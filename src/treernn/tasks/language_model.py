@@ -11,6 +11,7 @@ does (ON-LSTM Sec. 5.2), for the tree-F1 callback and the evaluation commands.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -99,6 +100,12 @@ class LanguageModelTask(Task):
         self.train_ppl, self.val_ppl, self.test_ppl = Perplexity(), Perplexity(), Perplexity()
         self._state: Any = None  # carried hidden state of the current stage
         self._epoch_tokens, self._train_seconds, self._batch_start = 0, 0.0, 0.0
+
+    def chance_levels(self) -> dict[str, float]:
+        """A uniform guess over the V words: ln V per word (``train/loss`` is the cross-entropy
+        alone, without AR/TAR) and a perplexity of V."""
+        words = self.decoder.out_features
+        return {"train/loss": math.log(words), "val/ppl": float(words)}
 
     # ----------------------------------------------------------------- model
     def embed(self, tokens: Tensor) -> Tensor:
