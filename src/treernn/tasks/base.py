@@ -28,6 +28,8 @@ loop and False otherwise.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -40,6 +42,45 @@ from treernn.encoders.base import Encoder, EncoderOutput
 from treernn.errors import ConfigValueError
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
+EncoderFactory = Callable[..., Encoder]
+
+
+def build_encoder(factory: EncoderFactory, **sizes: Any) -> Encoder:
+    """The encoder of ``conf/model/<model>.yaml`` (a partial) completed with the sizes the task
+    knows (``input_size``, ``output_size``). A key its constructor does not take (e.g.
+    ``model.weight_drop`` given to a GRU), or one it needs and nobody set, is one line naming
+    the key, before any of the constructor runs."""
+    if isinstance(factory, functools.partial) and inspect.isclass(factory.func):
+        check_encoder_keywords(factory.func, {**factory.keywords, **sizes})
+    return factory(**sizes)
+
+
+def check_encoder_keywords(encoder_class: type, keywords: dict[str, Any]) -> None:
+    """Raise :class:`ConfigValueError` for a keyword ``encoder_class`` does not take, or for a
+    required one that ``keywords`` lacks."""
+    parameters = dict(inspect.signature(encoder_class.__init__).parameters)
+    parameters.pop("self", None)
+    named = {
+        name: parameter
+        for name, parameter in parameters.items()
+        if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    }
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    unknown = sorted(set(keywords) - set(named))
+    if unknown and not takes_any:
+        key = unknown[0]
+        raise ConfigValueError(
+            f"model.{key}: {encoder_class.__name__} takes no keyword {key!r} (its keywords: "
+            f"{', '.join(named)}); drop it from conf/model/<model>.yaml, the preset or the "
+            f"command line (~model.{key} removes it)"
+        )
+    missing = [name for name, p in named.items() if p.default is p.empty and name not in keywords]
+    if missing:
+        key = missing[0]
+        raise ConfigValueError(
+            f"model.{key} is missing: {encoder_class.__name__} needs it; add `{key}: ...` to "
+            "conf/model/<model>.yaml"
+        )
 
 
 class Task(pl.LightningModule):

@@ -31,7 +31,7 @@ from treernn.data.vocab import Vocabulary
 from treernn.encoders.base import Encoder
 from treernn.errors import ConfigValueError
 from treernn.metrics import Perplexity
-from treernn.tasks.base import Task
+from treernn.tasks.base import Task, build_encoder
 
 
 def unigram_noise_log_probs(counts: Sequence[int], power: float = 0.75) -> Tensor:
@@ -113,7 +113,7 @@ class DependencyLanguageModel(Task):
             vocab = vocab.itos
         self.vocab: list[str] | None = list(vocab) if vocab is not None else None
         self.embedding = nn.Embedding(vocab_size, embedding_size)
-        self.encoder = encoder(input_size=embedding_size)
+        self.encoder = build_encoder(encoder, input_size=embedding_size)
         self.output_dropout = nn.Dropout(dropout)
         self.input_dropout = nn.Dropout(dropout)
         self.decoder = nn.Linear(self.encoder.output_size, vocab_size)  # Who (Eq. 2d)

@@ -27,7 +27,7 @@ from treernn.encoders.base import Encoder, EncoderOutput, LockedDropout, TreeSig
 from treernn.errors import DivergedError
 from treernn.metrics import Perplexity
 from treernn.parsing.induce import sentence_signals
-from treernn.tasks.base import Task
+from treernn.tasks.base import Task, build_encoder
 
 
 class NonFiniteLossError(DivergedError):
@@ -88,8 +88,8 @@ class LanguageModelTask(Task):
         self.save_hyperparameters(ignore=["encoder", "vocab", "optimizer"])
         self.vocab = vocab
         self.embedding = nn.Embedding(vocab_size, embedding_size)
-        self.encoder = encoder(
-            input_size=embedding_size, output_size=embedding_size if tie_weights else None
+        self.encoder = build_encoder(
+            encoder, input_size=embedding_size, output_size=embedding_size if tie_weights else None
         )
         self.decoder = nn.Linear(self.encoder.output_size, vocab_size)
         nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
