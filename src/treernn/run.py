@@ -31,8 +31,9 @@ from treernn.errors import ConfigValueError, UserError, show_tracebacks
 
 log = logging.getLogger("treernn")
 
-#: keys of a model/task config that describe it rather than construct it
-DESCRIPTIVE_KEYS = ("name",)
+#: keys of a model/task config that describe it rather than construct it (a model's ``recipe``:
+#: its own optimiser settings, which the task configs read)
+DESCRIPTIVE_KEYS = ("name", "recipe")
 
 __all__ = ["UserError", "build_task", "load_task", "main", "train"]
 
