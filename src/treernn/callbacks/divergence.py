@@ -9,13 +9,17 @@ Four signs, each checked where it appears:
   uniform distribution over its outputs would score (``Task.chance_levels``: ln V nats per word and
   a perplexity of V for a language model over V words, ln C per example for C classes). A training
   loss above that level by ``chance_margin`` (``max(chance_margin * level, min_chance_margin)``
-  nats) for ``chance_patience`` steps in a row, or any validation metric above it by the same
-  margin, is a model that unlearned. A fresh model starts at the level itself (its loss is
-  ln V give or take a few hundredths), hence the margin, and a few noisy batches reset the count;
-  a GRU on the PTB recipe at lr 30 went from 9.2 to 22.6 (validation perplexity 1.7e14), while its
-  loss never rose to 10x its start and there was no earlier validation to compare with. The
-  validation loss of a classifier is not checked: an overconfident classifier that still
-  classifies well can score worse than ln C there;
+  nats) for ``chance_patience`` steps in a row is a model that unlearned; so is a validation
+  metric above it by the same margin while the training loss agrees (the mean of its last
+  ``chance_patience`` values above the level; a task without a training level: after
+  ``chance_patience`` updates). A fresh model starts at the level itself (its loss is ln V give
+  or take a few hundredths), hence the margin, and a few noisy batches reset the count. A GRU on
+  the PTB recipe at lr 30 went from 9.2 to 22.6 (validation perplexity 1.7e14), while its loss
+  never rose to 10x its start and there was no earlier validation to compare with. The training
+  loss must agree because a healthy model can validate worse than uniform for a moment: ON-LSTM
+  on the PTB recipe validated at perplexity 9.6e5 after 3 updates of lr 30 (``trainer=smoke``)
+  while its training loss fell from 9.2 to 7.9. The validation loss of a classifier is not
+  checked: an overconfident classifier that still classifies well can score worse than ln C;
 - a non-finite validation metric, or (for a metric to minimise, such as perplexity) one above
   ``metric_factor`` times the best so far.
 The check of the validation metric runs before any checkpoint callback (Lightning runs those last),
@@ -25,6 +29,7 @@ so nothing is saved from the diverged weights.
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 import lightning.pytorch as pl
@@ -63,9 +68,13 @@ class DivergenceMonitor(Callback):
         #: metric key -> the uniform distribution's score in nats (from the task, at setup)
         self._chance: dict[str, float] = {}
         self._above_chance_steps = 0
+        #: the last chance_patience values of each training metric with a level (nats)
+        self._recent: dict[str, deque[float]] = {}
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._chance = {key: _nats(key, level) for key, level in pl_module.chance_levels().items()}
+        training = [key for key in self._chance if key.startswith("train/")]
+        self._recent = {key: deque(maxlen=self.chance_patience) for key in training}
 
     def chance_threshold(self, key: str) -> float:
         """The score (nats) above which ``key`` is clearly worse than the uniform distribution."""
@@ -109,8 +118,10 @@ class DivergenceMonitor(Callback):
             )
 
     def _check_training_chance(self, trainer: pl.Trainer, where: str) -> None:
-        keys = [key for key in self._chance if key.startswith("train/")]
-        values = {key: trainer.callback_metrics.get(key) for key in keys}
+        values = {key: trainer.callback_metrics.get(key) for key in self._recent}
+        for key, value in values.items():
+            if value is not None:
+                self._recent[key].append(_nats(key, float(value)))
         above = [
             key
             for key, value in values.items()
@@ -126,7 +137,18 @@ class DivergenceMonitor(Callback):
                 f"{_LOWER_THE_RATE}"
             )
 
+    def _training_agrees(self, trainer: pl.Trainer) -> bool:
+        """The training loss is worse than uniform too (see the module docstring)."""
+        if not self._recent:
+            return trainer.global_step >= self.chance_patience
+        return any(
+            values and sum(values) / len(values) > self._chance[key]
+            for key, values in self._recent.items()
+        )
+
     def _check_validation_chance(self, trainer: pl.Trainer, where: str) -> None:
+        if not self._training_agrees(trainer):
+            return
         for key in self._chance:
             value = trainer.callback_metrics.get(key)
             if not key.startswith("val/") or value is None or not math.isfinite(float(value)):
@@ -135,7 +157,8 @@ class DivergenceMonitor(Callback):
                 uniform = _from_nats(key, self._chance[key])
                 raise DivergedError(
                     f"training diverged: {key} is {float(value):.4g} {where}, worse than "
-                    f"predicting the uniform distribution ({uniform:.4g}); {_LOWER_THE_RATE}"
+                    f"predicting the uniform distribution ({uniform:.4g}), and so is the "
+                    f"training loss; {_LOWER_THE_RATE}"
                 )
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
