@@ -11,6 +11,8 @@ does (ON-LSTM Sec. 5.2), for the tree-F1 callback and the evaluation commands.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -43,19 +45,58 @@ def embedded_dropout(embedding: nn.Embedding, words: Tensor, p: float, training:
     return F.embedding(words, weight, embedding.padding_idx)
 
 
+def _state_parts(state: Any) -> list[Any]:
+    """The items of a carried state: a list or tuple, or the fields of a dataclass (e.g.
+    Ordered Memory's ``OrderedMemoryState``)."""
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return [getattr(state, field.name) for field in dataclasses.fields(state)]
+    return list(state) if isinstance(state, (list, tuple)) else []
+
+
 def detach_state(state: Any) -> Any:
+    """The carried state (tensors, lists or tuples of them, or a dataclass of them) detached
+    from the graph of the segment that produced it."""
     if state is None:
         return None
     if isinstance(state, Tensor):
         return state.detach()
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        fields = dataclasses.fields(state)
+        return dataclasses.replace(
+            state, **{field.name: detach_state(getattr(state, field.name)) for field in fields}
+        )
     return type(state)(detach_state(s) for s in state)
+
+
+def portable_state(state: Any) -> Any:
+    """A carried state as tensors in lists, tuples and dicts only, so that a checkpoint holding it
+    loads with ``torch.load(weights_only=True)`` (as Lightning loads the checkpoint it tests): a
+    dataclass state (Ordered Memory's) becomes its class's import path and its fields."""
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        kind = type(state)
+        fields = {f.name: portable_state(getattr(state, f.name)) for f in dataclasses.fields(state)}
+        return {"dataclass": f"{kind.__module__}:{kind.__qualname__}", "fields": fields}
+    if isinstance(state, (list, tuple)):
+        return type(state)(portable_state(s) for s in state)
+    return state
+
+
+def restored_state(state: Any) -> Any:
+    """The inverse of :func:`portable_state`."""
+    if isinstance(state, dict) and "dataclass" in state:
+        module, _, name = state["dataclass"].partition(":")
+        kind = getattr(importlib.import_module(module), name)
+        return kind(**{key: restored_state(value) for key, value in state["fields"].items()})
+    if isinstance(state, (list, tuple)):
+        return type(state)(restored_state(s) for s in state)
+    return state
 
 
 def state_batch_size(state: Any) -> int | None:
     """Batch size of a (nested) carried state, None when there is no tensor in it."""
     if isinstance(state, Tensor):
         return state.size(0)
-    for item in state if isinstance(state, (list, tuple)) else ():
+    for item in _state_parts(state):
         size = state_batch_size(item)
         if size is not None:
             return size
@@ -228,11 +269,11 @@ class LanguageModelTask(Task):
     # ----------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # the carried hidden state, so a run resumed mid-epoch continues exactly
-        checkpoint["carried_state"] = self._state
+        checkpoint["carried_state"] = portable_state(self._state)
         if self.vocab is not None:
             checkpoint["vocab"] = self.vocab.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._state = checkpoint.get("carried_state")
+        self._state = restored_state(checkpoint.get("carried_state"))
         if "vocab" in checkpoint and self.vocab is None:
             self.vocab = Vocabulary.from_state_dict(checkpoint["vocab"])
