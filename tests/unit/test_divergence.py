@@ -84,7 +84,7 @@ def test_a_validation_perplexity_above_the_vocabulary_stops_the_run():
     """...when the training loss agrees: its recent mean is above ln V too (the tiny GRU of the
     issue's recipe validated at 9.5e3, 6.0e3, 3.5e3, 1.3e4, 2.0e5 with its loss around 10)."""
     callback = monitor(LM_LEVELS)
-    train_steps(callback, [9.7, 8.2, 11.7, 7.8, 15.2, 14.1, 9.9, 9.2, 11.7, 9.6])
+    train_steps(callback, [9.7, 8.2, 11.7, 7.8, 15.2, 14.1, 9.9, 9.2, 11.7, 9.6] * 2)
     callback.on_validation_end(trainer(val__ppl=2.0 * WORDS), None)  # ln = 9.9 < 10.13
     with pytest.raises(DivergedError, match=r"val/ppl is 2e\+05 after epoch 0, worse than"):
         callback.on_validation_end(trainer(val__ppl=2.0e5), None)
@@ -92,10 +92,16 @@ def test_a_validation_perplexity_above_the_vocabulary_stops_the_run():
 
 def test_a_moment_worse_than_uniform_is_not_divergence():
     """ON-LSTM on the PTB recipe (trainer=smoke): 3 updates at lr 30, its loss falling 9.2 ->
-    7.9, validated at perplexity 9.6e5 once; it trains on."""
+    7.9, validated at perplexity 9.6e5 once; it trains on. So does a model whose loss is above
+    the level after too few updates to judge, and one whose loss fell below it."""
     callback = monitor(LM_LEVELS)
     train_steps(callback, [9.21, 8.71, 7.86])
     callback.on_validation_end(trainer(val__ppl=958874.0), None)
+    callback = monitor(LM_LEVELS)
+    train_steps(callback, [9.4, 9.8, 10.5])
+    callback.on_validation_end(trainer(val__ppl=78060.0), None)
+    train_steps(callback, [9.2] * 15 + [7.0] * 5)
+    callback.on_validation_end(trainer(val__ppl=78060.0), None)
 
 
 def test_without_a_training_level_the_validation_is_judged_after_some_updates():

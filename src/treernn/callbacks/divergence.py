@@ -11,9 +11,10 @@ Four signs, each checked where it appears:
   loss above that level by ``chance_margin`` (``max(chance_margin * level, min_chance_margin)``
   nats) for ``chance_patience`` steps in a row is a model that unlearned; so is a validation
   metric above it by the same margin while the training loss agrees (the mean of its last
-  ``chance_patience`` values above the level; a task without a training level: after
-  ``chance_patience`` updates). A fresh model starts at the level itself (its loss is ln V give
-  or take a few hundredths), hence the margin, and a few noisy batches reset the count. A GRU on
+  ``chance_patience`` values above the level: fewer updates are too few to judge; a task
+  without a training level: after ``chance_patience`` updates). A fresh model starts at the level
+  itself (its loss is ln V give or take a few hundredths), hence the margin, and a few noisy
+  batches reset the count. A GRU on
   the PTB recipe at lr 30 went from 9.2 to 22.6 (validation perplexity 1.7e14), while its loss
   never rose to 10x its start and there was no earlier validation to compare with. The training
   loss must agree because a healthy model can validate worse than uniform for a moment: ON-LSTM
@@ -142,7 +143,7 @@ class DivergenceMonitor(Callback):
         if not self._recent:
             return trainer.global_step >= self.chance_patience
         return any(
-            values and sum(values) / len(values) > self._chance[key]
+            len(values) == self.chance_patience and sum(values) / len(values) > self._chance[key]
             for key, values in self._recent.items()
         )
 
