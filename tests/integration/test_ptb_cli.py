@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import TINY_LM, TINY_PARSE, run_cli
+from tests.integration.helpers import TINY_LM, TINY_PARSE, WITH_EXAMPLE, run_cli
 
 pytestmark = pytest.mark.usefixtures("data_dir")
 
@@ -193,3 +193,29 @@ def test_ckpt_path_last_finds_the_newest_run(tmp_path):
     assert (
         f"Restoring states from the checkpoint path at {run_dir}" in result.stdout + result.stderr
     )
+
+
+def test_a_gru_on_the_lstm_recipe_stops_as_diverged(tmp_path):
+    """The PTB recipe (SGD lr 30, tuned for LSTMs) blows the example GRU up: its training loss
+    climbs far above a uniform guess over the 10,000 words (ln 10000 = 9.21) within its first
+    epoch. The run stops with one line before it validates or writes a checkpoint, and its record
+    says why, so no table shows it as a row."""
+    result = run_cli(
+        [
+            "model=example_gru",
+            *WITH_EXAMPLE,
+            f"paths.log_dir={tmp_path}",
+            "trainer.max_steps=400",
+            "trainer.enable_progress_bar=false",
+        ]
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1
+    assert errors[0].startswith("error: training diverged: train/loss has been above 10.13")
+    assert "worse than predicting the uniform distribution (9.21)" in errors[0]
+    assert not list(tmp_path.rglob("*.ckpt"))
+    (status,) = tmp_path.glob("ptb/example_gru/*/status.json")
+    record = json.loads(status.read_text())
+    assert record["status"] == "failed" and record["error"] == errors[0].removeprefix("error: ")
