@@ -187,32 +187,37 @@ def _targets(node: Any, key: str = "") -> Iterator[tuple[str, Any]]:
 
 def check_stored_targets(config: dict[str, Any], source: str) -> None:
     """Refuse a stored config that would build anything but a trusted class."""
-    prefixes = trusted_prefixes()
     for where, target in _targets(config):
-        if not isinstance(target, str) or not target.startswith(prefixes):
-            raise CheckpointError(
-                f"{source}: its stored config names {where}={target!r}, which is not a class of "
-                f"{', '.join(p.rstrip('.') for p in prefixes)}; refused (nothing was built). If "
-                f"it is a model of your own package, trust it with {TRUSTED_ENV}=<package>"
-            )
-        module_name, _, name = target.rpartition(".")
-        try:
-            value = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError):
-            raise CheckpointError(
-                f"{source}: its stored config names {where}={target}, which does not exist in "
-                "this version of the code; use a checkpoint written by this version"
-            ) from None
-        if not inspect.isclass(value):
-            raise CheckpointError(
-                f"{source}: its stored config names {where}={target}, which is not a class; "
-                "refused (nothing was built)"
-            )
+        trusted_class(target, f"its stored config names {where}", source)
+
+
+def trusted_class(target: Any, what: str, source: str) -> type:
+    """The class a checkpoint names by import path, refused (with one line saying why, nothing
+    built) unless it is a class of a trusted package that exists in this version of the code."""
+    prefixes = trusted_prefixes()
+    if not isinstance(target, str) or not target.startswith(prefixes):
+        raise CheckpointError(
+            f"{source}: {what}={target!r}, which is not a class of "
+            f"{', '.join(p.rstrip('.') for p in prefixes)}; refused (nothing was built). If "
+            f"it is a model of your own package, trust it with {TRUSTED_ENV}=<package>"
+        )
+    module_name, _, name = target.rpartition(".")
+    try:
+        value = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError):
+        raise CheckpointError(
+            f"{source}: {what}={target}, which does not exist in this version of the code; use "
+            "a checkpoint written by this version"
+        ) from None
+    if not inspect.isclass(value):
+        raise CheckpointError(f"{source}: {what}={target}, which is not a class; refused")
+    return value
 
 
 # ----------------------------------------------------------------------------- rebuilding
-#: keys of a model/task config that describe it rather than construct it
-DESCRIPTIVE_KEYS = ("name",)
+#: keys of a model/task config that describe it rather than construct it (a model's ``recipe``:
+#: its own optimiser settings, which the task configs read)
+DESCRIPTIVE_KEYS = ("name", "recipe")
 
 
 def constructor_config(cfg: DictConfig) -> DictConfig:

@@ -27,6 +27,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from treernn.checkpoints import DESCRIPTIVE_KEYS
 from treernn.errors import ConfigValueError
 
 #: the run's own switches (conf/config.yaml, conf/task/*.yaml) and their values
@@ -35,9 +36,6 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "test_ckpt": ("best", "last"),
     "task.mode": ("min", "max"),
 }
-
-#: keys of a model config that describe it rather than construct it (see treernn.checkpoints)
-NOT_CONSTRUCTOR_KEYS = ("name",)
 
 #: config nodes whose ``_target_`` constructors are checked, with their nested partials
 TARGET_NODES = ("model", "task.module", "task.datamodule", "trainer")
@@ -184,7 +182,7 @@ def check_targets(node: DictConfig, where: str) -> None:
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     hints = _literal_hints(cls)
     for key in node:
-        if str(key).startswith("_") or (where == "model" and key in NOT_CONSTRUCTOR_KEYS):
+        if str(key).startswith("_") or (where == "model" and key in DESCRIPTIVE_KEYS):
             continue
         if key not in parameters and not takes_any:
             close = difflib.get_close_matches(str(key), list(parameters), n=1)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch import Callback
 from omegaconf import open_dict
 
@@ -17,6 +18,21 @@ from treernn import run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = str(REPO_ROOT / "conf")
+
+#: the worked example of CONTRIBUTING "Adding a model" (a GRU: tests/fixtures/example_model/gru.py
+#: and conf/model/example_gru.yaml there), on Hydra's search path beside conf/
+EXAMPLE_CONF = REPO_ROOT / "tests" / "fixtures" / "example_model" / "conf"
+WITH_EXAMPLE = [f"hydra.searchpath=[file://{EXAMPLE_CONF}]"]
+
+
+def model_configs() -> list[str]:
+    """Every model config: conf/model/*.yaml (whatever a contributor added) and the example's."""
+    found = [
+        *(REPO_ROOT / "conf" / "model").glob("*.yaml"),
+        *(EXAMPLE_CONF / "model").glob("*.yaml"),
+    ]
+    return sorted(path.stem for path in found)
+
 
 #: a tiny PTB-sized setting so that a run takes seconds
 TINY_LM = [
@@ -35,8 +51,11 @@ def compose_config(overrides: list[str], output_dir: Path):
     run.register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=False)
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    # as under train.py: ${hydra:...} resolves (a model's default name is its config's choice)
+    HydraConfig.instance().set_config(cfg)
     with open_dict(cfg):
+        del cfg["hydra"]
         cfg.paths.output_dir = str(output_dir)
         cfg.paths.log_dir = str(output_dir.parent)
     return cfg

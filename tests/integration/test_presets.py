@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import REPO_ROOT, compose_config
+from tests.integration.helpers import REPO_ROOT, WITH_EXAMPLE, compose_config
 
 CONF = REPO_ROOT / "conf"
 PAPERS = {"onlstm", "om", "tdlstm"}
@@ -92,3 +92,24 @@ def test_main_job_is_the_quick_onlstm_language_model(tmp_path: Path):
     assert main.task.module.embedding_size < paper.task.module.embedding_size
     assert main.trainer.max_epochs == 4 and main.trainer.max_time == "00:00:11:00"
     assert paper.trainer.max_time is None
+
+
+def test_a_models_own_recipe_is_taken_where_nothing_states_a_value(tmp_path: Path):
+    """conf/model/<model>.yaml's recipe.<task> (the example GRU's PTB lr) beats the task's
+    recipe, and is beaten by anything that states the value: a preset, a table, the command
+    line. No shipped model has one, so the papers' presets are what they were."""
+
+    def optimizer(*overrides: str) -> tuple[float, float]:
+        cfg = compose_config([*overrides, *WITH_EXAMPLE], tmp_path)
+        return cfg.task.module.optimizer.lr, cfg.trainer.gradient_clip_val
+
+    assert optimizer("task=ptb", "model=lstm") == (30.0, 0.25)
+    assert optimizer("task=ptb", "model=example_gru") == (2.0, 0.25)  # its own lr, the task's clip
+    assert optimizer("task=logic", "model=example_gru") == (1e-3, 1.0)  # no recipe for logic
+    assert optimizer("model=example_gru", "task.module.optimizer.lr=30") == (30.0, 0.25)
+    assert optimizer("table=parsing", "model=example_gru") == (2.0, 0.25)  # states no lr
+    overridden = optimizer("model=example_gru", "+model.recipe.ptb.gradient_clip_val=1.0")
+    assert overridden == (2.0, 1.0)
+    for model in MODELS:
+        cfg = compose_config([f"model={model}"], tmp_path)
+        assert "recipe" not in cfg.model, model

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from treernn.data.classification import DataFormatError
+from treernn.data.download import DatasetNotFoundError
 from treernn.data.listops import ListOpsDataModule, parse_expression, read_listops_file
 from treernn.data.listops_generator import (
     MAX_DEPTH,
@@ -155,3 +156,15 @@ def test_generated_labels_agree_with_the_evaluator_and_lines_are_unique():
         tokens, _, _ = parse_expression(text)
         assert evaluate_listops(tokens) == label
         assert len(tokens) <= 60
+
+
+def test_without_the_training_file_the_error_names_the_generate_switch(tmp_path, monkeypatch):
+    """Offline (download=False here) and without train_d20s.tsv: one line that says where to put
+    the file and how to train on the stand-in instead."""
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path / "cache"))
+    module = ListOpsDataModule(data_dir=tmp_path / "data", download=False)
+    with pytest.raises(DatasetNotFoundError) as error:
+        module._train_path()
+    message = str(error.value)
+    assert "train_d20s.tsv" in message and "\n" not in message
+    assert message.endswith("with task.datamodule.train_source=generate.")

@@ -66,8 +66,12 @@ class FakeModule:
         self.logged[name] = float(value)
 
 
-def fake_trainer(epoch: int = 0, rank: int = 0, world: int = 1) -> SimpleNamespace:
+def fake_trainer(
+    epoch: int = 0, rank: int = 0, world: int = 1, limit_val_batches: int | float = 1.0
+) -> SimpleNamespace:
     return SimpleNamespace(
+        limit_val_batches=limit_val_batches,
+        limit_test_batches=1.0,
         sanity_checking=False,
         current_epoch=epoch,
         global_rank=rank,
@@ -104,6 +108,18 @@ def test_logs_corpus_and_sentence_f1_per_layer():
     assert set(module.logged) == set(expected) and len(expected) == 4
     for key, value in expected.items():
         assert module.logged[key] == pytest.approx(value, rel=1e-6)
+
+
+def test_a_run_that_evaluates_n_batches_scores_n_batches_of_sentences():
+    """trainer=smoke (limit_val_batches=2) once scored all 3,914 sample sentences."""
+    module, sentences = FakeModule(), gold_sentences()
+    callback = callback_with(sentences, batch_size=3)
+    callback.on_validation_epoch_end(fake_trainer(limit_val_batches=1), module)
+    assert module.logged == pytest.approx(expected_f1(module, sentences[:3]), rel=1e-6)
+    assert callback._sentence_limit(fake_trainer(limit_val_batches=2), "val") == 6
+    assert callback._sentence_limit(fake_trainer(limit_val_batches=0.5), "val") is None
+    capped = callback_with(sentences, batch_size=3, max_sentences=4)
+    assert capped._sentence_limit(fake_trainer(limit_val_batches=2), "val") == 4
 
 
 def test_every_n_epochs_and_skipping_without_distances():

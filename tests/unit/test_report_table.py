@@ -294,8 +294,39 @@ def test_unfinished_runs_are_left_out_and_listed(tmp_path):
         ("7", "no"),
     ]
     text = to_markdown(report_table([sweep]))
-    assert "left out (3 runs that did not finish):" in text
+    assert "left out (3 runs that did not finish cleanly):" in text
     assert f"- {sweep.resolve() / '5'}: failed" in text
+
+
+def test_a_diverged_run_is_never_a_row(tmp_path):
+    """A run stopped as diverged is listed with its error; one that finished with a metric that
+    is not a number is left out too, so neither averages into its model's row."""
+    sweep = logic_sweep(tmp_path)
+    diverged = make_run(sweep, "5", ["model=gru", "seed=1"], None, status="failed", model="gru")
+    record = json.loads((diverged / "status.json").read_text())
+    record["error"] = "training diverged: val/ppl is 1.7e+14 after epoch 0, worse than ..."
+    (diverged / "status.json").write_text(json.dumps(record))
+    make_run(sweep, "6", ["model=gru", "seed=2"], {"test/acc": float("nan")}, model="gru")
+    table = report_table([sweep])
+    assert [r.label for r in table.rows if r.kind == "run"] == ["model=lstm", "model=onlstm"]
+    reasons = dict(table.skipped)
+    assert reasons[(sweep / "5").resolve()].startswith("failed: training diverged: val/ppl is")
+    assert reasons[(sweep / "6").resolve()] == (
+        "finished with metrics that are not numbers (test/acc=nan)"
+    )
+    assert "training diverged" in to_markdown(table)
+
+
+def test_a_model_named_after_its_config_file_is_named_in_the_table(tmp_path):
+    """A model yaml without ``name:`` gets its file's name through ${hydra:runtime.choices.model},
+    which the saved config keeps unresolved; the run's record has the name."""
+    run = make_run(tmp_path, "0", [], {"test/acc": 0.5}, task="sst", model="gru")
+    config = OmegaConf.load(run / ".hydra" / "config.yaml")
+    config.model.name = "${hydra:runtime.choices.model}"
+    OmegaConf.save(config, run / ".hydra" / "config.yaml")
+    (run / "status.json").write_text(json.dumps({"status": "finished", "model": "gru"}))
+    (only,) = [r for r in report_table([run], paper="none").rows]
+    assert only.label == "gru"
 
 
 @pytest.mark.parametrize(

@@ -151,7 +151,9 @@ class TreeF1Callback(Callback):
         treebank, wsj_dir, data_dir, split (wsj): which gold sentences
             (:func:`treernn.parsing.wsj.resolve_treebank`, :func:`~treernn.parsing.wsj.load_split`).
         every_n_epochs (wsj): score every n-th validation epoch.
-        batch_size (wsj): sentences per forward pass; max_sentences: the first n only.
+        batch_size (wsj): sentences per forward pass; max_sentences: the first n only. A run
+            that evaluates a number of batches (``trainer.limit_val_batches=2``, as
+            ``trainer=smoke`` does) scores at most that many batches of sentences too.
         num_examples (wsj): induced trees beside gold ones in a wandb table.
     """
 
@@ -329,10 +331,11 @@ class TreeF1Callback(Callback):
         """The tested weights on both columns of Table 2, as ``python -m treernn parse``."""
         kind = resolve_treebank(self.treebank, self.wsj_dir, self.data_dir)
         record = []
+        limit = self._sentence_limit(trainer, "test")
         for column, split in zip(("short", "test"), default_splits(kind)):
             gold = load_gold(split, wsj_dir=self.wsj_dir, data_dir=self.data_dir)
-            if self.max_sentences is not None:
-                gold = GoldSet(gold.name, gold.sentences[: self.max_sentences], gold.skipped)
+            if limit is not None:
+                gold = GoldSet(gold.name, gold.sentences[:limit], gold.skipped)
             try:
                 trees, unknown = model_trees(pl_module, gold, self.batch_size)
             except NoDistancesError as error:
@@ -368,6 +371,17 @@ class TreeF1Callback(Callback):
             self._sentences, self._split_name = sentences, split
         return self._sentences
 
+    def _sentence_limit(self, trainer: pl.Trainer, stage: str) -> int | None:
+        """At most ``max_sentences``, and at most as many batches of sentences as the trainer
+        evaluates where it evaluates a number of batches (an int ``limit_{stage}_batches``, e.g.
+        ``trainer=smoke``: a smoke run scored all 3,914 sample sentences, 70 s of its 85)."""
+        limits = [self.max_sentences]
+        batches = trainer.limit_val_batches if stage == "val" else trainer.limit_test_batches
+        if isinstance(batches, int) and not isinstance(batches, bool) and batches > 0:
+            limits.append(batches * self.batch_size)
+        given = [limit for limit in limits if limit is not None]
+        return min(given) if given else None
+
     def _wsj_usable(self, pl_module: pl.LightningModule) -> bool:
         if self._disabled:
             return False
@@ -395,7 +409,8 @@ class TreeF1Callback(Callback):
             return
         if "val" not in self.stages or not self._wsj_usable(pl_module):
             return
-        shard = self._load()[trainer.global_rank :: trainer.world_size]
+        shard = self._load()[: self._sentence_limit(trainer, "val")]
+        shard = shard[trainer.global_rank :: trainer.world_size]
         vocab = pl_module.vocab
         try:
             signals = pl_module.sentence_tree_signals(

@@ -334,13 +334,18 @@ def tree_f1_report(args: argparse.Namespace) -> int:
 def throughput_report(args: argparse.Namespace) -> int:
     import hydra
     from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
 
     from treernn.checkpoints import build_task
     from treernn.run import register_resolvers
 
     register_resolvers()
     with initialize_config_dir(str(args.config_dir.resolve()), version_base="1.3"):
-        cfg = compose("config", overrides=args.overrides)
+        cfg = compose("config", overrides=args.overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # as under train.py: a model's default name resolves
+    with open_dict(cfg):
+        del cfg["hydra"]
     datamodule = hydra.utils.instantiate(cfg.task.datamodule)
     datamodule.prepare_data()
     datamodule.setup("test")

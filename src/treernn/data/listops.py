@@ -32,7 +32,12 @@ from treernn.data.classification import (
     parse_bracketed,
     read_tsv_lines,
 )
-from treernn.data.download import RemoteFile, cache_dir, resolve_data_file
+from treernn.data.download import (
+    DatasetNotFoundError,
+    RemoteFile,
+    cache_dir,
+    resolve_data_file,
+)
 from treernn.data.listops_generator import (
     CLOSE,
     DIGITS,
@@ -183,13 +188,19 @@ class ListOpsDataModule(ClassificationDataModule):
 
     def _train_path(self) -> Path:
         if self.train_source == "download":
-            return resolve_data_file(
-                DATASET,
-                TRAIN_FILE,
-                self.data_dir,
-                download=self.download,
-                verify=self.verify_checksums,
-            )
+            try:
+                return resolve_data_file(
+                    DATASET,
+                    TRAIN_FILE,
+                    self.data_dir,
+                    download=self.download,
+                    verify=self.verify_checksums,
+                )
+            except DatasetNotFoundError as error:
+                raise DatasetNotFoundError(
+                    f"{error} Or train on a generated stand-in (not the benchmark) with "
+                    "task.datamodule.train_source=generate."
+                ) from error
         path = self._standin_path()
         if not path.is_file():
             log.warning(

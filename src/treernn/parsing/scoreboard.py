@@ -52,7 +52,7 @@ from treernn.parsing.baselines import (
     DESCRIPTIONS,
     baseline_spans,
 )
-from treernn.parsing.induce import induce_distances, trees_from_distances
+from treernn.parsing.induce import sentence_signals, trees_from_sentence_signals
 from treernn.parsing.metrics import TABLE2_LABELS, ParseScores, score_spans
 from treernn.parsing.treefile import (
     PUNCTUATION_TOKENS,
@@ -546,11 +546,13 @@ __all__ = [
 
 def model_trees(task: Any, gold: GoldSet, batch_size: int = 64) -> tuple[list[list[Tree]], float]:
     """``trees[layer][sentence]`` of a treernn language model (a task with ``embedding``,
-    ``encoder`` with syntactic distances, and ``vocab``) over the gold sentences, each read alone
-    as ``<eos> w_1 .. w_n <eos>``, and the fraction of their words it reads as ``<unk>``."""
+    ``encoder`` with a tree signal, and ``vocab``) over the gold sentences, each read alone
+    as ``<eos> w_1 .. w_n <eos>``, and the fraction of their words it reads as ``<unk>``. The
+    trees come from the tree signal (:func:`treernn.parsing.induce.trees_from_signal`): a greedy
+    tree per layer from syntactic distances, one tree from Ordered Memory's attention."""
     vocab = task.vocab
     ids = [vocab.encode(sentence.words) for sentence in gold.sentences]
-    distances = induce_distances(
+    signals = sentence_signals(
         task.embedding,
         task.encoder,
         ids,
@@ -560,7 +562,7 @@ def model_trees(task: Any, gold: GoldSet, batch_size: int = 64) -> tuple[list[li
     )
     words = sum(len(row) for row in ids)
     unknown = sum(token == vocab.unk_index for row in ids for token in row)
-    return trees_from_distances(distances), unknown / max(words, 1)
+    return trees_from_sentence_signals(signals), unknown / max(words, 1)
 
 
 def model_name(tasks: Sequence[Any]) -> str:
@@ -584,6 +586,6 @@ def score_layers(
         for layer in range(1, layers + 1)
     }
     descriptions = {
-        row: f"greedy trees of layer {row.rsplit(' ', 1)[1]}'s distances ({source})" for row in runs
+        row: f"trees of layer {row.rsplit(' ', 1)[1]}'s tree signal ({source})" for row in runs
     }
     return evaluate_runs(runs, gold, protocol=protocol, descriptions=descriptions)

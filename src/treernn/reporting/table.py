@@ -242,18 +242,27 @@ def _baselines(run_dir: Path) -> dict[str, float]:
 
 
 def load_run(run_dir: Path) -> Run | str:
-    """A finished run, or the reason it is left out (it did not finish)."""
+    """A run that finished cleanly, or the reason it is left out: it did not finish (it failed,
+    e.g. diverged, or was interrupted; the reason is its recorded error), or it finished with a
+    metric that is not a number."""
     record = read_status(run_dir)
     if record.get("resumed_into"):
         return f"resumed in {record['resumed_into']}"
     status = record.get("status")
     if status != "finished":
-        return status or "no status.json (did not start or is not a treernn run)"
+        if not status:
+            return "no status.json (did not start or is not a treernn run)"
+        return f"{status}: {record['error']}" if record.get("error") else status
     config = _read_yaml(run_dir / ".hydra" / "config.yaml") or {}
+    _name_from_record(config, record)
     overrides_path = run_dir / ".hydra" / "overrides.yaml"
     lines = _read_yaml(overrides_path) if overrides_path.is_file() else []
     task = str(_select(config, "task.name") or record.get("task") or "?")
     metrics = _final_metrics(run_dir)
+    not_numbers = sorted(key for key, value in metrics.items() if not math.isfinite(value))
+    if not_numbers:
+        shown = ", ".join(f"{key}={metrics[key]}" for key in not_numbers[:3])
+        return f"finished with metrics that are not numbers ({shown})"
     values = metric_columns(metrics)
     tree_f1 = run_dir / "tree_f1.json"
     if tree_f1.is_file() and not any(k.startswith("parse_f1") for k in values):
@@ -270,6 +279,15 @@ def load_run(run_dir: Path) -> Run | str:
     if run.split in SYSGEN_SPLITS:  # only the partition's accuracy compares across models
         run.values = {k: v for k, v in values.items() if k.startswith("sysgen_")}
     return run
+
+
+def _name_from_record(config: dict[str, Any], record: Mapping[str, Any]) -> None:
+    """A model config without its own ``name:`` is named after its file by an interpolation
+    (``${hydra:runtime.choices.model}``, conf/config.yaml) that the saved config keeps unresolved;
+    the run's record holds the name it ran under."""
+    model = config.get("model")
+    if isinstance(model, dict) and "${" in str(model.get("name", "")) and record.get("model"):
+        model["name"] = record["model"]
 
 
 def load_runs(paths: Iterable[str | Path]) -> tuple[list[Run], list[tuple[Path, str]]]:
@@ -467,7 +485,7 @@ def to_markdown(table: Table) -> str:
         notes.append("(paper) rows: " + ", ".join(_PAPER_SOURCES[p] for p in table.papers))
     lines += ["", *notes]
     if table.skipped:
-        lines.append(f"left out ({len(table.skipped)} runs that did not finish):")
+        lines.append(f"left out ({len(table.skipped)} runs that did not finish cleanly):")
         lines += [f"- {path}: {reason}" for path, reason in table.skipped]
     return "\n".join(lines) + "\n"
 

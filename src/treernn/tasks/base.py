@@ -17,6 +17,10 @@ validates every N updates (``trainer.val_check_interval=N``, ``check_val_every_n
 and N is longer than an epoch, an epoch that ends without a new validation does not step it
 again on the old value, and an epoch before the first validation does not step it at all.
 
+Divergence: :meth:`Task.chance_levels` names what a model that predicts the uniform distribution
+over the task's outputs scores (ln V nats per word, ln C per example);
+:class:`~treernn.callbacks.divergence.DivergenceMonitor` stops a run that is clearly worse.
+
 Validation vs test: an encoder with a ``validating`` attribute (Ordered Memory, whose eval mode
 uses more memory slots at test time than in validation) has it set to True for the validation
 loop and False otherwise.
@@ -24,6 +28,8 @@ loop and False otherwise.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -37,6 +43,45 @@ from treernn.encoders.base import Encoder, EncoderOutput
 from treernn.errors import ConfigValueError
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
+EncoderFactory = Callable[..., Encoder]
+
+
+def build_encoder(factory: EncoderFactory, **sizes: Any) -> Encoder:
+    """The encoder of ``conf/model/<model>.yaml`` (a partial) completed with the sizes the task
+    knows (``input_size``, ``output_size``). A key its constructor does not take (e.g.
+    ``model.weight_drop`` given to a GRU), or one it needs and nobody set, is one line naming
+    the key, before any of the constructor runs."""
+    if isinstance(factory, functools.partial) and inspect.isclass(factory.func):
+        check_encoder_keywords(factory.func, {**factory.keywords, **sizes})
+    return factory(**sizes)
+
+
+def check_encoder_keywords(encoder_class: type, keywords: dict[str, Any]) -> None:
+    """Raise :class:`ConfigValueError` for a keyword ``encoder_class`` does not take, or for a
+    required one that ``keywords`` lacks."""
+    parameters = dict(inspect.signature(encoder_class.__init__).parameters)
+    parameters.pop("self", None)
+    named = {
+        name: parameter
+        for name, parameter in parameters.items()
+        if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    }
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    unknown = sorted(set(keywords) - set(named))
+    if unknown and not takes_any:
+        key = unknown[0]
+        raise ConfigValueError(
+            f"model.{key}: {encoder_class.__name__} takes no keyword {key!r} (its keywords: "
+            f"{', '.join(named)}); drop it from conf/model/<model>.yaml, the preset or the "
+            f"command line (~model.{key} removes it)"
+        )
+    missing = [name for name, p in named.items() if p.default is p.empty and name not in keywords]
+    if missing:
+        key = missing[0]
+        raise ConfigValueError(
+            f"model.{key} is missing: {encoder_class.__name__} needs it; add `{key}: ...` to "
+            "conf/model/<model>.yaml"
+        )
 
 
 class Task(pl.LightningModule):
@@ -87,6 +132,15 @@ class Task(pl.LightningModule):
     def encode_batch(self, batch: Any, state: Any = None) -> EncodedBatch:
         inputs = self.encoder_inputs(batch)
         return EncodedBatch(inputs, self.run_encoder(inputs, state))
+
+    # ----------------------------------------------------------------- divergence
+    def chance_levels(self) -> dict[str, float]:
+        """What a model predicting the uniform distribution over the task's outputs scores, by
+        metric key: a loss in nats (``train/loss``: ln V for V words, ln C for C classes) or a
+        perplexity (``val/ppl``: V). Every listed metric is one where higher is worse; a
+        training run clearly above these levels has diverged (see
+        :class:`~treernn.callbacks.divergence.DivergenceMonitor`). None listed by default."""
+        return {}
 
     # ----------------------------------------------------------------- validation vs test
     def _set_validating(self, validating: bool) -> None:

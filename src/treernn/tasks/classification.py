@@ -33,7 +33,7 @@ from treernn.data.classification import ClassificationBatch
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.base import Encoder, check_dropout
 from treernn.errors import ConfigValueError
-from treernn.tasks.base import Task
+from treernn.tasks.base import Task, build_encoder
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
 
@@ -148,7 +148,7 @@ class ClassificationTask(Task):
                 self.embedding.weight.copy_(pretrained_embeddings)
             self.embedding.weight.requires_grad_(not freeze_embeddings)
         self.input_dropout = nn.Dropout(input_dropout)
-        self.encoder = encoder(input_size=embedding_size)
+        self.encoder = build_encoder(encoder, input_size=embedding_size)
         hidden = self.encoder.output_size
         features = 4 * hidden if num_sentences == 2 else hidden
         width = mlp_hidden_size or hidden
@@ -170,6 +170,11 @@ class ClassificationTask(Task):
         self.test_accuracy = GroupedAccuracy(len(self.group_names), len(self.bucket_names))
         #: filled at the end of testing: {group: {"acc": .., "count": .., "buckets": {name: {..}}}}
         self.test_results: dict[str, Any] = {}
+
+    def chance_levels(self) -> dict[str, float]:
+        """A uniform guess over the C classes: ln C per example (training loss only: see
+        :class:`~treernn.callbacks.divergence.DivergenceMonitor` for why not the validation's)."""
+        return {"train/loss": math.log(self.hparams.num_classes)}
 
     # ----------------------------------------------------------------- model
     def encode(self, batch: ClassificationBatch) -> Tensor:

@@ -31,7 +31,7 @@ from treernn.data.vocab import Vocabulary
 from treernn.encoders.base import Encoder
 from treernn.errors import ConfigValueError
 from treernn.metrics import Perplexity
-from treernn.tasks.base import Task
+from treernn.tasks.base import Task, build_encoder
 
 
 def unigram_noise_log_probs(counts: Sequence[int], power: float = 0.75) -> Tensor:
@@ -113,7 +113,7 @@ class DependencyLanguageModel(Task):
             vocab = vocab.itos
         self.vocab: list[str] | None = list(vocab) if vocab is not None else None
         self.embedding = nn.Embedding(vocab_size, embedding_size)
-        self.encoder = encoder(input_size=embedding_size)
+        self.encoder = build_encoder(encoder, input_size=embedding_size)
         self.output_dropout = nn.Dropout(dropout)
         self.input_dropout = nn.Dropout(dropout)
         self.decoder = nn.Linear(self.encoder.output_size, vocab_size)  # Who (Eq. 2d)
@@ -129,6 +129,16 @@ class DependencyLanguageModel(Task):
         self.metrics = nn.ModuleDict(
             {stage: Perplexity() for stage in ("train_ppl", "val_ppl", "test_ppl")}
         )
+
+    def chance_levels(self) -> dict[str, float]:
+        """A uniform guess over the V words: perplexity V (validation always uses the exact
+        softmax), and ln V per word for the ``nll`` training loss (the NCE loss has no such
+        level)."""
+        words = self.decoder.out_features
+        levels = {"val/ppl": float(words)}
+        if self.hparams.loss == "nll":
+            levels["train/loss"] = math.log(words)
+        return levels
 
     # ------------------------------------------------------------------ model
 

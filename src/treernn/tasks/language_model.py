@@ -11,6 +11,8 @@ does (ON-LSTM Sec. 5.2), for the tree-F1 callback and the evaluation commands.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,14 +21,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from treernn.checkpoints import trusted_class
 from treernn.data.batch import EncoderInputs
 from treernn.data.ptb import TokenStreamBatch
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.base import Encoder, EncoderOutput, LockedDropout, TreeSignal, check_dropout
-from treernn.errors import DivergedError
+from treernn.errors import CheckpointError, DivergedError
 from treernn.metrics import Perplexity
 from treernn.parsing.induce import sentence_signals
-from treernn.tasks.base import Task
+from treernn.tasks.base import Task, build_encoder
 
 
 class NonFiniteLossError(DivergedError):
@@ -42,19 +45,61 @@ def embedded_dropout(embedding: nn.Embedding, words: Tensor, p: float, training:
     return F.embedding(words, weight, embedding.padding_idx)
 
 
+def _state_parts(state: Any) -> list[Any]:
+    """The items of a carried state: a list or tuple, or the fields of a dataclass (e.g.
+    Ordered Memory's ``OrderedMemoryState``)."""
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return [getattr(state, field.name) for field in dataclasses.fields(state)]
+    return list(state) if isinstance(state, (list, tuple)) else []
+
+
 def detach_state(state: Any) -> Any:
+    """The carried state (tensors, lists or tuples of them, or a dataclass of them) detached
+    from the graph of the segment that produced it."""
     if state is None:
         return None
     if isinstance(state, Tensor):
         return state.detach()
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        fields = dataclasses.fields(state)
+        return dataclasses.replace(
+            state, **{field.name: detach_state(getattr(state, field.name)) for field in fields}
+        )
     return type(state)(detach_state(s) for s in state)
+
+
+def portable_state(state: Any) -> Any:
+    """A carried state as tensors in lists, tuples and dicts only, so that a checkpoint holding it
+    loads with ``torch.load(weights_only=True)`` (as Lightning loads the checkpoint it tests): a
+    dataclass state (Ordered Memory's) becomes its class's import path and its fields."""
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        kind = type(state)
+        fields = {f.name: portable_state(getattr(state, f.name)) for f in dataclasses.fields(state)}
+        return {"dataclass": f"{kind.__module__}:{kind.__qualname__}", "fields": fields}
+    if isinstance(state, (list, tuple)):
+        return type(state)(portable_state(s) for s in state)
+    return state
+
+
+def restored_state(state: Any) -> Any:
+    """The inverse of :func:`portable_state`."""
+    if isinstance(state, dict) and "dataclass" in state:
+        module, _, name = str(state["dataclass"]).partition(":")
+        what = "its carried state names the dataclass"
+        kind = trusted_class(f"{module}.{name}", what, "checkpoint")
+        if not dataclasses.is_dataclass(kind):
+            raise CheckpointError(f"checkpoint: {what} {kind.__name__}, which is not one; refused")
+        return kind(**{key: restored_state(value) for key, value in state["fields"].items()})
+    if isinstance(state, (list, tuple)):
+        return type(state)(restored_state(s) for s in state)
+    return state
 
 
 def state_batch_size(state: Any) -> int | None:
     """Batch size of a (nested) carried state, None when there is no tensor in it."""
     if isinstance(state, Tensor):
         return state.size(0)
-    for item in state if isinstance(state, (list, tuple)) else ():
+    for item in _state_parts(state):
         size = state_batch_size(item)
         if size is not None:
             return size
@@ -87,8 +132,8 @@ class LanguageModelTask(Task):
         self.save_hyperparameters(ignore=["encoder", "vocab", "optimizer"])
         self.vocab = vocab
         self.embedding = nn.Embedding(vocab_size, embedding_size)
-        self.encoder = encoder(
-            input_size=embedding_size, output_size=embedding_size if tie_weights else None
+        self.encoder = build_encoder(
+            encoder, input_size=embedding_size, output_size=embedding_size if tie_weights else None
         )
         self.decoder = nn.Linear(self.encoder.output_size, vocab_size)
         nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
@@ -99,6 +144,12 @@ class LanguageModelTask(Task):
         self.train_ppl, self.val_ppl, self.test_ppl = Perplexity(), Perplexity(), Perplexity()
         self._state: Any = None  # carried hidden state of the current stage
         self._epoch_tokens, self._train_seconds, self._batch_start = 0, 0.0, 0.0
+
+    def chance_levels(self) -> dict[str, float]:
+        """A uniform guess over the V words: ln V per word (``train/loss`` is the cross-entropy
+        alone, without AR/TAR) and a perplexity of V."""
+        words = self.decoder.out_features
+        return {"train/loss": math.log(words), "val/ppl": float(words)}
 
     # ----------------------------------------------------------------- model
     def embed(self, tokens: Tensor) -> Tensor:
@@ -223,12 +274,12 @@ class LanguageModelTask(Task):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
         # the carried hidden state, so a run resumed mid-epoch continues exactly
-        checkpoint["carried_state"] = self._state
+        checkpoint["carried_state"] = portable_state(self._state)
         if self.vocab is not None:
             checkpoint["vocab"] = self.vocab.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)
-        self._state = checkpoint.get("carried_state")
+        self._state = restored_state(checkpoint.get("carried_state"))
         if "vocab" in checkpoint and self.vocab is None:
             self.vocab = Vocabulary.from_state_dict(checkpoint["vocab"])
