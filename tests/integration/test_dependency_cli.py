@@ -10,8 +10,8 @@ import pytest
 
 from tests.integration.helpers import compose_config, run_cli, train_in_process
 from treernn.commands import main as treernn_main
-from treernn.commands import msr
 from treernn.data.dependency import write_conllu
+from treernn.evaluation import completion as msr
 
 SMALL_PRESETS = [
     "tdlstm/td_treelstm_ewt_small",

@@ -19,10 +19,10 @@ from treernn.commands.generate import (
     sample_tree,
     train_classifiers,
 )
-from treernn.commands.rerank import group_candidates, perturbed_candidates, rerank
 from treernn.data.dependency import DependencyTree, linearise
 from treernn.encoders.td_treelstm import LdTreeLSTM
 from treernn.errors import DataError
+from treernn.evaluation.reranking import group_candidates, perturbed_candidates, rerank
 from treernn.tasks.dependency_lm import DependencyLanguageModel
 
 GOLD = DependencyTree(("a", "b", "c", "d"), (2, 0, 2, 3), ("det", "root", "obj", "punct"))

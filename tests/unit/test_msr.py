@@ -9,21 +9,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from treernn.commands.msr import (
+from treernn.commands.msr import format_report
+from treernn.data.dependency import DependencyTree, write_conllu
+from treernn.data.vocab import Vocabulary
+from treernn.encoders.td_treelstm import LdTreeLSTM
+from treernn.errors import DataError
+from treernn.evaluation.completion import (
     MSRQuestions,
     accuracy_report,
     answer_words,
     answers_in_vocabulary,
     candidate_trees,
     evaluate,
-    format_report,
     question_credit,
     read_msr,
 )
-from treernn.data.dependency import DependencyTree, write_conllu
-from treernn.data.vocab import Vocabulary
-from treernn.encoders.td_treelstm import LdTreeLSTM
-from treernn.errors import DataError
 from treernn.tasks.dependency_lm import DependencyLanguageModel
 
 VOCAB = ["<pad>", "<unk>", "<root>", "holmes", "smiled", "frowned", "ate", "he"]

@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from treernn.commands.syneval import (
+from treernn.data.vocab import Vocabulary
+from treernn.evaluation.syneval import (
     TABLE3,
     SynEvalError,
     evaluate_syneval,
@@ -19,7 +20,6 @@ from treernn.commands.syneval import (
     load_test_sets,
     sentence_log_probs,
 )
-from treernn.data.vocab import Vocabulary
 
 WORDS = ["<eos>", "the", "author", "authors", "laughs", "laugh", "no", "most", "ever"]
 

@@ -260,9 +260,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from treernn.checkpoints import load_trained
-    from treernn.commands.msr import read_conll
     from treernn.data.download import default_data_dir
     from treernn.errors import CheckpointError
+    from treernn.evaluation.tree_scoring import read_conll
     from treernn.tasks.dependency_lm import DependencyLanguageModel
 
     hint = "a tree language model's checkpoint (task=dependency_lm, td_treelstm or ld_treelstm)"

@@ -1,23 +1,22 @@
-"""Dependency-parse reranking with a tree language model (Zhang et al. 2016, Section 3.3, Table 2).
-
-Each sentence has K candidate trees (the paper: the K best of the 2nd-order MSTParser). The tree
-model scores every candidate by log P(S|T) and the best-scoring one is kept; the result is the
-unlabelled and labelled attachment score (UAS/LAS) of the kept trees against the gold trees.
+"""``python -m treernn rerank``: dependency-parse reranking with a tree language model (Zhang et
+al. 2016, Section 3.3, Table 2; :mod:`treernn.evaluation.reranking`): UAS/LAS of the candidates the
+model prefers, beside the first candidate and the oracle.
 
 Candidate file format: CoNLL-U (or CoNLL-X), one block per candidate tree, candidates of the same
 sentence consecutive and marked with ``# sent_id = <id>`` (a new id starts the next sentence); an
 optional ``# candidate = <k>`` comment is kept for reference. The gold file holds one tree per
-sentence, in the same sentence order, with the same words. Candidates may be non-projective: the
-breadth-first generation is defined for any tree.
+sentence, in the same sentence order, with the same words.
 
 Producing candidates: any k-best dependency parser writing CoNLL (MSTParser's k-best mode, as in the
 paper, or another parser's k-best output), with one ``# sent_id`` per sentence. For a quick sanity
 check without a k-best parser, ``make-candidates`` writes the gold tree plus K-1 trees that each
-re-attach a few words to other heads (kept projective), in shuffled order; reranking those is an
-easy synthetic task, not the paper's benchmark.
+re-attach a few words to other heads (kept projective), in shuffled order; ``ewt`` builds such
+candidates for UD English-EWT's test trees and reranks them in one go (the stand-in of
+``docs/ewt_standins.md``). Reranking those is an easy synthetic task, not the paper's benchmark.
 
     python -m treernn rerank score --ckpt X.ckpt --candidates cands.conllu --gold gold.conllu
     python -m treernn rerank make-candidates --gold dev.conllu --k 4 --output cands.conllu
+    python -m treernn rerank ewt --ckpt X.ckpt [--k 4] [--max-sentences N]
 """
 
 from __future__ import annotations
@@ -25,122 +24,16 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
 
-from treernn.commands.msr import read_conll, score_trees
-from treernn.data.dependency import DependencyTree, find_cycle, is_projective, write_conllu
-from treernn.errors import CheckpointError, DataError
-
-
-@dataclass
-class AttachmentScore:
-    heads_correct: int = 0
-    labels_correct: int = 0
-    words: int = 0
-
-    def add(self, predicted: DependencyTree, gold: DependencyTree, exclude_labels=()) -> None:
-        for index, (head, gold_head) in enumerate(zip(predicted.heads, gold.heads)):
-            gold_label = gold.labels[index] if gold.labels else "_"
-            if gold_label in exclude_labels:
-                continue
-            self.words += 1
-            if head == gold_head:
-                self.heads_correct += 1
-                if predicted.labels and predicted.labels[index] == gold_label:
-                    self.labels_correct += 1
-
-    @property
-    def uas(self) -> float:
-        return 100.0 * self.heads_correct / max(self.words, 1)
-
-    @property
-    def las(self) -> float:
-        return 100.0 * self.labels_correct / max(self.words, 1)
-
-
-def group_candidates(candidates: Sequence[DependencyTree]) -> list[list[DependencyTree]]:
-    """Consecutive trees with the same ``sent_id`` form one sentence's candidate list."""
-    groups: list[list[DependencyTree]] = []
-    previous = object()
-    for tree in candidates:
-        sent_id = tree.metadata.get("sent_id")
-        if sent_id is None:
-            raise DataError(f"{tree.source}: candidate without '# sent_id = ...'")
-        if sent_id != previous:
-            groups.append([])
-            previous = sent_id
-        groups[-1].append(tree)
-    return groups
-
-
-def rerank(
-    scores: Sequence[Sequence[float]],
-    groups: Sequence[Sequence[DependencyTree]],
-    gold: Sequence[DependencyTree],
-    exclude_labels: Sequence[str] = (),
-) -> dict[str, float]:
-    """UAS/LAS of the reranked choice, of the first candidate and of the oracle."""
-    if len(groups) != len(gold):
-        raise DataError(
-            f"{len(groups)} candidate sentences but {len(gold)} gold trees; they must align"
-        )
-    chosen, first, oracle = AttachmentScore(), AttachmentScore(), AttachmentScore()
-    for sentence_scores, candidates, gold_tree in zip(scores, groups, gold):
-        for candidate in candidates:
-            if candidate.words != gold_tree.words:
-                raise DataError(
-                    f"{candidate.source}: words differ from the gold tree at {gold_tree.source}"
-                )
-        best = max(range(len(candidates)), key=lambda k: (sentence_scores[k], -k))
-        chosen.add(candidates[best], gold_tree, exclude_labels)
-        first.add(candidates[0], gold_tree, exclude_labels)
-        per_candidate = []
-        for candidate in candidates:
-            score = AttachmentScore()
-            score.add(candidate, gold_tree, exclude_labels)
-            per_candidate.append(score)
-        best_possible = max(per_candidate, key=lambda s: (s.heads_correct, s.labels_correct))
-        oracle.heads_correct += best_possible.heads_correct
-        oracle.labels_correct += best_possible.labels_correct
-        oracle.words += best_possible.words
-    return {
-        "uas": chosen.uas,
-        "las": chosen.las,
-        "first_uas": first.uas,
-        "first_las": first.las,
-        "oracle_uas": oracle.uas,
-        "oracle_las": oracle.las,
-        "sentences": float(len(gold)),
-    }
-
-
-def perturbed_candidates(
-    gold: DependencyTree, k: int, changes: int, rng: random.Random
-) -> list[DependencyTree]:
-    """Gold and up to k-1 distinct projective trees with ``changes`` words moved, shuffled."""
-    trees = [gold]
-    seen = {gold.heads}
-    n = len(gold)
-    for _ in range(20 * k):
-        if len(trees) == k or n < 2:
-            break
-        heads = list(gold.heads)
-        for _ in range(changes):
-            word = rng.randrange(1, n + 1)
-            if heads[word - 1] == 0:
-                continue
-            heads[word - 1] = rng.choice([h for h in range(1, n + 1) if h != word])
-        heads_tuple = tuple(heads)
-        if heads_tuple in seen or find_cycle(heads) is not None or not is_projective(heads):
-            continue
-        seen.add(heads_tuple)
-        trees.append(replace(gold, heads=heads_tuple))
-    rng.shuffle(trees)
-    sent_id = gold.metadata.get("sent_id", gold.source)
-    return [
-        replace(t, metadata={"sent_id": sent_id, "candidate": str(i)}) for i, t in enumerate(trees)
-    ]
+from treernn.data.dependency import write_conllu
+from treernn.errors import CheckpointError
+from treernn.evaluation.reranking import (
+    group_candidates,
+    grouped_scores,
+    perturbed_candidates,
+    rerank,
+)
+from treernn.evaluation.tree_scoring import read_conll, score_trees
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -188,11 +81,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     candidates, _ = read_conll(args.candidates)
     groups = group_candidates(candidates)
-    flat_scores = score_trees(task, candidates, args.batch_size).tolist()
-    scores, start = [], 0
-    for group in groups:
-        scores.append(flat_scores[start : start + len(group)])
-        start += len(group)
+    scores = grouped_scores(score_trees(task, candidates, args.batch_size).tolist(), groups)
     exclude = [x for x in args.exclude_labels.split(",") if x]
     result = rerank(scores, groups, gold, exclude)
     print(
