@@ -52,6 +52,13 @@ LOGIC = [
     "trainer.enable_progress_bar=false",
 ]
 
+#: the same, 80 updates, the lr halved by every validation that does not improve on the best
+PLATEAU = [
+    *[arg for arg in LOGIC if not arg.startswith("trainer.max_steps=")],
+    "trainer.max_steps=80",
+    "task.module.scheduler.patience=0",
+]
+
 
 def _signal_at(step: int, name: str) -> list[str]:
     return [
@@ -87,6 +94,7 @@ def uninterrupted(tmp_path_factory) -> dict[str, Path]:
     for name, args, task, model in (
         ("ptb", [*QUICK, "trainer.max_epochs=2"], "ptb", "onlstm"),
         ("logic", LOGIC, "logic", "lstm"),
+        ("plateau", PLATEAU, "logic", "lstm"),
     ):
         log_dir = tmp_path_factory.mktemp(name)
         result = run_cli([*args, f"paths.log_dir={log_dir}"])
@@ -97,20 +105,23 @@ def uninterrupted(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.mark.parametrize(
     ("setting", "signal_name", "code"),
-    [("ptb", "SIGTERM", 143), ("logic", "SIGINT", 130)],
+    [("ptb", "SIGTERM", 143), ("logic", "SIGINT", 130), ("plateau", "SIGTERM", 143)],
 )
 def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_exact(
     setting, signal_name, code, tmp_path, uninterrupted
 ):
-    args, task, model, step = {
-        "ptb": ([*QUICK, "trainer.max_epochs=2"], "ptb", "onlstm", 20),  # 2nd epoch, mid-way
-        "logic": (LOGIC, "logic", "lstm", 23),  # after the validation at 20, in epoch 2
+    args, task, model, step, epoch = {
+        "ptb": ([*QUICK, "trainer.max_epochs=2"], "ptb", "onlstm", 20, 1),  # 2nd epoch, mid-way
+        "logic": (LOGIC, "logic", "lstm", 23, 1),  # after the validation at 20, in epoch 2
+        # after the validation at 40 and before epoch 3 ends at step 47, where the plateau
+        # scheduler steps on that validation's metric (halving the lr: checked below)
+        "plateau": (PLATEAU, "logic", "lstm", 42, 2),
     }[setting]
     stopped = run_cli([*args, f"paths.log_dir={tmp_path}", *_signal_at(step, signal_name)])
     assert stopped.returncode == code, stopped.stderr[-3000:]
     assert "Traceback" not in stopped.stderr
     (line,) = [line for line in stopped.stderr.splitlines() if line.startswith("interrupted by")]
-    assert f"interrupted by {signal_name} at epoch 1, step {step}" in line
+    assert f"interrupted by {signal_name} at epoch {epoch}, step {step}" in line
     assert "resume with ckpt_path=last" in line
     (run_dir,) = _run_dirs(tmp_path, task, model)
     record = runs.read_status(run_dir)
@@ -122,6 +133,9 @@ def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_exact(
     assert runs.read_status(run_dir)["status"] == "finished"
     assert _metrics(run_dir) == _metrics(uninterrupted[setting])
     assert _csv(run_dir) == _csv(uninterrupted[setting])  # no row twice, none missing
+    if setting == "plateau":  # the scheduler's step at 47 came from the first process's validation
+        rates = [row["lr-Adam"] for row in _csv(run_dir) if "lr-Adam" in row]
+        assert rates[:4] == ["0.001", "0.001", "0.001", "0.0005"]
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,7 @@ from tests.integration.helpers import (
     run_cli,
     train_in_process,
 )
+from treernn.checkpoints import constructor_config
 from treernn.commands import main as commands_main
 from treernn.data.classification import ClassificationBatch, Collator, Example, Sentence
 from treernn.data.dependency import (
@@ -50,7 +51,6 @@ from treernn.data.dependency import (
 from treernn.encoders.base import INPUT_VIEWS, TREE_SIGNAL_KINDS, Encoder
 from treernn.parsing.induce import trees_from_signal
 from treernn.parsing.trees import balanced, leaves, left_branching, right_branching
-from treernn.run import constructor_config
 from treernn.runs import read_status
 from treernn.tasks.base import build_encoder
 from treernn.tasks.language_model import detach_state

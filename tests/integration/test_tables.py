@@ -22,7 +22,7 @@ from tests.integration.helpers import (
     compose_config,
     model_configs,
 )
-from treernn.run import constructor_config
+from treernn.checkpoints import constructor_config
 from treernn.tasks.base import build_encoder
 
 CONF = REPO_ROOT / "conf"

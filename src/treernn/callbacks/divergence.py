@@ -73,7 +73,9 @@ class DivergenceMonitor(Callback):
         self._recent: dict[str, deque[float]] = {}
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._chance = {key: _nats(key, level) for key, level in pl_module.chance_levels().items()}
+        # a module that is not a treernn task (one a user brings) has no chance levels to check
+        levels = pl_module.chance_levels() if hasattr(pl_module, "chance_levels") else {}
+        self._chance = {key: _nats(key, level) for key, level in levels.items()}
         training = [key for key in self._chance if key.startswith("train/")]
         self._recent = {key: deque(maxlen=self.chance_patience) for key in training}
 

@@ -112,6 +112,8 @@ class Task(pl.LightningModule):
         # validations run (sanity checks aside), and how many the plateau scheduler has seen
         self._validations = 0
         self._plateau_validations = 0
+        #: the monitored metric of the last validation, from a checkpoint (see on_train_start)
+        self._restored_monitor_value: float | None = None
 
     # ----------------------------------------------------------------- embed -> encode
     def encoder_inputs(self, batch: Any) -> EncoderInputs:
@@ -146,6 +148,26 @@ class Task(pl.LightningModule):
     def _set_validating(self, validating: bool) -> None:
         if hasattr(self.encoder, "validating"):
             self.encoder.validating = validating
+
+    # A plateau scheduler steps at the end of an epoch on the newest validation's metric. Lightning
+    # keeps that metric (trainer.callback_metrics) out of checkpoints, and so skips the plateau
+    # step at the end of the epoch a run resumed in (its fit loop is "restarting"): a run resumed
+    # between a validation and the epoch's end would decay its learning rate a validation late.
+    # The task keeps the metric in its checkpoint, puts it back, and takes that step itself.
+    def on_train_start(self) -> None:
+        value, self._restored_monitor_value = self._restored_monitor_value, None
+        metrics = self.trainer.callback_metrics
+        if value is not None and self.monitor is not None and self.monitor not in metrics:
+            metrics[self.monitor] = torch.tensor(value)
+
+    def on_train_epoch_end(self) -> None:
+        loop = self.trainer.fit_loop
+        batches = loop.epoch_loop.batch_progress
+        epoch_ran_to_its_end = (
+            batches.is_last_batch or batches.current.ready == self.trainer.num_training_batches
+        )
+        if loop.restarting and epoch_ran_to_its_end:  # the step Lightning skips (see above)
+            loop.epoch_loop.update_lr_schedulers("epoch", update_plateau_schedulers=True)
 
     def on_validation_start(self) -> None:
         self._set_validating(True)
@@ -211,9 +233,11 @@ class Task(pl.LightningModule):
         trainer = getattr(self, "_trainer", None)
         # at an epoch's end Lightning resets the epoch's metrics after this save: none to keep
         epoch_over = bool(trainer and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
+        monitored = trainer.callback_metrics.get(self.monitor) if trainer and self.monitor else None
         checkpoint["task_progress"] = {
             "validations": self._validations,
             "plateau_validations": self._plateau_validations,
+            "monitor_value": None if monitored is None else float(monitored),
             "train_metrics": {}
             if epoch_over
             else {
@@ -228,6 +252,7 @@ class Task(pl.LightningModule):
             return
         self._validations = progress["validations"]
         self._plateau_validations = progress["plateau_validations"]
+        self._restored_monitor_value = progress.get("monitor_value")
         metrics = self._train_metrics()
         for name, states in progress["train_metrics"].items():
             if name in metrics:

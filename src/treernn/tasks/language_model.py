@@ -245,6 +245,7 @@ class LanguageModelTask(Task):
         return loss
 
     def on_train_epoch_end(self) -> None:
+        super().on_train_epoch_end()
         if self._train_seconds > 0 and self._epoch_tokens:
             tokens_per_sec = self._epoch_tokens / self._train_seconds * self.trainer.world_size
             self.log("train/tokens_per_sec", tokens_per_sec)
