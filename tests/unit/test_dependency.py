@@ -152,3 +152,18 @@ def test_ewt_reads_with_projective_count(data_dir):
     assert report.kept == len(trees) == 2001 - report.skipped["non-projective"]
     assert 0 < report.skipped["non-projective"] < 100
     assert set(report.skipped) == {"non-projective"}
+
+
+def test_tags_are_kept_and_written_back(tmp_path):
+    from dataclasses import replace
+
+    from treernn.data.dependency import write_conllu
+
+    lines = ["1 The _ DET DT _ 2 det _ _", "2 dog _ NOUN NN _ 0 root _ _", ""]
+    trees, _ = read_dependency_text(lines)
+    assert trees[0].upos == ("DET", "NOUN") and trees[0].xpos == ("DT", "NN")
+    write_conllu(trees, tmp_path / "out.conllu")
+    again, _ = read_dependency_file(tmp_path / "out.conllu")
+    assert (again[0].upos, again[0].xpos) == (trees[0].upos, trees[0].xpos)
+    # tags take no part in a tree's identity (candidate trees compare by words, heads, labels)
+    assert replace(trees[0], upos=("X", "X"), xpos=()) == trees[0]

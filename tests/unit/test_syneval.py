@@ -153,3 +153,38 @@ def test_missing_files_are_named(tmp_path: Path):
     (folder / "vp_coord.json.gz").write_bytes(b"not gzip")
     with pytest.raises(SynEvalError, match=r"vp_coord\.json\.gz: not a syneval JSON export"):
         load_test_sets(tmp_path, "current", names=["vp_coord"])
+
+
+def test_metrics_are_percentages_per_row_and_unweighted_group_means():
+    from treernn.evaluation.syneval import CaseResult, SynEvalResult, syneval_metrics
+
+    simple, sent_comp, across_pp = TABLE3[0], TABLE3[1], TABLE3[11]
+    result = SynEvalResult(
+        cases=[
+            # short-term: 3/4 and 1/2 over all pairs; known pairs 1/1, none
+            CaseResult(simple, correct=3, total=4, known_correct=1, known_total=1),
+            CaseResult(sent_comp, correct=1, total=2, known_correct=0, known_total=0),
+            # long-term: 1/10 over all pairs, 1/5 known
+            CaseResult(across_pp, correct=1, total=10, known_correct=1, known_total=5),
+        ],
+        template_set="current",
+        sentences_scored=0,
+        pairs_with_unknown_words=0,
+        pairs=16,
+        unknown_words={},
+        seconds=0.0,
+    )
+    assert syneval_metrics(result) == pytest.approx(
+        {
+            "test/syneval/agreement_simple": 75.0,
+            "test/syneval/agreement_sent_comp": 50.0,
+            "test/syneval/agreement_across_pp": 10.0,
+            "test/syneval/short_term": 62.5,  # (75 + 50) / 2, not 4/6 pooled
+            "test/syneval/long_term": 10.0,
+            "test/syneval_known/agreement_simple": 100.0,
+            # agreement_sent_comp has no known pair: no key, and left out of the mean
+            "test/syneval_known/agreement_across_pp": 20.0,
+            "test/syneval_known/short_term": 100.0,
+            "test/syneval_known/long_term": 20.0,
+        }
+    )

@@ -29,6 +29,12 @@ wandb logger is attached). To compare runs in one figure:
 
     python -m treernn report accuracy outputs/logic/*/*/test_results.json --out fig3.png
 
+Every claim of the three papers (ten comparisons), each decided over seeds from the table
+sweeps given (Welch's t 95% interval of the difference; shown, not shown or undecided;
+:mod:`treernn.reporting.claims`); claims whose table has no sweep given say "no run":
+
+    python -m treernn report claims outputs/tables/logic/<sweep> outputs/tables/listops/<sweep> ...
+
 Induced trees of a trained ON-LSTM against the gold trees (parse F1 per layer, beside the
 left-branching, right-branching, balanced and random trees), as :class:`TreeF1Callback
 <treernn.callbacks.tree_f1.TreeF1Callback>` logs them during training:
@@ -265,6 +271,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     curves.set_defaults(run_report=curves_report)
 
+    claims = reports.add_parser(
+        "claims",
+        help="the ten claims of the three papers, each decided over seeds from table sweeps",
+        description="For each comparison a papers' table names (ON-LSTM, Ordered Memory, Top-down "
+        "Tree LSTM): the two means over seeds, the difference, Welch's t 95%% interval and one "
+        "word: shown, not shown or undecided (treernn.reporting.claims). Claims whose table has "
+        "no sweep given say 'no run'.",
+    )
+    claims.add_argument(
+        "sweeps", nargs="*", type=Path, help="table sweep directories (train.py -m table=<name>)"
+    )
+    claims.add_argument("--out", type=Path, default=None, help="also write the table here (.md)")
+    claims.set_defaults(run_report=claims_report)
+
     accuracy = reports.add_parser(
         "accuracy",
         help="per-length accuracy tables of runs and a Fig. 3-style plot",
@@ -427,4 +447,16 @@ def table_report(args: argparse.Namespace) -> int:
     if args.wandb or (table.wandb_project and _importable("wandb")):
         where = log_to_wandb(table, prefix.parent, table.wandb_project or "treernn")
         print(f"logged the table to wandb ({where})")
+    return 0
+
+
+def claims_report(args: argparse.Namespace) -> int:
+    from treernn.reporting.claims import decide_claims, load_sweeps, to_markdown
+
+    text = to_markdown(decide_claims(load_sweeps(args.sweeps)))
+    print(text, end="")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+        print(f"wrote {args.out}")
     return 0

@@ -5,7 +5,8 @@ language-model checkpoint, in the layout of the ON-LSTM paper's Table 3
     python -m treernn syneval --ckpt PATH [--template-set current|EMNLP2018] [--out JSON]
 
 prints the Table 3 layout and writes it as JSON beside the run (``syneval_<set>.json``) or to
-``--out``. The same evaluation runs after testing inside a run with the ``syneval`` callback
+``--out``, with ``metrics``: the accuracies in % under the keys the callback logs. The same
+evaluation runs after testing inside a run with the ``syneval`` callback
 (``conf/callbacks/syneval.yaml``), which logs its accuracies as test metrics.
 """
 
@@ -15,7 +16,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from treernn.evaluation.syneval import TEMPLATE_SETS, evaluate_syneval, format_table, load_test_sets
+from treernn.evaluation.syneval import (
+    TEMPLATE_SETS,
+    evaluate_syneval,
+    format_table,
+    load_test_sets,
+    syneval_metrics,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,5 +59,11 @@ def run(args: argparse.Namespace) -> int:
     )
     print(format_table(result))
     out = args.out or run_directory(args.ckpt) / f"syneval_{args.template_set}.json"
-    write_json(result.as_dict() | {"checkpoint": str(args.ckpt)}, out)
+    record = result.as_dict() | {
+        "checkpoint": str(args.ckpt),
+        "max_pairs_per_condition": args.max_per_condition,
+        # the keys the syneval callback logs (test/syneval/<case>, ...), from the same result
+        "metrics": syneval_metrics(result),
+    }
+    write_json(record, out)
     return 0

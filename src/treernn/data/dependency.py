@@ -83,6 +83,10 @@ class DependencyTree:
     labels: tuple[str, ...] = ()
     source: str = ""  # "file:line" of the sentence's first token line
     metadata: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    #: part-of-speech tags per word, universal (UPOS) and the treebank's own (XPOS); "_" where the
+    #: file has none, empty for a tree built without them
+    upos: tuple[str, ...] = field(default=(), compare=False)
+    xpos: tuple[str, ...] = field(default=(), compare=False)
 
     def __len__(self) -> int:
         return len(self.words)
@@ -181,7 +185,7 @@ def _sentence(
         tokens = conllu.parse("\n".join(line for _, line in token_lines) + "\n\n")[0]
     except conllu.exceptions.ParseException as error:  # pragma: no cover - guarded above
         return None, "malformed line", f"{path}:{token_lines[0][0]}: {error}"
-    words, heads, labels = [], [], []
+    words, heads, labels, upos, xpos = [], [], [], [], []
     for position, (token, (number, _)) in enumerate(zip(tokens, token_lines), start=1):
         if token["id"] != position:
             return (
@@ -207,6 +211,8 @@ def _sentence(
         words.append(token["form"])
         heads.append(head)
         labels.append(token["deprel"] or "_")
+        upos.append(token["upos"] or "_")
+        xpos.append(token["xpos"] or "_")
     first = token_lines[0][0]
     cyclic = find_cycle(heads)
     if cyclic is not None:
@@ -215,7 +221,13 @@ def _sentence(
     if projective_only and not is_projective(heads):
         return None, "non-projective", f"{path}:{first}: non-projective tree (crossing arcs)"
     tree = DependencyTree(
-        tuple(words), tuple(heads), tuple(labels), source=f"{path}:{first}", metadata=metadata
+        tuple(words),
+        tuple(heads),
+        tuple(labels),
+        source=f"{path}:{first}",
+        metadata=metadata,
+        upos=tuple(upos),
+        xpos=tuple(xpos),
     )
     return tree, "", ""
 
@@ -270,14 +282,18 @@ def read_dependency_file(
 
 
 def write_conllu(trees: Iterable[DependencyTree], path: str | Path) -> None:
-    """Write trees as CoNLL-U (FORM, HEAD, DEPREL filled; metadata kept as comments)."""
+    """Write trees as CoNLL-U (FORM, UPOS, XPOS, HEAD, DEPREL filled; metadata kept as
+    comments)."""
     with Path(path).open("w", encoding="utf-8") as handle:
         for tree in trees:
             for key, value in tree.metadata.items():
                 handle.write(f"# {key} = {value}\n")
             labels = tree.labels or ("dep",) * len(tree)
-            for index, (word, head, label) in enumerate(zip(tree.words, tree.heads, labels), 1):
-                handle.write(f"{index}\t{word}\t_\t_\t_\t_\t{head}\t{label}\t_\t_\n")
+            upos = tree.upos or ("_",) * len(tree)
+            xpos = tree.xpos or ("_",) * len(tree)
+            columns = zip(tree.words, upos, xpos, tree.heads, labels)
+            for index, (word, universal, own, head, label) in enumerate(columns, 1):
+                handle.write(f"{index}\t{word}\t_\t{universal}\t{own}\t_\t{head}\t{label}\t_\t_\n")
             handle.write("\n")
 
 

@@ -109,9 +109,18 @@ def rerank(
 
 
 def perturbed_candidates(
-    gold: DependencyTree, k: int, changes: int, rng: random.Random
+    gold: DependencyTree,
+    k: int,
+    changes: int,
+    rng: random.Random,
+    max_distance: int | None = None,
 ) -> list[DependencyTree]:
-    """Gold and up to k-1 distinct projective trees with ``changes`` words moved, shuffled."""
+    """Gold and up to k-1 distinct projective trees with ``changes`` words moved, shuffled.
+
+    A moved word gets a new head drawn uniformly from the other words of the sentence, or, with
+    ``max_distance``, from the words at most that many positions away from it (a local
+    attachment error, the kind a parser makes).
+    """
     trees = [gold]
     seen = {gold.heads}
     n = len(gold)
@@ -123,7 +132,11 @@ def perturbed_candidates(
             word = rng.randrange(1, n + 1)
             if heads[word - 1] == 0:
                 continue
-            heads[word - 1] = rng.choice([h for h in range(1, n + 1) if h != word])
+            if max_distance is None:
+                first, last = 1, n
+            else:
+                first, last = max(1, word - max_distance), min(n, word + max_distance)
+            heads[word - 1] = rng.choice([h for h in range(first, last + 1) if h != word])
         heads_tuple = tuple(heads)
         if heads_tuple in seen or find_cycle(heads) is not None or not is_projective(heads):
             continue

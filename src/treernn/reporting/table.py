@@ -78,6 +78,17 @@ class Run:
         return str(_select(self.config, "task.datamodule.split") or "full")
 
     @property
+    def model(self) -> str:
+        """The model's name (``model.name``, as the run's record gives it)."""
+        return str(_select(self.config, "model.name") or "?")
+
+    @property
+    def table(self) -> str | None:
+        """The papers' table of a ``table=<name>`` sweep (its ``table_name``), else None."""
+        name = self.config.get("table_name")
+        return None if name is None else str(name)
+
+    @property
     def used_wandb(self) -> bool:
         return "wandb" in (self.config.get("logger") or {})
 

@@ -1,0 +1,351 @@
+"""Every claim of the three papers on one scoreboard: ``python -m treernn report claims``.
+
+The ten comparisons that the ON-LSTM, Ordered Memory and Top-down Tree LSTM papers make
+(:data:`CLAIMS`) are decided from the table sweeps given (``python train.py -m table=<name>``;
+each run's config names its table in ``table_name``). Runs are read as ``report table`` reads
+them (:func:`treernn.reporting.table.load_runs`: finished runs only, metrics as its columns,
+accuracies and F1 in %), one sweep directory at a time.
+
+A claim holds one or more comparisons "A is better than B on a table's metric". For each:
+
+- the two means over seeds (A's runs and B's runs of the same sweep), the difference A - B and
+  Welch's t 95% interval of it: ``d ± t(0.975, df) * se`` with ``se = sqrt(s_A^2/n_A +
+  s_B^2/n_B)`` (sample variances) and the Welch-Satterthwaite ``df``. B may be the trivial trees
+  (``trivial:best``: the trivial tree with the highest mean F1 on the same sentences; its value is
+  the same in every run, so its variance is 0 and the interval is A's one-sample interval);
+- one word: **shown** when the interval lies on the claim's side of 0, **not shown** when it lies
+  on the other side, **undecided** when it contains 0, when either side has fewer than 2 seeds,
+  or when validation was still improving at the end of training for either model (its monitored
+  metric, mean over seeds, was best at the last validation: more updates could change the
+  answer).
+
+A claim is shown when all its comparisons are, not shown when any is not, else undecided; a claim
+with no sweep given says "no run". A metric written ``parse_f1/layer*`` is the layer whose mean F1
+is highest for model A (chosen once over the row, as the notes' "best layer on average").
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from treernn.errors import UserError
+from treernn.reporting.curves import run_curve
+from treernn.reporting.table import Run, load_runs
+
+TRIVIAL_BEST = "trivial:best"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """ "``better`` beats ``worse`` on ``metric`` (a ``report table`` column) in a table"."""
+
+    tables: tuple[str, ...]  # table names (conf/table/) whose sweeps hold it, first preferred
+    metric: str
+    better: str  # a model's name, as its runs' config names it
+    worse: str  # a model's name, or TRIVIAL_BEST
+    higher_is_better: bool = True
+
+    def __str__(self) -> str:
+        sign = ">" if self.higher_is_better else "<"
+        worse = "best trivial trees" if self.worse == TRIVIAL_BEST else self.worse
+        return f"{self.better} {sign} {worse} on {self.metric}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    paper: str
+    text: str
+    comparisons: tuple[Comparison, ...]
+
+
+def _pair(tables, metric, better, worse, higher=True) -> Comparison:
+    return Comparison(tuple(tables), metric, better, worse, higher)
+
+
+#: The ten comparisons of the three papers, in the papers' order.
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "ON-LSTM Table 1",
+        "ON-LSTM language model beats the AWD-LSTM baseline (test perplexity)",
+        (_pair(["lm"], "ppl", "onlstm", "lstm", higher=False),),
+    ),
+    Claim(
+        "ON-LSTM Table 2",
+        "ON-LSTM's induced trees beat the trivial trees (parse F1, best layer)",
+        (_pair(["lm", "parsing"], "parse_f1/layer*", "onlstm", TRIVIAL_BEST),),
+    ),
+    Claim(
+        "ON-LSTM Table 3",
+        "Marvin & Linzen: ON-LSTM better on long-term dependencies, LSTM on short-term",
+        (
+            _pair(["lm"], "syneval/long_term", "onlstm", "lstm"),
+            _pair(["lm"], "syneval/short_term", "lstm", "onlstm"),
+        ),
+    ),
+    Claim(
+        "ON-LSTM Fig. 3",
+        "ON-LSTM beats LSTM on logic at 7-12 operators",
+        (_pair(["logic"], "ops7-12", "onlstm", "lstm"),),
+    ),
+    Claim(
+        "Ordered Memory Table 1",
+        "Ordered Memory beats LSTM on logic at 7-12 operators",
+        (_pair(["logic"], "ops7-12", "ordered_memory", "lstm"),),
+    ),
+    Claim(
+        "Ordered Memory Table 1 (Sys. Gen.)",
+        "Ordered Memory beats LSTM on systematic generalisation (partitions A, B, C)",
+        tuple(_pair(["sysgen"], f"sysgen_{split}", "ordered_memory", "lstm") for split in "ABC"),
+    ),
+    Claim(
+        "Ordered Memory Fig. 3a",
+        "Ordered Memory beats LSTM and Transformer on ListOps",
+        (
+            _pair(["listops"], "acc", "ordered_memory", "lstm"),
+            _pair(["listops"], "acc", "ordered_memory", "transformer"),
+        ),
+    ),
+    Claim(
+        "Ordered Memory Fig. 3a",
+        "Ordered Memory's induced ListOps trees beat the trivial trees",
+        (_pair(["listops"], "parse_f1/layer*", "ordered_memory", TRIVIAL_BEST),),
+    ),
+    Claim(
+        "Ordered Memory Table 3",
+        "Ordered Memory beats LSTM on SST-2",
+        (_pair(["sst2"], "acc", "ordered_memory", "lstm"),),
+    ),
+    Claim(
+        "Top-down Tree LSTM Tables 1-2",
+        "LdTreeLSTM > TD-TreeLSTM > LSTM (EWT: perplexity, completion, reranking)",
+        (
+            _pair(["tdlm"], "ppl", "ld_treelstm", "td_treelstm", higher=False),
+            _pair(["tdlm"], "ppl", "td_treelstm", "lstm", higher=False),
+            _pair(["tdlm"], "completion_acc", "ld_treelstm", "td_treelstm"),
+            _pair(["tdlm"], "completion_acc", "td_treelstm", "lstm"),
+            _pair(["tdlm"], "rerank_uas", "ld_treelstm", "td_treelstm"),
+        ),
+    ),
+)
+
+
+# ----------------------------------------------------------------------------- statistics
+@dataclass(frozen=True)
+class Interval:
+    difference: float
+    low: float
+    high: float
+    df: float | None  # None: both sides without spread, the interval is the difference
+
+
+def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Interval:
+    """Welch's t interval for mean(a) - mean(b) (each with at least 2 values)."""
+    from scipy.stats import t as student_t
+
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"Welch's interval needs 2 values a side, got {len(a)} and {len(b)}")
+    difference = statistics.fmean(a) - statistics.fmean(b)
+    var_a = statistics.variance(a) / len(a)  # sample variance (n - 1) over n
+    var_b = statistics.variance(b) / len(b)
+    se = math.sqrt(var_a + var_b)
+    if se == 0.0:
+        return Interval(difference, difference, difference, None)
+    df = (var_a + var_b) ** 2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))
+    half = float(student_t.ppf(0.5 + level / 2, df)) * se
+    return Interval(difference, difference - half, difference + half, df)
+
+
+# ----------------------------------------------------------------------------- deciding
+SHOWN, NOT_SHOWN, UNDECIDED, NO_RUN = "shown", "not shown", "undecided", "no run"
+
+
+@dataclass
+class Outcome:
+    comparison: Comparison
+    word: str
+    table: str | None = None
+    metric: str | None = None  # the column compared (a layer for parse_f1/layer*)
+    better: list[float] | None = None
+    worse: list[float] | None = None
+    interval: Interval | None = None
+    reason: str = ""  # why undecided / no run, in a few words
+
+
+def still_improving(runs: Sequence[Run]) -> bool:
+    """The monitored validation metric, mean over the runs at each validation, was best at the
+    last validation (the runs' csv logger files; False where none was logged)."""
+    config = runs[0].config
+    monitor = str((config.get("task") or {}).get("monitor") or "")
+    lower = (config.get("task") or {}).get("mode") == "min"
+    curves = [run_curve(run.path, monitor) for run in runs] if monitor else []
+    steps = sorted({step for curve in curves for step in curve})
+    if len(steps) < 2:
+        return False
+    means = [statistics.fmean(curve[step] for curve in curves if step in curve) for step in steps]
+    best = min(means) if lower else max(means)
+    return means[-1] == best and means[-1] != means[-2]
+
+
+def _runs_of(runs: Sequence[Run], model: str) -> list[Run]:
+    return [run for run in runs if run.model == model]
+
+
+def _column(runs: Sequence[Run], metric: str, higher: bool) -> str | None:
+    if not metric.endswith("*"):
+        return metric
+    found = {key for run in runs for key in run.values if key.startswith(metric[:-1])}
+    if not found:
+        return None
+
+    def mean(key: str) -> float:
+        return statistics.fmean(run.values[key] for run in runs if key in run.values)
+
+    return max(found, key=mean) if higher else min(found, key=mean)
+
+
+def decide(comparison: Comparison, sweeps: Mapping[str, Sequence[Run]]) -> Outcome:
+    """The outcome of one comparison from the runs of each table (see the module docstring)."""
+    table = next((name for name in comparison.tables if name in sweeps), None)
+    if table is None:
+        return Outcome(comparison, NO_RUN, reason=f"no sweep of table {comparison.tables[0]}")
+    runs = sweeps[table]
+    better_runs = _runs_of(runs, comparison.better)
+    if comparison.worse == TRIVIAL_BEST:
+        worse_runs = better_runs
+    else:
+        worse_runs = _runs_of(runs, comparison.worse)
+    outcome = Outcome(comparison, NO_RUN, table)
+    sides = ((comparison.better, better_runs), (comparison.worse, worse_runs))
+    missing = [model for model, model_runs in sides if not model_runs]
+    if missing:
+        outcome.reason = f"no finished run of {', '.join(missing)} in table {table}"
+        return outcome
+    metric = _column(better_runs, comparison.metric, comparison.higher_is_better)
+    outcome.metric = metric
+    better = [run.values[metric] for run in better_runs if metric and metric in run.values]
+    if comparison.worse == TRIVIAL_BEST:
+        names = {name for run in better_runs for name in run.baselines}
+        best = max(
+            names,
+            key=lambda name: statistics.fmean(
+                run.baselines[name] for run in better_runs if name in run.baselines
+            ),
+            default=None,
+        )
+        worse = [run.baselines[best] for run in better_runs if best and best in run.baselines]
+        outcome.metric = f"{metric} vs {best}"
+    else:
+        worse = [run.values[metric] for run in worse_runs if metric and metric in run.values]
+    outcome.better, outcome.worse = better, worse
+    if not better or not worse:
+        outcome.reason = f"no {comparison.metric} in the runs of table {table}"
+        return outcome
+    if len(better) < 2 or len(worse) < 2:
+        outcome.word, outcome.reason = UNDECIDED, "fewer than 2 seeds"
+        return outcome
+    interval = welch_interval(better, worse)
+    outcome.interval = interval
+    # the claim's side: A - B > 0 where higher is better, < 0 where lower is
+    sign = 1.0 if comparison.higher_is_better else -1.0
+    low, high = sorted((sign * interval.low, sign * interval.high))
+    # the runs that gave the numbers (of a systematic-generalisation partition: that partition's)
+    compared = {comparison.better: [run for run in better_runs if metric in run.values]}
+    if comparison.worse != TRIVIAL_BEST:
+        compared[comparison.worse] = [run for run in worse_runs if metric in run.values]
+    rising = [model for model, model_runs in compared.items() if still_improving(model_runs)]
+    if rising:
+        outcome.word = UNDECIDED
+        outcome.reason = f"validation still improving at the end ({', '.join(rising)})"
+    elif low > 0:
+        outcome.word = SHOWN
+    elif high < 0:
+        outcome.word = NOT_SHOWN
+    else:
+        outcome.word, outcome.reason = UNDECIDED, "the interval contains 0"
+    return outcome
+
+
+def claim_word(outcomes: Sequence[Outcome]) -> str:
+    words = [outcome.word for outcome in outcomes]
+    if NOT_SHOWN in words:
+        return NOT_SHOWN
+    if all(word == SHOWN for word in words):
+        return SHOWN
+    if all(word == NO_RUN for word in words):
+        return NO_RUN
+    return UNDECIDED
+
+
+# ----------------------------------------------------------------------------- reading sweeps
+def load_sweeps(paths: Iterable[str | Path]) -> dict[str, list[Run]]:
+    """Table name -> its finished runs, one sweep directory at a time."""
+    sweeps: dict[str, list[Run]] = {}
+    for path in paths:
+        runs, _ = load_runs([path])
+        names = {run.table for run in runs}
+        if None in names:
+            raise UserError(
+                f"{path}: runs without table_name in their config; give the sweeps of "
+                "`python train.py -m table=<name>` (conf/table/)"
+            )
+        for name in names:
+            if name in sweeps:
+                raise UserError(f"{path}: a second sweep of table {name}; give one per table")
+        for run in runs:
+            sweeps.setdefault(str(run.table), []).append(run)
+    return sweeps
+
+
+def decide_claims(
+    sweeps: Mapping[str, Sequence[Run]], claims: Sequence[Claim] = CLAIMS
+) -> list[tuple[Claim, str, list[Outcome]]]:
+    decided = []
+    for claim in claims:
+        outcomes = [decide(comparison, sweeps) for comparison in claim.comparisons]
+        decided.append((claim, claim_word(outcomes), outcomes))
+    return decided
+
+
+# ----------------------------------------------------------------------------- output
+def _mean(values: Sequence[float] | None) -> str:
+    if not values:
+        return "-"
+    text = f"{statistics.fmean(values):.2f}"
+    if len(values) > 1:
+        text += f" ± {statistics.stdev(values):.2f}"
+    return f"{text} (n={len(values)})"
+
+
+def to_markdown(decided: Sequence[tuple[Claim, str, list[Outcome]]]) -> str:
+    """One table: a row per comparison, the claim and its word on its first row."""
+    header = ["#", "claim", "result", "comparison", "A", "B", "A - B", "95% interval", "word"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for number, (claim, word, outcomes) in enumerate(decided, start=1):
+        for index, outcome in enumerate(outcomes):
+            first = index == 0
+            interval, metric = outcome.interval, outcome.comparison.metric
+            cells = [
+                str(number) if first else "",
+                f"{claim.text} ({claim.paper})" if first else "",
+                f"**{word}**" if first else "",
+                str(outcome.comparison)
+                + (f" [{outcome.metric}]" if outcome.metric not in (None, metric) else ""),
+                _mean(outcome.better),
+                _mean(outcome.worse),
+                f"{interval.difference:+.2f}" if interval else "-",
+                f"[{interval.low:+.2f}, {interval.high:+.2f}]" if interval else "-",
+                outcome.word + (f" ({outcome.reason})" if outcome.reason else ""),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "A, B: mean ± sample std over seeds (accuracy and F1 in %); interval: Welch's t 95% "
+        "interval of A - B; shown / not shown: the interval lies on the claim's / the other side "
+        "of 0; undecided: it contains 0, fewer than 2 seeds, or validation was still improving at "
+        "the end of training.",
+    ]
+    return "\n".join(lines) + "\n"

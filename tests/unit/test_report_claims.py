@@ -1,0 +1,250 @@
+"""``python -m treernn report claims``: Welch's intervals worked out by hand, the words shown /
+not shown / undecided (interval, seeds, validation still improving), the best trivial trees and
+best layer, "no run" rows, and the command on run directories as sweeps leave them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from treernn.commands import main as treernn_main
+from treernn.errors import UserError
+from treernn.reporting.claims import (
+    CLAIMS,
+    NO_RUN,
+    NOT_SHOWN,
+    SHOWN,
+    TRIVIAL_BEST,
+    UNDECIDED,
+    Comparison,
+    decide,
+    decide_claims,
+    load_sweeps,
+    to_markdown,
+    welch_interval,
+)
+
+# t quantiles from a printed t table: t(0.975, 2) = 4.303, t(0.975, 4) = 2.776
+T2, T4 = 4.3027, 2.7764
+
+
+def test_welch_interval_by_hand():
+    # a = 70, 72, 74: mean 72, s^2 = 4; b = 62, 64, 66: mean 64, s^2 = 4.
+    # se^2 = 4/3 + 4/3 = 8/3, se = 1.63299; df = (8/3)^2 / (2 (4/3)^2 / 2) = 4;
+    # interval 8 ± 2.7764 * 1.63299 = 8 ± 4.5339 = [3.466, 12.534]
+    interval = welch_interval([70, 72, 74], [62, 64, 66])
+    assert interval.difference == pytest.approx(8.0)
+    assert interval.df == pytest.approx(4.0)
+    assert (interval.low, interval.high) == pytest.approx((3.466, 12.534), abs=1e-3)
+    # a baseline without spread: se = sqrt(4/3) = 1.15470, df = n_a - 1 = 2;
+    # 3 ± 4.3027 * 1.15470 = 3 ± 4.9683 = [-1.968, 7.968]
+    interval = welch_interval([10, 12, 14], [9, 9, 9])
+    assert interval.df == pytest.approx(2.0)
+    assert (interval.low, interval.high) == pytest.approx((3 - T2 * 1.1547, 3 + T2 * 1.1547), 1e-3)
+    # unequal variances: s_a^2/n = 4/3, s_b^2/n = 1/3; df = (5/3)^2 / ((4/3)^2/2 + (1/3)^2/2)
+    # = (25/9) / (17/18) = 50/17
+    assert welch_interval([10, 12, 14], [8, 9, 10]).df == pytest.approx(50 / 17)
+    # no spread on either side: the interval is the difference
+    interval = welch_interval([5, 5], [3, 3])
+    assert (interval.low, interval.high, interval.df) == (2.0, 2.0, None)
+    with pytest.raises(ValueError, match="2 values a side"):
+        welch_interval([1.0], [1.0, 2.0])
+
+
+PLATEAU = [0.50, 0.70, 0.69]  # best before the end: stopped improving
+RISING = [0.50, 0.60, 0.70]  # best at the end: still improving
+
+
+def make_run(
+    sweep: Path,
+    job: int,
+    table: str | None,
+    model: str,
+    seed: int,
+    metrics: dict[str, float],
+    curve: list[float] = PLATEAU,
+    monitor: str = "val/acc",
+    baselines: dict[str, float] | None = None,
+) -> Path:
+    """A finished job of ``python train.py -m table=<table>`` (the files the reports read)."""
+    run_dir = sweep / str(job)
+    (run_dir / ".hydra").mkdir(parents=True)
+    task = {"name": "task_of_" + str(table), "monitor": monitor}
+    task["mode"] = "min" if monitor.endswith("ppl") else "max"
+    config = {"seed": seed, "mode": "fit+test", "task": task, "model": {"name": model}}
+    if table is not None:
+        config["table_name"] = table
+    OmegaConf.save(OmegaConf.create(config), run_dir / ".hydra" / "config.yaml")
+    overrides = [f"model={model}", f"seed={seed}"]
+    OmegaConf.save(OmegaConf.create(overrides), run_dir / ".hydra" / "overrides.yaml")
+    (run_dir / "status.json").write_text(json.dumps({"status": "finished"}))
+    (run_dir / "metrics.json").write_text(json.dumps(metrics))
+    (run_dir / "csv").mkdir()
+    rows = [f"{100 * (step + 1)},{value}" for step, value in enumerate(curve)]
+    (run_dir / "csv" / "metrics.csv").write_text("\n".join([f"step,{monitor}", *rows]) + "\n")
+    if baselines is not None:
+        scores = {name: {"corpus_f1": value} for name, value in baselines.items()}
+        (run_dir / "tree_f1.json").write_text(json.dumps({"baselines": scores}))
+    return run_dir
+
+
+def ops(percent: float) -> dict[str, float]:
+    """Test accuracy ``percent`` at every number of operators (so ops7-12 = percent)."""
+    return {f"test/acc/ops{k}": percent / 100 for k in range(1, 13)} | {"test/acc": 0.5}
+
+
+def logic_sweep(root: Path) -> Path:
+    sweep = root / "logic"
+    models = {
+        "ordered_memory": [70, 72, 74],  # - LSTM: the first interval above, shown
+        "lstm": [62, 64, 66],
+        "onlstm": [65, 67, 69],  # - LSTM = 3 ± 4.534: undecided
+    }
+    job = 0
+    for model, values in models.items():
+        for seed, value in enumerate(values, start=1):
+            make_run(sweep, job, "logic", model, seed, ops(value))
+            job += 1
+    return sweep
+
+
+def sst2_sweep(root: Path) -> Path:
+    # OM 79, 80, 81 against LSTM 85, 86, 87: d = -6, se = sqrt(1/3 + 1/3) = 0.81650, df = 4:
+    # -6 ± 2.7764 * 0.81650 = [-8.267, -3.733], on the wrong side of 0: not shown
+    sweep = root / "sst2"
+    for job, (model, value) in enumerate(
+        [("ordered_memory", 79), ("ordered_memory", 80), ("ordered_memory", 81),
+         ("lstm", 85), ("lstm", 86), ("lstm", 87)]
+    ):  # fmt: skip
+        make_run(sweep, job, "sst2", model, job % 3 + 1, {"test/acc": value / 100})
+    return sweep
+
+
+def listops_sweep(root: Path) -> Path:
+    sweep = root / "listops"
+    trivial = {"left_branching": 0.30, "right_branching": 0.50}
+    for seed, (acc, f1) in enumerate([(90, 80), (92, 82), (94, 84)], start=1):
+        metrics = {
+            "test/acc": acc / 100,
+            "test/parse_f1/layer1": f1,
+            "test/parse_f1/layer2": f1 - 40,  # a worse layer: layer1 is the best on average
+        }
+        make_run(sweep, seed - 1, "listops", "ordered_memory", seed, metrics, baselines=trivial)
+    for seed, acc in enumerate([60, 62, 64], start=1):
+        # far below, but its validation accuracy was still rising at the end
+        make_run(sweep, 2 + seed, "listops", "lstm", seed, {"test/acc": acc / 100}, RISING)
+    return sweep
+
+
+def lm_sweep(root: Path) -> Path:
+    # perplexity, lower is better: ON-LSTM 100, 102, 104 against LSTM 108, 110, 112: d = -8,
+    # interval -8 ± 4.534 = [-12.534, -3.466], on the claim's side: shown
+    sweep = root / "lm"
+    curve = [200.0, 150.0, 151.0]
+    for job, (model, ppl) in enumerate(
+        [("onlstm", 100), ("onlstm", 102), ("onlstm", 104),
+         ("lstm", 108), ("lstm", 110), ("lstm", 112)]
+    ):  # fmt: skip
+        metrics = {"test/ppl": ppl, "val/ppl": 150.0}
+        make_run(sweep, job, "lm", model, job % 3 + 1, metrics, curve, "val/ppl")
+    return sweep
+
+
+def outcomes_by_claim(tmp_path: Path) -> dict[str, tuple[str, list]]:
+    sweeps = load_sweeps(
+        [logic_sweep(tmp_path), sst2_sweep(tmp_path), listops_sweep(tmp_path), lm_sweep(tmp_path)]
+    )
+    assert set(sweeps) == {"logic", "sst2", "listops", "lm"}
+    return {claim.text: (word, outcomes) for claim, word, outcomes in decide_claims(sweeps)}
+
+
+def claim(text_start: str, decided: dict) -> tuple[str, list]:
+    (key,) = [text for text in decided if text.startswith(text_start)]
+    return decided[key]
+
+
+def test_each_claim_decided_from_its_table(tmp_path):
+    decided = outcomes_by_claim(tmp_path)
+    assert len(decided) == len(CLAIMS) == 10
+
+    word, (outcome,) = claim("Ordered Memory beats LSTM on logic", decided)
+    assert word == SHOWN
+    assert outcome.better == pytest.approx([70, 72, 74])
+    assert outcome.worse == pytest.approx([62, 64, 66])
+    assert (outcome.interval.low, outcome.interval.high) == pytest.approx((3.466, 12.534), 1e-3)
+
+    word, (outcome,) = claim("ON-LSTM beats LSTM on logic", decided)
+    assert word == UNDECIDED and outcome.reason == "the interval contains 0"
+    assert (outcome.interval.low, outcome.interval.high) == pytest.approx((-1.534, 7.534), 1e-3)
+
+    word, (outcome,) = claim("Ordered Memory beats LSTM on SST-2", decided)
+    assert word == NOT_SHOWN
+    assert (outcome.interval.low, outcome.interval.high) == pytest.approx((-8.267, -3.733), 1e-3)
+
+    # lower perplexity is the claim's side
+    word, (outcome,) = claim("ON-LSTM language model", decided)
+    assert word == SHOWN
+    assert (outcome.interval.low, outcome.interval.high) == pytest.approx((-12.534, -3.466), 1e-3)
+
+    # OM - LSTM = 30 on ListOps, but LSTM was still improving: undecided; no Transformer run
+    word, (lstm, transformer) = claim("Ordered Memory beats LSTM and Transformer", decided)
+    assert word == UNDECIDED
+    assert lstm.word == UNDECIDED and lstm.interval.low > 0
+    assert lstm.reason == "validation still improving at the end (lstm)"
+    assert transformer.word == NO_RUN and "transformer" in transformer.reason
+
+    # the best layer (layer1: 82 on average) against the best trivial trees (right-branching,
+    # 50 in each run): 32 ± 4.3027 * sqrt(4/3) = [27.032, 36.968]
+    word, (outcome,) = claim("Ordered Memory's induced ListOps trees", decided)
+    assert word == SHOWN
+    assert outcome.metric == "parse_f1/layer1 vs right-branching"
+    assert outcome.worse == pytest.approx([50, 50, 50])
+    assert (outcome.interval.low, outcome.interval.high) == pytest.approx((27.032, 36.968), 1e-3)
+
+    # tables without a sweep: no run
+    for text in ("LdTreeLSTM", "Ordered Memory beats LSTM on systematic"):
+        word, outcomes = claim(text, decided)
+        assert word == NO_RUN and all(o.word == NO_RUN for o in outcomes)
+    # the lm sweep has no syneval or parse F1 metric
+    word, outcomes = claim("Marvin & Linzen", decided)
+    assert word == NO_RUN and "no syneval/long_term" in outcomes[0].reason
+
+
+def test_one_seed_is_undecided(tmp_path):
+    sweep = tmp_path / "one"
+    make_run(sweep, 0, "sst2", "ordered_memory", 1, {"test/acc": 0.9})
+    make_run(sweep, 1, "sst2", "lstm", 1, {"test/acc": 0.1})
+    outcome = decide(Comparison(("sst2",), "acc", "ordered_memory", "lstm"), load_sweeps([sweep]))
+    assert outcome.word == UNDECIDED and outcome.reason == "fewer than 2 seeds"
+
+
+def test_trivial_trees_missing_is_no_run(tmp_path):
+    sweeps = load_sweeps([logic_sweep(tmp_path)])
+    comparison = Comparison(("logic",), "ops7-12", "lstm", TRIVIAL_BEST)
+    assert decide(comparison, sweeps).word == NO_RUN
+
+
+def test_cli_prints_the_ten_claims(tmp_path, capsys):
+    out = tmp_path / "claims.md"
+    sweeps = [str(logic_sweep(tmp_path)), str(sst2_sweep(tmp_path))]
+    assert treernn_main(["report", "claims", *sweeps, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert out.read_text() in printed
+    rows = [line for line in printed.splitlines() if line.startswith("| ")][1:]
+    numbered = [row.split(" | ")[0].removeprefix("| ") for row in rows]
+    assert [n for n in numbered if n] == [str(k) for k in range(1, 11)]
+    assert "**not shown**" in printed and "**shown**" in printed and "**no run**" in printed
+    assert "[+3.47, +12.53]" in printed  # OM - LSTM on logic
+    # without any sweep: every claim says no run
+    assert to_markdown(decide_claims({})).count("**no run**") == 10
+
+
+def test_a_sweep_that_is_not_a_table_is_one_error_line(tmp_path, capsys):
+    make_run(tmp_path / "plain", 0, None, "lstm", 1, {"test/acc": 0.5})
+    with pytest.raises(UserError, match="without table_name"):
+        load_sweeps([tmp_path / "plain"])
+    assert treernn_main(["report", "claims", str(tmp_path / "plain")]) == 1
+    assert "table=<name>" in capsys.readouterr().err
