@@ -1,17 +1,16 @@
 """``python -m treernn msr``: MSR Sentence Completion (Zweig and Burges 2011) accuracy of a
 dependency-tree or sequential language model (:mod:`treernn.evaluation.completion` says how
-candidates are scored and ties credited), or of its stand-in built from UD English-EWT
-(``--ewt``, :mod:`treernn.evaluation.ewt_standins`, ``docs/ewt_standins.md``).
+candidates are scored and ties credited). Its stand-in built from UD English-EWT is scored at the
+end of a run's test by a callback (``callbacks=[default,ewt_standins]``,
+:mod:`treernn.evaluation.ewt_standins`, ``docs/ewt_standins.md``).
 
     python -m treernn msr --ckpt outputs/.../checkpoints/epoch003.ckpt [--parsed questions.conllu]
-    python -m treernn msr --ckpt outputs/.../checkpoints/epoch003.ckpt --ewt [--max-questions N]
 
 Tree models need a dependency parse of every MSR candidate. In order of preference: ``--parsed
 FILE``, a CoNLL-U file with the 5,200 candidate trees in question order (written by any parser,
 e.g. ``python -m treernn.data.dependency_parser --msr``); otherwise a locally installed spaCy
 pipeline (``--spacy-model``, default ``en_core_web_sm``). Without either, the tool stops with a
-message naming what to install. Sequential models need no parse; the EWT stand-in needs none
-(its candidates sit in EWT's gold trees).
+message naming what to install. Sequential models need no parse.
 
 Training corpus (not shipped): Microsoft Research's ``Holmes_Training_Data``, 522 Project Gutenberg
 novels, from the MSR Sentence Completion Challenge page

@@ -10,13 +10,13 @@ sentence, in the same sentence order, with the same words.
 Producing candidates: any k-best dependency parser writing CoNLL (MSTParser's k-best mode, as in the
 paper, or another parser's k-best output), with one ``# sent_id`` per sentence. For a quick sanity
 check without a k-best parser, ``make-candidates`` writes the gold tree plus K-1 trees that each
-re-attach a few words to other heads (kept projective), in shuffled order; ``ewt`` builds such
-candidates for UD English-EWT's test trees and reranks them in one go (the stand-in of
-``docs/ewt_standins.md``). Reranking those is an easy synthetic task, not the paper's benchmark.
+re-attach a few words to other heads (kept projective), in shuffled order. Reranking those is an
+easy synthetic task, not the paper's benchmark; the stand-in of ``docs/ewt_standins.md`` (candidates
+from UD English-EWT's test trees) is scored at the end of a run's test by a callback
+(``callbacks=[default,ewt_standins]``).
 
     python -m treernn rerank score --ckpt X.ckpt --candidates cands.conllu --gold gold.conllu
     python -m treernn rerank make-candidates --gold dev.conllu --k 4 --output cands.conllu
-    python -m treernn rerank ewt --ckpt X.ckpt [--k 4] [--max-sentences N]
 """
 
 from __future__ import annotations
