@@ -197,13 +197,15 @@ def test_ckpt_path_last_finds_the_newest_run(tmp_path):
 
 def test_a_gru_on_the_lstm_recipe_stops_as_diverged(tmp_path):
     """The PTB recipe (SGD lr 30, tuned for LSTMs; the example brings its own lr 2) blows the
-    example GRU up: its training loss climbs far above a uniform guess over the 10,000 words
-    (ln 10000 = 9.21) within its first epoch. The run stops with one line before it validates or
+    example GRU up at seed 1: its training loss climbs far above a uniform guess over the 10,000
+    words (ln 10000 = 9.21) within its first 160 updates. (Not at every seed: at seeds 2 and 141
+    it rises to about 10.3, then recovers.) The run stops with one line before it validates or
     writes a checkpoint, and its record says why, so no table shows it as a row."""
     result = run_cli(
         [
             "model=example_gru",
             "task.module.optimizer.lr=30",
+            "seed=1",
             *WITH_EXAMPLE,
             f"paths.log_dir={tmp_path}",
             "trainer.max_steps=400",
