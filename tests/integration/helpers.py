@@ -42,6 +42,28 @@ TINY_LM = [
     "task.datamodule.train_fraction=0.01",
 ]
 
+
+def tiny_logic(validate_every: int, max_steps: int | None = None) -> list[str]:
+    """A tiny logic classifier trained by updates and validated every ``validate_every`` of them
+    (as the tables run), its budget ``max_steps`` (None: set by the caller)."""
+    budget = [] if max_steps is None else [f"trainer.max_steps={max_steps}"]
+    return [
+        "task=logic",
+        "model=lstm",
+        "model.hidden_size=16",
+        "task.module.embedding_size=16",
+        "task.datamodule.train_limit=2000",
+        "trainer.max_epochs=-1",
+        *budget,
+        f"trainer.val_check_interval={validate_every}",
+        "trainer.check_val_every_n_epoch=null",
+        "trainer.limit_val_batches=2",
+        "trainer.limit_test_batches=2",
+        "trainer.num_sanity_val_steps=0",
+        "trainer.enable_progress_bar=false",
+    ]
+
+
 #: ON-LSTM on PTB parses the treebank sample at each validation: keep it short in tests
 TINY_PARSE = ["task.callbacks.parse_f1.max_sentences=40"]
 

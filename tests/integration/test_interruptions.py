@@ -21,6 +21,7 @@ from tests.integration.helpers import (
     TINY_PARSE,
     one_line_error,
     run_cli,
+    tiny_logic,
 )
 from treernn import checkpoints, runs
 
@@ -36,21 +37,7 @@ QUICK = [
     "trainer.enable_progress_bar=false",
 ]
 #: a tiny logic classifier validated every 10 updates, budget in updates (as the tables run)
-LOGIC = [
-    "task=logic",
-    "model=lstm",
-    "model.hidden_size=16",
-    "task.module.embedding_size=16",
-    "task.datamodule.train_limit=2000",
-    "trainer.max_epochs=-1",
-    "trainer.max_steps=40",
-    "trainer.val_check_interval=10",
-    "trainer.check_val_every_n_epoch=null",
-    "trainer.limit_val_batches=2",
-    "trainer.limit_test_batches=2",
-    "trainer.num_sanity_val_steps=0",
-    "trainer.enable_progress_bar=false",
-]
+LOGIC = tiny_logic(validate_every=10, max_steps=40)
 
 #: the same, 80 updates, the lr halved by every validation that does not improve on the best
 PLATEAU = [

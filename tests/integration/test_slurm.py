@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import REPO_ROOT, run_cli, treernn_cli
+from tests.integration.helpers import REPO_ROOT, run_cli, tiny_logic, treernn_cli
 from treernn import runs
 
 pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
@@ -24,20 +24,7 @@ pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 SLURM_SETUP = REPO_ROOT.parent / "shared" / "tools" / "slurm-local.sh"
 
 #: a tiny logic classifier on one CPU, validated (and checkpointed) every 100 updates
-LOGIC = [
-    "task=logic",
-    "model=lstm",
-    "model.hidden_size=16",
-    "task.module.embedding_size=16",
-    "task.datamodule.train_limit=2000",
-    "trainer.max_epochs=-1",
-    "trainer.val_check_interval=100",
-    "trainer.check_val_every_n_epoch=null",
-    "trainer.limit_val_batches=2",
-    "trainer.limit_test_batches=2",
-    "trainer.num_sanity_val_steps=0",
-    "trainer.enable_progress_bar=false",
-]
+LOGIC = tiny_logic(validate_every=100)
 SLURM = ["hydra/launcher=slurm", "hydra.launcher.timeout_min=10"]
 
 

@@ -14,28 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import REPO_ROOT, one_line_error, run_cli, treernn_cli
+from tests.integration.helpers import REPO_ROOT, one_line_error, run_cli, tiny_logic, treernn_cli
 from treernn import runs
 
 pytestmark = pytest.mark.usefixtures("data_dir")
 
 #: a tiny logic classifier, budget in updates, as the tables run
-LOGIC = [
-    "task=logic",
-    "model=lstm",
-    "model.hidden_size=16",
-    "task.module.embedding_size=16",
-    "task.datamodule.train_limit=2000",
-    "trainer.max_epochs=-1",
-    "trainer.max_steps=60",
-    "trainer.val_check_interval=20",
-    "trainer.check_val_every_n_epoch=null",
-    "trainer.limit_val_batches=2",
-    "trainer.limit_test_batches=2",
-    "trainer.num_sanity_val_steps=0",
-    "trainer.enable_progress_bar=false",
-    "threads=1",
-]
+LOGIC = [*tiny_logic(validate_every=20, max_steps=60), "threads=1"]
 #: three jobs, two at a time (Hydra's joblib launcher, as the tables run)
 SWEEP = [*LOGIC, "seed=1,2,3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
 
