@@ -602,7 +602,8 @@ def _continue_sweep_job(cfg: DictConfig) -> dict[str, float] | None:
     """A sweep job that ran before (a resumed sweep): the metrics of a finished job, which is
     skipped; otherwise it resumes from its newest checkpoint, or runs again from the start."""
     job_dir = Path(cfg.paths.output_dir)
-    plan = sweeps.plan_job(job_dir, _job_overrides())
+    follower = not launch.is_rank_zero()  # a DDP job's other ranks follow rank 0's record
+    plan = sweeps.plan_job(job_dir, _job_overrides(), follower=follower)
     if plan.action == "skip":
         log.info("job %s: finished before, skipped", job_dir.name)
         return plan.metrics
@@ -612,7 +613,8 @@ def _continue_sweep_job(cfg: DictConfig) -> dict[str, float] | None:
             cfg.ckpt_path = str(plan.checkpoint)
     elif plan.action == "rerun":
         log.info("job %s: %s; running it again from the start", job_dir.name, plan.why)
-        sweeps.clear_attempt(job_dir, plan.why)
+        if not follower:  # rank 0 clears what the failed attempt wrote
+            sweeps.clear_attempt(job_dir, plan.why)
     return None
 
 

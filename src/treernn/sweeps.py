@@ -60,9 +60,14 @@ class JobPlan:
     why: str = ""
 
 
-def plan_job(job_dir: Path, overrides: list[str]) -> JobPlan:
+def plan_job(job_dir: Path, overrides: list[str], follower: bool = False) -> JobPlan:
     """What a sweep job does, from its own record: run (new), skip (finished), resume (from its
-    newest checkpoint) or rerun (it failed, or stopped before any checkpoint)."""
+    newest checkpoint) or rerun (it failed, or stopped before any checkpoint).
+
+    ``follower``: a process of a multi-process job other than rank 0 (``srun`` starts every task
+    of a DDP job at once). Rank 0 owns the record; a follower may find it already running this
+    attempt, and takes the same decision from the same checkpoints (none is written before every
+    rank has joined): it does not refuse a live job, and a job with no checkpoint runs afresh."""
     record = read_status(job_dir)
     if not record:
         return JobPlan("run")
@@ -73,7 +78,7 @@ def plan_job(job_dir: Path, overrides: list[str]) -> JobPlan:
             f"[{' '.join(overrides)}]; resume a sweep with the command that started it "
             f"(python -m treernn sweep resume {job_dir.parent}), or start a new one (sweep_id=)"
         )
-    if runs.is_live(job_dir):
+    if not follower and runs.is_live(job_dir):
         raise SweepChanged(
             f"sweep job {job_dir} is still running ({runs.describe_owner(job_dir)}); not started "
             "a second time"
@@ -86,6 +91,8 @@ def plan_job(job_dir: Path, overrides: list[str]) -> JobPlan:
         info, _ = runs.newest_complete_checkpoint(job_dir)
         if info is not None:
             return JobPlan("resume", checkpoint=info.path, why=str(status))
+        if follower:
+            return JobPlan("run")
         return JobPlan("rerun", why=f"{status} before its first checkpoint")
     return JobPlan("rerun", why=f"{status}: {record.get('error', '')}".strip(": "))
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning.pytorch as pl
 import pytest
@@ -16,7 +17,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader
 
-from treernn import checkpoints, runs
+from treernn import checkpoints, runs, sweeps
 from treernn.callbacks.checkpoint import LastCheckpoint
 from treernn.callbacks.divergence import DivergenceMonitor
 from treernn.errors import DivergedError, StorageError, UserError
@@ -112,3 +113,27 @@ def test_no_checkpoint_is_written_from_a_non_finite_validation(tmp_path):
     with pytest.raises(DivergedError, match="val/ppl is nan"):
         trainer.fit(_NaNValidation())
     assert not list(Path(tmp_path).iterdir())
+
+
+def test_other_ranks_of_a_job_follow_the_record_rank_zero_is_writing(tmp_path, monkeypatch):
+    """srun starts every task of a DDP sweep job at once: rank 0 takes the job's lock and marks it
+    running, and rank 1, planning a moment later, found "still running" and left rank 0 waiting
+    for it for ever. A follower takes rank 0's decision from the same record instead."""
+    overrides = ["seed=1"]
+    lock = runs.RunLock(tmp_path)
+    lock.acquire()  # held as another process would hold it (a second open file)
+    try:
+        runs.write_status(
+            tmp_path, status="running", overrides=overrides, **runs.process_identity()
+        )
+        with pytest.raises(sweeps.SweepChanged, match="still running"):
+            sweeps.plan_job(tmp_path, overrides)
+        assert sweeps.plan_job(tmp_path, overrides, follower=True).action == "run"
+        # the same when rank 0 is resuming: both ranks resume from the newest checkpoint
+        found = tmp_path / "checkpoints" / "last.ckpt"
+        newest = SimpleNamespace(path=found)
+        monkeypatch.setattr(runs, "newest_complete_checkpoint", lambda run_dir: (newest, None))
+        plan = sweeps.plan_job(tmp_path, overrides, follower=True)
+        assert (plan.action, plan.checkpoint) == ("resume", found)
+    finally:
+        lock.release()
