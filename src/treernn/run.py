@@ -366,6 +366,7 @@ def _train(
             error=None,
             **runs.process_identity(),
         )
+        runs.record_machine(run_dir)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = hydra.utils.instantiate(cfg.task.datamodule)

@@ -98,6 +98,41 @@ def _process_start_ticks(pid: int) -> int | None:
         return None
 
 
+def machine() -> dict[str, Any]:
+    """What a run ran on, for its record: host, CPU model (``/proc/cpuinfo``, else the platform's
+    processor string), logical CPUs, torch's intra-op threads and, where CUDA is on, the GPU."""
+    import platform
+
+    import torch
+
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    found = {
+        "host": socket.gethostname(),
+        "cpu": cpu or platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+    if torch.cuda.is_available():
+        found["gpu"] = torch.cuda.get_device_name()
+    return found
+
+
+def record_machine(run_dir: Path) -> None:
+    """Add this attempt's machine to the run's record (``machines``, one entry per attempt: a
+    resumed or requeued run can continue on another node)."""
+    seen = list(read_status(run_dir).get("machines") or [])
+    seen.append({**machine(), "from": now()})
+    write_status(run_dir, machines=seen)
+
+
 class RunLock:
     """An exclusive lock on a run directory, held by the process that writes into it; the kernel
     releases it when that process ends, however it ends."""

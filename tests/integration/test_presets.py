@@ -107,7 +107,7 @@ def test_a_models_own_recipe_is_taken_where_nothing_states_a_value(tmp_path: Pat
     assert optimizer("task=ptb", "model=example_gru") == (2.0, 0.25)  # its own lr, the task's clip
     assert optimizer("task=logic", "model=example_gru") == (1e-3, 1.0)  # no recipe for logic
     assert optimizer("model=example_gru", "task.module.optimizer.lr=30") == (30.0, 0.25)
-    assert optimizer("table=parsing", "model=example_gru") == (2.0, 0.25)  # states no lr
+    assert optimizer("table=lm", "model=example_gru") == (2.0, 0.25)  # states no lr
     overridden = optimizer("model=example_gru", "+model.recipe.ptb.gradient_clip_val=1.0")
     assert overridden == (2.0, 1.0)
     for model in MODELS:

@@ -35,8 +35,11 @@ MODELS = {
     "sysgen": {"lstm", "ordered_memory"},
     "listops": {"lstm", "transformer", "tree_lstm", "ordered_memory"},
     "sst2": {"lstm", "ordered_memory"},
-    "parsing": {"onlstm"},
+    "lm": {"onlstm", "lstm"},
+    "tdlm": {"lstm", "td_treelstm", "ld_treelstm"},
 }
+#: seeds per table where not 3
+SEEDS = {"lm": 5}
 #: the paper preset each model of a table's own list runs (scaled by the table): the table's
 #: variant where there is one (ListOps: the half-size Transformer), else the paper's
 PRESETS = {
@@ -44,7 +47,8 @@ PRESETS = {
     "sysgen": ["om/{}_logic"],
     "listops": ["om/{}_listops_half", "om/{}_listops"],
     "sst2": ["om/{}_sst2"],
-    "parsing": [],
+    "lm": [],  # the main job's setting (task=ptb), no preset
+    "tdlm": ["tdlstm/{}_ewt_small"],
 }
 #: the keys whose values a table's sweep varies besides the model (equal terms within each value)
 NOT_SHARED = ("seed", "model")
@@ -64,7 +68,7 @@ def table_jobs(table: str, tmp_path: Path):
     """Each job of the table's sweep with its overrides and composed config (one seed: the seed
     changes nothing else)."""
     params = sweep_params(table)
-    assert params.pop("seed") == ["1", "2", "3"]
+    assert params.pop("seed") == [str(seed) for seed in range(1, 1 + SEEDS.get(table, 3))]
     params["seed"] = ["1"]
     keys = list(params)
     for values in itertools.product(*(params[key] for key in keys)):
@@ -93,7 +97,8 @@ def test_a_table_compares_its_models_on_equal_terms(table, tmp_path: Path):
             "sysgen": "ordered_memory",
             "listops": "ordered_memory",
             "sst2": "ordered_memory",
-            "parsing": "onlstm",
+            "lm": "onlstm",
+            "tdlm": "ld_treelstm",
         }[table]
     )  # the slowest model first (conf/table/_parallel.yaml)
     shared = {}
@@ -160,7 +165,7 @@ def test_any_model_runs_on_a_tables_recipe(table, tmp_path: Path):
                 "trainer": resolved(cfg, "trainer"),
                 "hidden_size": cfg.model.hidden_size,
             }
-    assert ("example_gru" in recipes) == (table != "parsing")  # its own recipe on PTB
+    assert ("example_gru" in recipes) == (table != "lm")  # its own recipe on PTB
     for recipe in recipes.values():
         recipe["task"].pop("callbacks", None)  # the accuracy report's label is the model's name
     first = next(iter(recipes.values()))

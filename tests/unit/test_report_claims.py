@@ -210,7 +210,7 @@ def test_each_claim_decided_from_its_table(tmp_path):
         assert word == NO_RUN and all(o.word == NO_RUN for o in outcomes)
     # the lm sweep has no syneval or parse F1 metric
     word, outcomes = claim("Marvin & Linzen", decided)
-    assert word == NO_RUN and "no syneval/long_term" in outcomes[0].reason
+    assert word == NO_RUN and "no syneval_known/long_term" in outcomes[0].reason
 
 
 def test_one_seed_is_undecided(tmp_path):

@@ -137,3 +137,16 @@ def test_other_ranks_of_a_job_follow_the_record_rank_zero_is_writing(tmp_path, m
         assert (plan.action, plan.checkpoint) == ("resume", found)
     finally:
         lock.release()
+
+
+def test_each_attempt_of_a_run_records_the_machine_it_ran_on(tmp_path):
+    """A table's jobs can continue on another node after a requeue: the record keeps one entry
+    per attempt, with the CPU's model (what speed figures must name)."""
+    runs.record_machine(tmp_path)
+    runs.record_machine(tmp_path)
+    seen = runs.read_status(tmp_path)["machines"]
+    assert len(seen) == 2
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    model = next(line for line in cpuinfo.splitlines() if line.startswith("model name"))
+    assert seen[0]["cpu"] == model.split(":", 1)[1].strip()
+    assert seen[0]["threads"] == torch.get_num_threads() and seen[0]["cpus"] == os.cpu_count()
