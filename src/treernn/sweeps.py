@@ -168,8 +168,10 @@ def _jobs(sweep: Path | list[Path]) -> list[Path]:
 
 def sweep_job_dirs(config: DictConfig) -> list[Path]:
     """Every job directory of the sweep: below ``hydra.sweep.dir``, and below its siblings that
-    differ only in parts named by swept config keys (``${task.name}``, ``${model.name}``) when its
-    last part is one resolver's value (unique to this sweep)."""
+    differ only in parts named by config keys this sweep varies (``${task.name}`` of
+    ``task=a,b``, ``${model.name}``) when its last part is one resolver's value (the sweep's
+    name). A part named by a key the sweep does not vary (a table's ``${table_name}``) is not a
+    wildcard: two tables' sweeps of one ``sweep_id`` stay apart."""
     sweep_dir = Path(config.hydra.sweep.dir)
     dirs = {sweep_dir}
     template = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("dir", "")
@@ -177,8 +179,10 @@ def sweep_job_dirs(config: DictConfig) -> list[Path]:
     last = parts[-1] if parts else ""
     if last.startswith("${") and ":" in last and len(parts) <= len(sweep_dir.parts):
         resolved = list(sweep_dir.parts[-len(parts) :])
+        varied = _varied_roots(config)
         pattern = [
-            "*" if _swept_part(part) else value for part, value in zip(parts, resolved, strict=True)
+            "*" if _swept_part(part, varied) else value
+            for part, value in zip(parts, resolved, strict=True)
         ]
         root = Path(*sweep_dir.parts[: len(sweep_dir.parts) - len(parts)] or ["."])
         if "*" in pattern:
@@ -192,9 +196,38 @@ def sweep_job_dirs(config: DictConfig) -> list[Path]:
     return sorted(jobs, key=lambda path: (int(path.name) if path.name.isdigit() else -1, path))
 
 
-def _swept_part(part: str) -> bool:
-    keys = _KEY_INTERPOLATION.findall(part)
-    return bool(keys) and not any(key.startswith(("paths.", "hydra.")) for key in keys)
+_SWEEP_FUNCTIONS = ("range(", "choice(", "interval(", "glob(")
+
+
+def _varied_roots(config: DictConfig) -> set[str]:
+    """The first parts of the keys this multirun varies: command-line overrides with several
+    values (``model=a,b``, ``seed=range(3)``) and the sweeper's own ``params`` (a table's)."""
+    found: dict[str, str] = {}
+    for line in OmegaConf.select(config, "hydra.overrides.task", default=None) or []:
+        key, _, value = str(line).partition("=")
+        found[key.lstrip("+~").split("@")[0]] = value
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    for key, value in params.items():
+        found.setdefault(str(key), str(value))
+    return {
+        key.split(".")[0]
+        for key, value in found.items()
+        if "," in value or value.strip().startswith(_SWEEP_FUNCTIONS)
+    }
+
+
+#: config groups whose files write anywhere in the config (``# @package _global_``): sweeping
+#: one of them can change any key a directory names
+GLOBAL_GROUPS = frozenset({"experiment", "table", "hparams_search"})
+
+
+def _swept_part(part: str, varied: set[str]) -> bool:
+    keys = [
+        key for key in _KEY_INTERPOLATION.findall(part) if not key.startswith(("paths.", "hydra."))
+    ]
+    if varied & GLOBAL_GROUPS:
+        return bool(keys)
+    return any(key.split(".")[0] in varied for key in keys)
 
 
 def _overrides(job_dir: Path) -> str:

@@ -450,7 +450,8 @@ def test_sweep_jobs_of_every_model_are_found(tmp_path):
     config = OmegaConf.create(
         {
             "hydra": {
-                "sweep": {"dir": "${paths.log_dir}/multirun/${task.name}/${model.name}/${now:x}"}
+                "sweep": {"dir": "${paths.log_dir}/multirun/${task.name}/${model.name}/${now:x}"},
+                "overrides": {"task": ["model=lstm,onlstm", "task=logic"]},
             },
             "paths": {"log_dir": str(tmp_path)},
             "task": {"name": "logic"},
@@ -468,6 +469,39 @@ def test_sweep_jobs_of_every_model_are_found(tmp_path):
         ("onlstm", "2"),
         ("onlstm", "3"),
     ]
+
+
+def test_two_tables_sweeps_of_one_sweep_id_stay_apart(tmp_path):
+    """``table=lm sweep_id=x`` and ``table=tdlm sweep_id=x`` share the last part of their
+    directories; the table's name is not a key the sweep varies, so each sweep reports its own
+    jobs (the tdlm sweep once printed "runs of several tasks" for the lm sweep's jobs)."""
+    make_run(tmp_path / "tables" / "lm" / "x", "0", [], {"test/ppl": 100.0})
+    for job in "01":
+        make_run(tmp_path / "tables" / "tdlm" / "x", job, [], {"test/ppl": 200.0})
+    config = OmegaConf.create(
+        {
+            "hydra": {
+                "sweep": {"dir": "${paths.log_dir}/tables/${table_name}/${test_sweep_name:}"},
+                "sweeper": {"params": {"model": "ld_treelstm,lstm", "seed": "1,2"}},
+                "overrides": {"task": ["table=tdlm", "sweep_id=x"]},
+            },
+            "paths": {"log_dir": str(tmp_path)},
+            "table_name": "tdlm",
+        }
+    )
+    OmegaConf.register_new_resolver("test_sweep_name", lambda: "x")
+    try:
+        jobs = sweep_job_dirs(config)
+    finally:
+        OmegaConf.clear_resolver("test_sweep_name")
+    assert jobs == [tmp_path / "tables" / "tdlm" / "x" / job for job in "01"]
+    # a sweep over experiments (or tables) can change any key: every named part is a wildcard
+    config.hydra.overrides.task = ["experiment=a,b", "sweep_id=x"]
+    OmegaConf.register_new_resolver("test_sweep_name", lambda: "x")
+    try:
+        assert len(sweep_job_dirs(config)) == 3
+    finally:
+        OmegaConf.clear_resolver("test_sweep_name")
 
 
 def test_a_broken_report_does_not_hide_the_sweep_summary(tmp_path, monkeypatch, capsys):
