@@ -1,0 +1,83 @@
+"""The shape of the package (CONTRIBUTING's map): no import circle between treernn's modules (a
+function-level import counts: it is a circle that a reader must untangle all the same), callbacks
+used only by the run entry, and no command importing another command."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PACKAGE = SRC / "treernn"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def imports_of(name: str) -> set[str]:
+    """The treernn modules that module ``name`` imports, anywhere in its body."""
+    tree = ast.parse(MODULES[name].read_text())
+    package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            # `from treernn.x import y`: the module treernn.x.y where there is one, else treernn.x
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                for alias in node.names
+            ]
+        else:
+            continue
+        found |= {target for target in targets if target in MODULES and target != name}
+    return found
+
+
+def graph() -> nx.DiGraph:
+    edges = nx.DiGraph()
+    edges.add_nodes_from(MODULES)
+    for name in MODULES:
+        edges.add_edges_from((name, target) for target in imports_of(name))
+    return edges
+
+
+def test_the_checker_sees_a_circle():
+    circle = nx.DiGraph([("a", "b"), ("b", "a"), ("b", "c")])
+    assert [sorted(c) for c in nx.simple_cycles(circle)] == [["a", "b"]]
+    assert "treernn.errors" in imports_of("treernn.run")  # a real edge is found
+
+
+def test_no_import_circles():
+    # a package's __init__ importing its own modules is how packages export; leave those edges out
+    edges = graph()
+    edges.remove_edges_from(
+        [(a, b) for a, b in edges.edges if MODULES[a].name == "__init__.py" and b.startswith(a)]
+    )
+    circles = sorted(sorted(circle) for circle in nx.simple_cycles(edges))
+    assert circles == [], "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_callbacks_are_used_only_by_the_run_entry(name):
+    if name.startswith("treernn.callbacks") or name in ("treernn.run", "treernn.training"):
+        return
+    assert not {m for m in imports_of(name) if m.startswith("treernn.callbacks")}, name
+
+
+def test_no_command_imports_another():
+    commands = [name for name in MODULES if name.startswith("treernn.commands.")]
+    for name in commands:
+        assert not {m for m in imports_of(name) if m in commands and m != name}, name
