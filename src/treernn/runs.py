@@ -105,17 +105,24 @@ def machine() -> dict[str, Any]:
 
     import torch
 
-    cpu = ""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            if not key.strip() and fields:
+                break  # the first processor's block is enough
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    cpu = fields.get("model name", "")
+    if fields.get("cpu family"):  # a KVM guest may say only "AMD EPYC": the family tells Zen 3 / 4
+        cpu += f" (family {fields['cpu family']} model {fields.get('model', '?')})"
+    isa = [flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in
+           fields.get("flags", "").split()]  # fmt: skip
     found = {
         "host": socket.gethostname(),
         "cpu": cpu or platform.processor() or platform.machine(),
+        "isa": isa,
         "cpus": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

@@ -146,7 +146,11 @@ def test_each_attempt_of_a_run_records_the_machine_it_ran_on(tmp_path):
     runs.record_machine(tmp_path)
     seen = runs.read_status(tmp_path)["machines"]
     assert len(seen) == 2
-    cpuinfo = Path("/proc/cpuinfo").read_text()
-    model = next(line for line in cpuinfo.splitlines() if line.startswith("model name"))
-    assert seen[0]["cpu"] == model.split(":", 1)[1].strip()
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    model = next(line for line in cpuinfo if line.startswith("model name"))
+    family = next(line for line in cpuinfo if line.startswith("cpu family"))
+    assert seen[0]["cpu"].startswith(model.split(":", 1)[1].strip())
+    assert f"family {family.split(':', 1)[1].strip()} model " in seen[0]["cpu"]
+    flags = next(line for line in cpuinfo if line.startswith("flags")).split()
+    assert ("avx2" in seen[0]["isa"]) == ("avx2" in flags)
     assert seen[0]["threads"] == torch.get_num_threads() and seen[0]["cpus"] == os.cpu_count()
