@@ -11,7 +11,7 @@ the ratios printed at the end compare steps taken at the same time.
 
 Rows: Ordered Memory's reference path (``fused=False``: the readable Algorithm 1 of
 ``treernn.encoders.ordered_memory``, every slot at every step, plain autograd, fp32), its fused
-path (``treernn.encoders.ordered_memory_fused``: windowed slots, hand-written backward of the slot
+path (``treernn.kernels.ordered_memory``: windowed slots, hand-written backward of the slot
 chain) in fp32 and in bf16-mixed (the model run under
 ``torch.autocast("cpu", dtype=torch.bfloat16)``, as Lightning's ``precision=bf16-mixed`` does; the
 fused path runs its products in bf16 only where a probe finds bf16 faster on this machine, and
@@ -39,9 +39,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from treernn.encoders import gemm
 from treernn.encoders.lstm import LSTMEncoder
 from treernn.encoders.ordered_memory import OrderedMemoryEncoder
+from treernn.kernels import gemm
 
 AUTHORS_TRAINING_TOKENS_PER_SECOND = 1800.0
 

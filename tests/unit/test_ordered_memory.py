@@ -13,13 +13,14 @@ import torch
 from torch import nn
 
 from tests.fixtures.precision import fp32_and_bf16_runs
-from treernn.encoders import cpp_ext, gemm, ordered_memory_fused
 from treernn.encoders.ordered_memory import (
     GatedRecursiveCell,
     OrderedMemoryEncoder,
     masked_attention,
 )
-from treernn.encoders.ordered_memory_fused import slot_chain, slot_chain_autograd
+from treernn.kernels import cpp_ext, gemm
+from treernn.kernels import ordered_memory as om_kernel
+from treernn.kernels.ordered_memory import slot_chain, slot_chain_autograd
 
 
 # ----------------------------------------------------------------------------- cell
@@ -339,7 +340,7 @@ def run_with_gradients(encoder, x, mask, seed, state=None, memory_in_loss=True):
 def run_with_autograd_slot_chain(monkeypatch, *args, **kwargs):
     """:func:`run_with_gradients` with the fused path's slot chain swapped for its autograd twin."""
     with monkeypatch.context() as patch:
-        patch.setattr(ordered_memory_fused, "slot_chain", slot_chain_autograd)
+        patch.setattr(om_kernel, "slot_chain", slot_chain_autograd)
         return run_with_gradients(*args, **kwargs)
 
 
@@ -350,12 +351,12 @@ def chain_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     skip), and on torch ops (``TREERNN_CPP_EXT=0``)."""
     if request.param == "kernel":
         monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
-        assert ordered_memory_fused.chain_kernel(torch.zeros(1)) is not None, (
+        assert om_kernel.chain_kernel(torch.zeros(1)) is not None, (
             "the om_chain C++ extension did not build; see the log"
         )
     else:
         monkeypatch.setenv(cpp_ext.ENV_VAR, "0")
-        assert ordered_memory_fused.chain_kernel(torch.zeros(1)) is None
+        assert om_kernel.chain_kernel(torch.zeros(1)) is None
     return request.param
 
 
@@ -459,8 +460,8 @@ def test_fused_path_skips_unreachable_slots_exactly(training, monkeypatch, chain
         windows.append((mask_pointer.size(1) + 1, window))
         return window
 
-    reachable_window = ordered_memory_fused._reachable_window
-    monkeypatch.setattr(ordered_memory_fused, "_reachable_window", spy)
+    reachable_window = om_kernel._reachable_window
+    monkeypatch.setattr(om_kernel, "_reachable_window", spy)
     fused.train(training)
     reference.train(training)
     x = torch.randn(4, 14, 5, dtype=torch.float64)
@@ -619,9 +620,7 @@ def test_slot_chain_operands_pack_only_where_a_packed_gemm_runs(monkeypatch):
     weights = torch.randn(24, 6), torch.randn(24, 24), torch.randn(24)
     for name in ("mkl", "onednn", "aten"):
         monkeypatch.setenv(gemm.ENV_VAR, name)
-        packed = ordered_memory_fused.slot_chain_operands(*weights, torch.float32, batch=4)[-1]
+        packed = om_kernel.slot_chain_operands(*weights, torch.float32, batch=4)[-1]
         usable = name in gemm.candidates(torch.device("cpu"), torch.float32) and name != "aten"
         assert (packed is not None) == usable
-        assert (
-            ordered_memory_fused.slot_chain_operands(*weights, torch.float64, batch=4)[-1] is None
-        )
+        assert om_kernel.slot_chain_operands(*weights, torch.float64, batch=4)[-1] is None

@@ -43,7 +43,7 @@ from treernn.data.batch import EncoderInputs, missing_view
 from treernn.data.download import RemoteFile, resolve_data_file
 from treernn.data.sampling import EpochShuffle, LengthBucketBatchSampler, ResumableTrainBatches
 from treernn.data.vocab import Vocabulary
-from treernn.encoders.td_treelstm import EDGE_TYPES, LEFT, NX_LEFT, NX_RIGHT, RIGHT, TopDownTree
+from treernn.encoders.top_down_tree import EDGE_TYPES, LEFT, NX_LEFT, NX_RIGHT, RIGHT, TopDownTree
 from treernn.errors import DataError
 
 log = logging.getLogger(__name__)

@@ -46,7 +46,7 @@ Two implementations compute the same function (``fused``):
 * ``fused=False``: :meth:`OrderedMemoryRecurrence.reference_forward`, Algorithm 1 as written:
   every step, every slot, all rows together, with :class:`GatedRecursiveCell` calls. Read this
   one. It runs in fp32 whatever autocast asks for.
-* ``fused=True`` (default): :mod:`treernn.encoders.ordered_memory_fused`, which computes only the
+* ``fused=True`` (default): :mod:`treernn.kernels.ordered_memory`, which computes only the
   slots that can be pointed at, skips padding, and runs each step's chain of cells as one
   autograd node with a hand-written backward pass (bf16 matrix products under bf16-mixed). Tests
   compare it with the reference in float64.
@@ -86,9 +86,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from treernn.encoders.base import Encoder, EncoderOutput, TreeSignal, check_dropout
-from treernn.encoders.gemm import GemmBackend, check_backend
-from treernn.encoders.ordered_memory_fused import fused_ordered_memory
 from treernn.errors import ConfigValueError
+from treernn.kernels.gemm import GemmBackend, check_backend
+from treernn.kernels.ordered_memory import fused_ordered_memory
 
 # ----------------------------------------------------------------------------- the cell (3.2)
 DropoutMasks = tuple[Tensor, Tensor]  # (B, 2H) on [left; right], (B, 4H) on the ReLU output
@@ -101,7 +101,7 @@ class GatedRecursiveCell(nn.Module):
     parameters with the one used in Eqn. 1"). Called plainly, the cell samples fresh dropout masks
     per call (the authors' behaviour); Ordered Memory passes one pair per sequence instead
     (:meth:`sample_dropout_masks`). The fused path re-implements :meth:`compose` in
-    :func:`treernn.encoders.ordered_memory_fused.slot_chain` and only reads these parameters.
+    :func:`treernn.kernels.ordered_memory.slot_chain` and only reads these parameters.
     """
 
     def __init__(
@@ -359,11 +359,11 @@ class OrderedMemoryEncoder(Encoder):
     Memory with its own parameters reads each row right to left; outputs are concatenated (2H) and
     its attention is ``extras["attention_backward"]`` (in reading order, i.e. over reversed
     positions).
-    ``fused`` (default True) runs :mod:`treernn.encoders.ordered_memory_fused` (only the slots
+    ``fused`` (default True) runs :mod:`treernn.kernels.ordered_memory` (only the slots
     that can be pointed at, the hand-written backward pass of the slot chain, bf16 matrix products
     under autocast); False runs the readable reference, Algorithm 1 as written (fp32).
     ``gemm_backend`` (fused path only): the library of the slot chain's per-slot products
-    (:mod:`treernn.encoders.gemm`; ``auto`` probes MKL, oneDNN and aten once per shape).
+    (:mod:`treernn.kernels.gemm`; ``auto`` probes MKL, oneDNN and aten once per shape).
     ``padding_mode``: ``invariant`` (default) or ``authors_left`` (module docstring).
     ``validating``: set by the task during validation, where eval mode uses ``memory_slots``.
     """

@@ -18,7 +18,7 @@ This module computes the same function (tests compare the two in float64) faster
   reading them (left padding) are a prefix of the batch and padded rows cost nothing; a padded
   step never changes a row's state, so left and right padding give the same results (with
   ``padding_mode=authors_left`` a shorter row's first token is scheduled as an ordinary step).
-* The per-slot products of the chain run on the GEMM backend of :mod:`treernn.encoders.gemm`
+* The per-slot products of the chain run on the GEMM backend of :mod:`treernn.kernels.gemm`
   (``gemm_backend``: MKL's or oneDNN's packed GEMM on x86 CPUs in fp32, whichever is faster here,
   the weights packed once per forward; plain ``addmm`` / ``mm`` on aten otherwise).
 * The cell's first layer is split into its ``left`` and ``right`` halves; the ``right`` half,
@@ -32,7 +32,7 @@ This module computes the same function (tests compare the two in float64) faster
 * Between the chain's matrix products, the elementwise work of a slot (the ReLU layer, the gates,
   the mix, the LayerNorm and eq. 7 forward; their gradients backward) is one pass over each row
   in a compiled kernel (``csrc/om_chain.cpp``, built on first use by
-  :mod:`treernn.encoders.cpp_ext`) instead of about ten torch ops forward and fifteen backward;
+  :mod:`treernn.kernels.cpp_ext`) instead of about ten torch ops forward and fifteen backward;
   float32 and float64 on the CPU. The torch-ops path stays for CUDA, bf16 products, machines
   without a compiler and ``TREERNN_CPP_EXT=0``; the tests run both.
 * Dropout masks are sampled once per sequence (after sorting the rows), see the model file.
@@ -44,7 +44,7 @@ weights cast once per forward, and the attention softmax, gates, LayerNorms, mem
 outputs stay in fp32 (the outputs are fp32). As with autocast's linear layers, the cell's ReLU
 layer and the right half of its first layer are bf16, and so is the cell's hidden dropout mask
 (1 / keep rounded to bf16). Where bf16 products are not faster than fp32 ones on the machine (a
-probe at the cell's shape, :func:`treernn.encoders.gemm.product_dtype`: CPUs without bf16
+probe at the cell's shape, :func:`treernn.kernels.gemm.product_dtype`: CPUs without bf16
 instructions, where they are 50-100x slower, and CPUs whose bf16 instructions are no faster than
 their fp32 FMA units) the recurrence keeps fp32 products under bf16-mixed (logged once): the
 result is the fp32 one.
@@ -64,8 +64,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from treernn.encoders import gemm
-from treernn.encoders.cpp_ext import load_extension
+from treernn.kernels import gemm
+from treernn.kernels.cpp_ext import load_extension
 
 if TYPE_CHECKING:  # the model file imports this module; no import cycle at run time
     from treernn.encoders.ordered_memory import OrderedMemoryRecurrence, OrderedMemoryState
@@ -342,7 +342,7 @@ def slot_chain_operands(
     """What :func:`slot_chain` multiplies by, detached and cast to ``dtype`` once: W_left^T, W2^T
     and b2 for the forward, W2 and W_left for the backward. Their dtype sets the precision of the
     matrix products. The last entry holds the four per-slot products packed for a packed-GEMM
-    backend (:mod:`treernn.encoders.gemm`, chosen at ``batch`` rows; rows may be fewer), or None
+    backend (:mod:`treernn.kernels.gemm`, chosen at ``batch`` rows; rows may be fewer), or None
     where the backend is aten (then the products are ``torch.addmm`` / ``torch.mm``)."""
     weight_left, weight_second = weight_left.detach(), weight_second.detach()
     operands = tuple(

@@ -16,7 +16,7 @@ Backends (the ``gemm_backend`` option of the encoders, or the environment variab
 * ``"auto"`` (default): on CPU in float32, the fastest of ``mkl``, ``onednn``, ``treernn`` and
   ``aten`` at the
   shape (batch, in_features, out_features), measured by a short probe (a few hundred products)
-  the first time the shape is seen on this machine, logged (``treernn.encoders.gemm``) and kept
+  the first time the shape is seen on this machine, logged (``treernn.kernels.gemm``) and kept
   in ``$TREERNN_CACHE_DIR/gemm_backends.json`` (default ``~/.cache/treernn``) by CPU model,
   shape, dtype, threads and torch version. Keeping the choice makes it once per machine, not once
   per run: two runs with the same seed on one machine stay bit-identical even when the backends
@@ -66,9 +66,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from treernn.encoders.cpp_ext import load_extension
-from treernn.encoders.weight_ops import transposed
 from treernn.errors import ConfigValueError
+from treernn.kernels.cpp_ext import load_extension
+from treernn.kernels.weight_ops import transposed
 
 log = logging.getLogger(__name__)
 
