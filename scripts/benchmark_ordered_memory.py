@@ -9,7 +9,7 @@ the spread (slowest to fastest step). The rows are timed in turns
 (one step of each row per round), so that a change in the machine's load hits every row alike and
 the ratios printed at the end compare steps taken at the same time.
 
-Rows: Ordered Memory's reference path (``fused=False``: the readable Algorithm 1 of
+Rows: Ordered Memory's reference path (``impl="reference"``: the readable Algorithm 1 of
 ``treernn.encoders.ordered_memory``, every slot at every step, plain autograd, fp32), its fused
 path (``treernn.kernels.ordered_memory``: windowed slots, hand-written backward of the slot
 chain) in fp32 and in bf16-mixed (the model run under
@@ -134,7 +134,8 @@ def main() -> None:
         torch.manual_seed(0)  # the same weights for every Ordered Memory row
         encoder = OrderedMemoryEncoder(
             size, size, dropout=0.1, memory_slots=args.slots, memory_dropout=0.3,
-            input_dropout=0.1, output_dropout=0.2, fused=fused, gemm_backend=backend,
+            input_dropout=0.1, output_dropout=0.2, impl="fast" if fused else "reference",
+            gemm_backend=backend,
         )  # fmt: skip
         return Classifier(encoder, 20, size, 10)
 

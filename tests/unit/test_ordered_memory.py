@@ -1,5 +1,5 @@
 """Ordered Memory: the Gated Recursive Cell, the masked attention, the memory update on hand-derived
-steps, the fused path against the readable reference (Algorithm 1, ``fused=False``), the
+steps, the fused path against the readable reference (Algorithm 1, ``impl="reference"``), the
 hand-written backward of the slot chain against autograd, padding invariance, slot counts,
 dropout and gradients."""
 
@@ -120,7 +120,7 @@ def test_first_steps_follow_the_paper_by_hand():
 @pytest.mark.parametrize("padding_side", ["right", "left"])
 def test_batched_encoder_matches_plain_algorithm_and_ignores_padding(padding_side):
     encoder = make_encoder(memory_slots=3, padding_side=padding_side)
-    reference = make_encoder(memory_slots=3, fused=False)  # Algorithm 1 as written
+    reference = make_encoder(memory_slots=3, impl="reference")  # Algorithm 1 as written
     reference.load_state_dict(encoder.state_dict())
     lengths = [7, 2, 5, 1, 4]
     steps = max(lengths)
@@ -192,7 +192,7 @@ def test_more_slots_at_test_time():
 
 def test_validation_uses_the_training_slot_count_and_test_the_test_count():
     """The authors validate with the training count (12 on logic) and test with 24; the task sets
-    ``validating`` around its validation loop (tasks.base.Task)."""
+    its eval stage around its validation loop (tasks.base.Task, Encoder.set_eval_stage)."""
     from treernn.tasks.base import Task
 
     encoder = OrderedMemoryEncoder(4, 6, memory_slots=3, test_memory_slots=5).eval()
@@ -263,14 +263,14 @@ def test_bad_arguments_and_masks_are_reported():
         encoder(torch.randn(1, 3, 5))
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_authors_left_padding_composes_the_first_token_with_a_zero_memory(fused):
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_authors_left_padding_composes_the_first_token_with_a_zero_memory(impl):
     """``padding_mode=authors_left``: a row shorter than the batch starts as the authors'
     left-padded rows do, its first token an ordinary step over the zero state: output
     cell(x_1, 0) into the last slot, then two slots attendable at its second token. The default
     treatment ignores padding; a row that fills the batch is the same under both."""
     torch.manual_seed(0)
-    options = {"input_size": 5, "hidden_size": 6, "memory_slots": 3, "fused": fused}
+    options = {"input_size": 5, "hidden_size": 6, "memory_slots": 3, "impl": impl}
     invariant = OrderedMemoryEncoder(**options, padding_side="left").eval()
     authors = OrderedMemoryEncoder(**options, padding_side="left", padding_mode="authors_left")
     authors.eval().load_state_dict(invariant.state_dict())
@@ -365,8 +365,8 @@ def fused_and_reference(**kwargs):
     options = {"input_size": 5, "hidden_size": 6, "memory_slots": 3, "dropout": 0.2}
     options.update(memory_dropout=0.2, input_dropout=0.1, output_dropout=0.1)
     options.update(kwargs)
-    fused = OrderedMemoryEncoder(**options, fused=True).double()
-    reference = OrderedMemoryEncoder(**options, fused=False).double()
+    fused = OrderedMemoryEncoder(**options, impl="fast").double()
+    reference = OrderedMemoryEncoder(**options, impl="reference").double()
     reference.load_state_dict(fused.state_dict())
     return fused, reference
 
@@ -563,7 +563,7 @@ def test_bf16_autocast_trains_and_stays_close_to_fp32(monkeypatch):
     for name in ("forward_memory.cell.second_layer.weight", "backward_memory.layer_norm.weight"):
         assert (grads_bf16[name] - grads[name]).norm() / grads[name].norm() < 1e-1, name
     # the reference path ignores autocast (fp32 throughout) and must not crash under it
-    reference = OrderedMemoryEncoder(16, 32, memory_slots=5, fused=False)
+    reference = OrderedMemoryEncoder(16, 32, memory_slots=5, impl="reference")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert reference(x, mask).hidden.dtype == torch.float32
 

@@ -20,7 +20,7 @@ Two implementations compute the same numbers (``impl``):
 
 * ``impl="reference"``: :meth:`TopDownTreeLSTM.reference_forward`, Eq. 2-7 one node at a time,
   in generation order, with ``nn.LSTMCell`` calls. Read this one.
-* ``impl="batched"`` (default): all steps of one generation level, across all trees of the batch,
+* ``impl="fast"`` (default): all steps of one generation level, across all trees of the batch,
   at once (:mod:`treernn.kernels.td_treelstm`, tested equal to the reference). Dropout
   between layers draws its masks in a different order, so the two agree in eval mode (and in
   training only without dropout).
@@ -51,7 +51,7 @@ class TopDownTreeLSTM(Encoder):
     forward(x (B, T, D), mask (B, T), tree=TopDownTree) -> hidden (B, T, H): ``x[:, t]`` is the
     embedding of the word generated at step t (``x[:, 0]`` the ROOT embedding); ``hidden[:, t]`` is
     h_t, the state that predicts the word of step t (``hidden[:, 0]`` is ROOT's constant state).
-    ``impl`` picks the implementation: ``"batched"`` (default) or the node-at-a-time
+    ``impl`` picks the implementation: ``"fast"`` (default, level-batched) or the node-at-a-time
     ``"reference"`` (see the module docstring).
     """
 
@@ -68,12 +68,12 @@ class TopDownTreeLSTM(Encoder):
         left_dependent_size: int | None = None,
         root_value: float = 0.01,
         init_range: float = 0.1,
-        impl: Literal["batched", "reference"] = "batched",
+        impl: Literal["fast", "reference"] = "fast",
     ) -> None:
         super().__init__()
         check_dropout("dropout", dropout)
-        if impl not in ("batched", "reference"):
-            raise ConfigValueError(f"impl={impl!r} is not one of 'batched', 'reference'.")
+        if impl not in ("fast", "reference"):
+            raise ConfigValueError(f"impl={impl!r} is not one of 'fast', 'reference'.")
         self.impl = impl
         if num_layers < 1:
             raise ConfigValueError(f"num_layers={num_layers}: a tree LSTM needs at least one layer")
@@ -207,7 +207,7 @@ class TopDownTreeLSTM(Encoder):
             mask = torch.ones(batch, width, dtype=torch.bool, device=x.device)
         if not bool(mask[:, 0].all()):
             raise ValueError("every row needs ROOT at step 0 (mask[:, 0] must be True)")
-        if self.impl == "batched":
+        if self.impl == "fast":
             layer_outputs = batched_forward(
                 x,
                 mask,
@@ -240,7 +240,7 @@ class LdTreeLSTM(TopDownTreeLSTM):
         left_dependent_size: int | None = None,
         root_value: float = 0.01,
         init_range: float = 0.1,
-        impl: Literal["batched", "reference"] = "batched",
+        impl: Literal["fast", "reference"] = "fast",
     ) -> None:
         super().__init__(
             input_size,
