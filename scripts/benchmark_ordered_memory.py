@@ -130,11 +130,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     size = args.hidden
 
-    def ordered_memory(fused: bool, backend: str = "auto") -> Classifier:
+    def ordered_memory(fast: bool, backend: str = "auto") -> Classifier:
         torch.manual_seed(0)  # the same weights for every Ordered Memory row
         encoder = OrderedMemoryEncoder(
             size, size, dropout=0.1, memory_slots=args.slots, memory_dropout=0.3,
-            input_dropout=0.1, output_dropout=0.2, impl="fast" if fused else "reference",
+            input_dropout=0.1, output_dropout=0.2, impl="fast" if fast else "reference",
             gemm_backend=backend,
         )  # fmt: skip
         return Classifier(encoder, 20, size, 10)

@@ -230,7 +230,8 @@ def constructor_config(cfg: DictConfig) -> DictConfig:
 
 
 #: Encoders whose reference/fast switch was spelled otherwise before issue 27: Ordered Memory's
-#: ``fused: bool`` and the tree LSTMs' ``impl: batched``, today ``impl: fast | reference``.
+#: ``fused`` flag (true or false) and the tree LSTMs' ``impl: batched``; today
+#: ``impl: fast | reference``.
 _FUSED_FLAG = ("treernn.encoders.ordered_memory.OrderedMemoryEncoder",)
 _BATCHED_IMPL = (
     "treernn.encoders.td_treelstm.TopDownTreeLSTM",
