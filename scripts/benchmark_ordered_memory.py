@@ -9,9 +9,9 @@ the spread (slowest to fastest step). The rows are timed in turns
 (one step of each row per round), so that a change in the machine's load hits every row alike and
 the ratios printed at the end compare steps taken at the same time.
 
-Rows: Ordered Memory's reference path (``fused=False``: the readable Algorithm 1 of
+Rows: Ordered Memory's reference path (``impl="reference"``: the readable Algorithm 1 of
 ``treernn.encoders.ordered_memory``, every slot at every step, plain autograd, fp32), its fused
-path (``treernn.encoders.ordered_memory_fused``: windowed slots, hand-written backward of the slot
+path (``treernn.kernels.ordered_memory``: windowed slots, hand-written backward of the slot
 chain) in fp32 and in bf16-mixed (the model run under
 ``torch.autocast("cpu", dtype=torch.bfloat16)``, as Lightning's ``precision=bf16-mixed`` does; the
 fused path runs its products in bf16 only where a probe finds bf16 faster on this machine, and
@@ -39,9 +39,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from treernn.encoders import gemm
 from treernn.encoders.lstm import LSTMEncoder
 from treernn.encoders.ordered_memory import OrderedMemoryEncoder
+from treernn.kernels import gemm
 
 AUTHORS_TRAINING_TOKENS_PER_SECOND = 1800.0
 
@@ -130,11 +130,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     size = args.hidden
 
-    def ordered_memory(fused: bool, backend: str = "auto") -> Classifier:
+    def ordered_memory(fast: bool, backend: str = "auto") -> Classifier:
         torch.manual_seed(0)  # the same weights for every Ordered Memory row
         encoder = OrderedMemoryEncoder(
             size, size, dropout=0.1, memory_slots=args.slots, memory_dropout=0.3,
-            input_dropout=0.1, output_dropout=0.2, fused=fused, gemm_backend=backend,
+            input_dropout=0.1, output_dropout=0.2, impl="fast" if fast else "reference",
+            gemm_backend=backend,
         )  # fmt: skip
         return Classifier(encoder, 20, size, 10)
 

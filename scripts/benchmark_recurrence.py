@@ -8,7 +8,7 @@ In one run, times training steps (forward + backward) and inference of
 * ``ON-LSTM ref``: ``ONLSTMEncoder(impl="reference")``, the readable step-by-step cell;
 
 (``ON-LSTM fast:mkl``, ``:onednn``, ``:aten`` force the per-step GEMM backend of
-``treernn.encoders.gemm``; plain ``ON-LSTM fast`` lets it probe; ``ON-LSTM fast/torch-ops`` runs
+``treernn.kernels.gemm``; plain ``ON-LSTM fast`` lets it probe; ``ON-LSTM fast/torch-ops`` runs
 the fast recurrence without its compiled per-step kernel, as ``TREERNN_CPP_EXT=0`` does, and
 ``ON-LSTM fast/plain-projection`` with its input projection on ``F.linear`` instead of the probed
 backend, e.g. ``--models "nn.LSTM,ON-LSTM fast,ON-LSTM fast/torch-ops"`` for before and after in
@@ -26,7 +26,7 @@ Every model runs in fp32 and under bf16-mixed (``torch.autocast`` with bf16, as 
 ``precision=bf16-mixed`` runs it), side by side: the table gives each row's ratio to nn.LSTM in
 fp32 and, for bf16-mixed rows, to the same model's fp32 row; at the end the run lists which of
 our models' products ran in bf16 and which stayed fp32 on this machine (the probe of
-``treernn.encoders.gemm.product_dtype``), and what autocast did to the plain torch modules.
+``treernn.kernels.gemm.product_dtype``), and what autocast did to the plain torch modules.
 
 First it prints the machine: CPU model, family and model number, the ISA flags that matter (avx2,
 avx512f, avx512_bf16, amx), torch's CPU capability, threads and load, and the GEMM roofline:
@@ -61,8 +61,8 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from treernn.encoders import cpp_ext, gemm  # noqa: E402
 from treernn.encoders.onlstm import ONLSTMEncoder  # noqa: E402
+from treernn.kernels import cpp_ext, gemm  # noqa: E402
 
 try:
     from treernn.encoders.lstm import LSTMEncoder  # noqa: E402

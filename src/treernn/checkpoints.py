@@ -221,11 +221,36 @@ DESCRIPTIVE_KEYS = ("name", "recipe")
 
 
 def constructor_config(cfg: DictConfig) -> DictConfig:
-    """A config node without its descriptive keys, ready for ``hydra.utils.instantiate``."""
+    """A config node without its descriptive keys, ready for ``hydra.utils.instantiate``; a
+    setting stored in an older spelling is given in today's (:func:`current_spelling`)."""
     container = OmegaConf.to_container(cfg, resolve=True)
     for key in DESCRIPTIVE_KEYS:
         container.pop(key, None)
-    return OmegaConf.create(container)
+    return OmegaConf.create(current_spelling(container))
+
+
+#: Encoders whose reference/fast switch was spelled otherwise before issue 27: Ordered Memory's
+#: ``fused`` flag (true or false) and the tree LSTMs' ``impl: batched``; today
+#: ``impl: fast | reference``.
+_FUSED_FLAG = ("treernn.encoders.ordered_memory.OrderedMemoryEncoder",)
+_BATCHED_IMPL = (
+    "treernn.encoders.td_treelstm.TopDownTreeLSTM",
+    "treernn.encoders.td_treelstm.LdTreeLSTM",
+)
+
+
+def current_spelling(model: dict[str, Any]) -> dict[str, Any]:
+    """A stored encoder config with the settings renamed since it was written in today's
+    spelling, so that older checkpoints still load and test (the constructors and the command
+    line take only today's)."""
+    model = dict(model)
+    target = model.get("_target_")
+    if target in _FUSED_FLAG and "fused" in model:
+        fused = model.pop("fused")
+        model.setdefault("impl", "fast" if fused else "reference")  # an explicit impl wins
+    if target in _BATCHED_IMPL and model.get("impl") == "batched":
+        model["impl"] = "fast"
+    return model
 
 
 def build_task(cfg: DictConfig, task_kwargs: dict[str, Any]) -> Any:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 
-from treernn.encoders import cpp_ext
+from treernn.kernels import cpp_ext
 
 
 def test_a_killed_builders_marker_is_removed(tmp_path) -> None:

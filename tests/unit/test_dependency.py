@@ -16,7 +16,7 @@ from treernn.data.dependency import (
     read_dependency_file,
     read_dependency_text,
 )
-from treernn.encoders.td_treelstm import LEFT, NX_LEFT, NX_RIGHT, RIGHT
+from treernn.encoders.top_down_tree import LEFT, NX_LEFT, NX_RIGHT, RIGHT
 
 
 def conllu(rows: list[tuple[str, int | str]], comments: tuple[str, ...] = ()) -> list[str]:

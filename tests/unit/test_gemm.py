@@ -1,4 +1,4 @@
-"""The GEMM backend of the recurrences (treernn.encoders.gemm): every backend computes the same
+"""The GEMM backend of the recurrences (treernn.kernels.gemm): every backend computes the same
 products, the choice is probed once per shape and logged, can be forced, and falls back to aten
 where a packed GEMM cannot run (float64, other devices)."""
 
@@ -10,9 +10,9 @@ import logging
 import pytest
 import torch
 
-from treernn.encoders import gemm
 from treernn.encoders.onlstm import ONLSTMEncoder
 from treernn.errors import ConfigValueError
+from treernn.kernels import gemm
 
 CPU = torch.device("cpu")
 PACKED = [
@@ -91,7 +91,7 @@ def test_auto_probes_once_per_shape_and_logs(
 ) -> None:
     monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
     gemm._CHOICES.clear()
-    with caplog.at_level(logging.INFO, logger="treernn.encoders.gemm"):
+    with caplog.at_level(logging.INFO, logger="treernn.kernels.gemm"):
         first = gemm.resolve("auto", 4, 6, 9, CPU, torch.float32)
         second = gemm.resolve("auto", 4, 6, 9, CPU, torch.float32)
     assert first == second and first in gemm.candidates(CPU, torch.float32)

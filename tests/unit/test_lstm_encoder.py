@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from treernn.encoders import gemm
 from treernn.encoders.lstm import LSTMEncoder
+from treernn.kernels import gemm
 
 
 def test_matches_nn_lstm_without_dropout():

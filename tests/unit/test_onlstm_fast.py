@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from tests.fixtures.precision import fp32_and_bf16_runs
-from treernn.encoders import cpp_ext, gemm, onlstm_fast
 from treernn.encoders.onlstm import ONLSTMEncoder
-from treernn.encoders.onlstm_fast import (
+from treernn.kernels import cpp_ext, gemm
+from treernn.kernels import onlstm as onlstm_kernel
+from treernn.kernels.onlstm import (
     ONLSTMRecurrence,
     _fast_forward,
     fast_recurrence,
@@ -382,9 +383,9 @@ def test_environment_variable_forces_the_torch_ops_path(
     monkeypatch.setattr(cpp_ext, "_SAID_OFF", set())
     calls = []
     for name in ("_torch_forward_steps", "_torch_backward_steps"):
-        original = getattr(onlstm_fast, name)
+        original = getattr(onlstm_kernel, name)
         wrapped = lambda *args, _f=original, _n=name: calls.append(_n) or _f(*args)  # noqa: E731
-        monkeypatch.setattr(onlstm_fast, name, wrapped)
+        monkeypatch.setattr(onlstm_kernel, name, wrapped)
     gates = torch.randn(3, 2, 4 * 4 + 2 * 2, requires_grad=True)
     weight, state = torch.randn(gates.size(-1), 4), torch.zeros(2, 4)
     fast_recurrence(gates, weight, state, state, None, 2)[0].sum().backward()
@@ -571,7 +572,7 @@ def test_sequence_loops_per_instruction_set(isa: int, masked: bool, extension) -
         grad_gates = torch.empty_like(gates)
         if kernel is None:
             to_hidden = gemm.PackedLinear(weight.t(), batch, "aten")
-            grad_h, grad_c = onlstm_fast._torch_backward_steps(
+            grad_h, grad_c = onlstm_kernel._torch_backward_steps(
                 saved["activations"], saved["cumaxes"], saved["tanh_cells"], saved["cs"],
                 grad_outputs, distance_grads, grad_h, grad_c, grad_gates, to_hidden, step_mask,
                 chunk,
@@ -607,25 +608,25 @@ def test_auto_picks_the_recurrence_backend_by_timing_the_loop(
     gates = torch.zeros(5, 3, 4 * 8 + 2 * 2)
     first = next(name for name in usable if name != "aten")
     for _ in range(2):
-        chosen = onlstm_fast.recurrence_backend("auto", gates, 8, 4, extension, None)
+        chosen = onlstm_kernel.recurrence_backend("auto", gates, 8, 4, extension, None)
         assert chosen == first
     assert len(probed) == 1 and probed[0] == sorted(usable)
-    assert onlstm_fast.recurrence_backend("aten", gates, 8, 4, extension, None) == "aten"
-    assert onlstm_fast.recurrence_backend("auto", gates.double(), 8, 4, extension, None) == "auto"
-    assert onlstm_fast.recurrence_backend("auto", gates, 8, 4, None, None) == "auto"
+    assert onlstm_kernel.recurrence_backend("aten", gates, 8, 4, extension, None) == "aten"
+    assert onlstm_kernel.recurrence_backend("auto", gates.double(), 8, 4, extension, None) == "auto"
+    assert onlstm_kernel.recurrence_backend("auto", gates, 8, 4, None, None) == "auto"
     monkeypatch.setenv(gemm.ENV_VAR, "aten")
-    assert onlstm_fast.recurrence_backend("auto", gates, 8, 4, extension, None) == "aten"
+    assert onlstm_kernel.recurrence_backend("auto", gates, 8, 4, extension, None) == "aten"
     assert len(probed) == 1
 
 
 def test_the_precision_probe_times_both_recurrences(extension, monkeypatch) -> None:
     """precision_runs: the fp32 and the bf16 forward loops (each on its own backend), which run;
     None without the compiled kernel."""
-    monkeypatch.setattr(onlstm_fast, "recurrence_backend", lambda *args: "aten")
-    assert onlstm_fast.precision_runs(3, 8, 4, None) is None
-    loops, flops = onlstm_fast.precision_runs(3, 8, 4, extension)()
+    monkeypatch.setattr(onlstm_kernel, "recurrence_backend", lambda *args: "aten")
+    assert onlstm_kernel.precision_runs(3, 8, 4, None) is None
+    loops, flops = onlstm_kernel.precision_runs(3, 8, 4, extension)()
     assert sorted(loops) == ["bfloat16", "float32"]
-    assert flops == 2.0 * onlstm_fast.PROBE_STEPS * 3 * 8 * (4 * 8 + 2 * 2)
+    assert flops == 2.0 * onlstm_kernel.PROBE_STEPS * 3 * 8 * (4 * 8 + 2 * 2)
     fp32, bf16 = loops["float32"](), loops["bfloat16"]()
     assert fp32[0].dtype == bf16[0].dtype == torch.float32
     assert not torch.equal(fp32[0], bf16[0])

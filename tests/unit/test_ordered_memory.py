@@ -1,5 +1,5 @@
 """Ordered Memory: the Gated Recursive Cell, the masked attention, the memory update on hand-derived
-steps, the fused path against the readable reference (Algorithm 1, ``fused=False``), the
+steps, the fused path against the readable reference (Algorithm 1, ``impl="reference"``), the
 hand-written backward of the slot chain against autograd, padding invariance, slot counts,
 dropout and gradients."""
 
@@ -13,13 +13,14 @@ import torch
 from torch import nn
 
 from tests.fixtures.precision import fp32_and_bf16_runs
-from treernn.encoders import cpp_ext, gemm, ordered_memory_fused
 from treernn.encoders.ordered_memory import (
     GatedRecursiveCell,
     OrderedMemoryEncoder,
     masked_attention,
 )
-from treernn.encoders.ordered_memory_fused import slot_chain, slot_chain_autograd
+from treernn.kernels import cpp_ext, gemm
+from treernn.kernels import ordered_memory as om_kernel
+from treernn.kernels.ordered_memory import slot_chain, slot_chain_autograd
 
 
 # ----------------------------------------------------------------------------- cell
@@ -119,7 +120,7 @@ def test_first_steps_follow_the_paper_by_hand():
 @pytest.mark.parametrize("padding_side", ["right", "left"])
 def test_batched_encoder_matches_plain_algorithm_and_ignores_padding(padding_side):
     encoder = make_encoder(memory_slots=3, padding_side=padding_side)
-    reference = make_encoder(memory_slots=3, fused=False)  # Algorithm 1 as written
+    reference = make_encoder(memory_slots=3, impl="reference")  # Algorithm 1 as written
     reference.load_state_dict(encoder.state_dict())
     lengths = [7, 2, 5, 1, 4]
     steps = max(lengths)
@@ -191,7 +192,7 @@ def test_more_slots_at_test_time():
 
 def test_validation_uses_the_training_slot_count_and_test_the_test_count():
     """The authors validate with the training count (12 on logic) and test with 24; the task sets
-    ``validating`` around its validation loop (tasks.base.Task)."""
+    its eval stage around its validation loop (tasks.base.Task, Encoder.set_eval_stage)."""
     from treernn.tasks.base import Task
 
     encoder = OrderedMemoryEncoder(4, 6, memory_slots=3, test_memory_slots=5).eval()
@@ -262,14 +263,14 @@ def test_bad_arguments_and_masks_are_reported():
         encoder(torch.randn(1, 3, 5))
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_authors_left_padding_composes_the_first_token_with_a_zero_memory(fused):
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_authors_left_padding_composes_the_first_token_with_a_zero_memory(impl):
     """``padding_mode=authors_left``: a row shorter than the batch starts as the authors'
     left-padded rows do, its first token an ordinary step over the zero state: output
     cell(x_1, 0) into the last slot, then two slots attendable at its second token. The default
     treatment ignores padding; a row that fills the batch is the same under both."""
     torch.manual_seed(0)
-    options = {"input_size": 5, "hidden_size": 6, "memory_slots": 3, "fused": fused}
+    options = {"input_size": 5, "hidden_size": 6, "memory_slots": 3, "impl": impl}
     invariant = OrderedMemoryEncoder(**options, padding_side="left").eval()
     authors = OrderedMemoryEncoder(**options, padding_side="left", padding_mode="authors_left")
     authors.eval().load_state_dict(invariant.state_dict())
@@ -339,7 +340,7 @@ def run_with_gradients(encoder, x, mask, seed, state=None, memory_in_loss=True):
 def run_with_autograd_slot_chain(monkeypatch, *args, **kwargs):
     """:func:`run_with_gradients` with the fused path's slot chain swapped for its autograd twin."""
     with monkeypatch.context() as patch:
-        patch.setattr(ordered_memory_fused, "slot_chain", slot_chain_autograd)
+        patch.setattr(om_kernel, "slot_chain", slot_chain_autograd)
         return run_with_gradients(*args, **kwargs)
 
 
@@ -350,12 +351,12 @@ def chain_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     skip), and on torch ops (``TREERNN_CPP_EXT=0``)."""
     if request.param == "kernel":
         monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
-        assert ordered_memory_fused.chain_kernel(torch.zeros(1)) is not None, (
+        assert om_kernel.chain_kernel(torch.zeros(1)) is not None, (
             "the om_chain C++ extension did not build; see the log"
         )
     else:
         monkeypatch.setenv(cpp_ext.ENV_VAR, "0")
-        assert ordered_memory_fused.chain_kernel(torch.zeros(1)) is None
+        assert om_kernel.chain_kernel(torch.zeros(1)) is None
     return request.param
 
 
@@ -364,8 +365,8 @@ def fused_and_reference(**kwargs):
     options = {"input_size": 5, "hidden_size": 6, "memory_slots": 3, "dropout": 0.2}
     options.update(memory_dropout=0.2, input_dropout=0.1, output_dropout=0.1)
     options.update(kwargs)
-    fused = OrderedMemoryEncoder(**options, fused=True).double()
-    reference = OrderedMemoryEncoder(**options, fused=False).double()
+    fused = OrderedMemoryEncoder(**options, impl="fast").double()
+    reference = OrderedMemoryEncoder(**options, impl="reference").double()
     reference.load_state_dict(fused.state_dict())
     return fused, reference
 
@@ -459,8 +460,8 @@ def test_fused_path_skips_unreachable_slots_exactly(training, monkeypatch, chain
         windows.append((mask_pointer.size(1) + 1, window))
         return window
 
-    reachable_window = ordered_memory_fused._reachable_window
-    monkeypatch.setattr(ordered_memory_fused, "_reachable_window", spy)
+    reachable_window = om_kernel._reachable_window
+    monkeypatch.setattr(om_kernel, "_reachable_window", spy)
     fused.train(training)
     reference.train(training)
     x = torch.randn(4, 14, 5, dtype=torch.float64)
@@ -562,7 +563,7 @@ def test_bf16_autocast_trains_and_stays_close_to_fp32(monkeypatch):
     for name in ("forward_memory.cell.second_layer.weight", "backward_memory.layer_norm.weight"):
         assert (grads_bf16[name] - grads[name]).norm() / grads[name].norm() < 1e-1, name
     # the reference path ignores autocast (fp32 throughout) and must not crash under it
-    reference = OrderedMemoryEncoder(16, 32, memory_slots=5, fused=False)
+    reference = OrderedMemoryEncoder(16, 32, memory_slots=5, impl="reference")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert reference(x, mask).hidden.dtype == torch.float32
 
@@ -619,9 +620,7 @@ def test_slot_chain_operands_pack_only_where_a_packed_gemm_runs(monkeypatch):
     weights = torch.randn(24, 6), torch.randn(24, 24), torch.randn(24)
     for name in ("mkl", "onednn", "aten"):
         monkeypatch.setenv(gemm.ENV_VAR, name)
-        packed = ordered_memory_fused.slot_chain_operands(*weights, torch.float32, batch=4)[-1]
+        packed = om_kernel.slot_chain_operands(*weights, torch.float32, batch=4)[-1]
         usable = name in gemm.candidates(torch.device("cpu"), torch.float32) and name != "aten"
         assert (packed is not None) == usable
-        assert (
-            ordered_memory_fused.slot_chain_operands(*weights, torch.float64, batch=4)[-1] is None
-        )
+        assert om_kernel.slot_chain_operands(*weights, torch.float64, batch=4)[-1] is None

@@ -1,4 +1,4 @@
-"""TreeLSTM / LdTreeLSTM: the level-batched schedule (``impl="batched"``) against the node-at-a-time
+"""TreeLSTM / LdTreeLSTM: the level-batched schedule (``impl="fast"``) against the node-at-a-time
 reference (``impl="reference"``), the left-dependent LSTM against a hand-written one, padding,
 dropout, initialisation and gradients."""
 
@@ -126,5 +126,5 @@ def test_parameters_uniform_in_paper_range_and_gradients_flow():
 def test_missing_tree_and_unknown_impl_are_clear_errors():
     with pytest.raises(ValueError, match="tree="):
         TopDownTreeLSTM(input_size=2, hidden_size=2)(torch.zeros(1, 2, 2))
-    with pytest.raises(ValueError, match="impl='fast'"):
-        TopDownTreeLSTM(input_size=2, hidden_size=2, impl="fast")
+    with pytest.raises(ValueError, match="impl='batched'"):  # the spelling before issue 27
+        TopDownTreeLSTM(input_size=2, hidden_size=2, impl="batched")

@@ -1,4 +1,4 @@
-"""Whole-weight operations (treernn.encoders.weight_ops): Philox4x32-10 against the published
+"""Whole-weight operations (treernn.kernels.weight_ops): Philox4x32-10 against the published
 known-answer vectors, DropConnect's mask (the same on the compiled and the torch-ops path, the
 right keep rate, independent neighbours, the same mask in the backward pass, repeatable under a
 seed, independent of the thread count) and the tiled transpose."""
@@ -10,8 +10,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from treernn.encoders import cpp_ext, weight_ops
-from treernn.encoders.weight_ops import dropconnect, keep_mask, philox, transposed
+from treernn.kernels import cpp_ext, weight_ops
+from treernn.kernels.weight_ops import dropconnect, keep_mask, philox, transposed
 
 # Philox4x32-10 known answers, (counter, key) -> output, from the Random123 distribution's
 # kat_vectors (Salmon et al., SC 2011).

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from treernn.data.dependency import ROOT_TOKEN, DependencyTree, collate_trees, encode_tree
 from treernn.data.vocab import Vocabulary
-from treernn.encoders.td_treelstm import LEFT, NX_LEFT, NX_RIGHT, RIGHT
+from treernn.encoders.top_down_tree import LEFT, NX_LEFT, NX_RIGHT, RIGHT
 
 CLASSIFIERS = ("ADD-LEFT", "ADD-RIGHT", "ADD-NX-LEFT", "ADD-NX-RIGHT")
 ADD_LEFT, ADD_RIGHT, ADD_NX_LEFT, ADD_NX_RIGHT = range(4)

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from treernn.data.dependency import DependencyTree, write_conllu
+from treernn.data.dependency_reading import DependencyTree, write_conllu
 from treernn.errors import UserError
 
 DEFAULT_MODEL = "en_core_web_sm"

@@ -72,6 +72,9 @@ class EncoderOutput:
     extras: dict[str, Tensor] = field(default_factory=dict)
 
 
+EvalStage = Literal["validation", "test"]
+
+
 class Encoder(nn.Module):
     """Base class: subclasses set ``input_size``/``output_size`` and implement ``forward``.
 
@@ -92,6 +95,13 @@ class Encoder(nn.Module):
         self, x: Tensor, mask: Tensor | None = None, state: Any = None
     ) -> EncoderOutput:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def set_eval_stage(self, stage: EvalStage) -> None:
+        """Which kind of evaluation the next eval-mode passes are: ``"validation"`` while the
+        task's validation loop runs, ``"test"`` otherwise (test passes, and commands that load a
+        checkpoint, which never call this). The task calls it; most encoders evaluate the same
+        way in both and ignore it. Ordered Memory validates with its training slot count and
+        tests with ``test_memory_slots``."""
 
 
 def last_real_step(hidden: Tensor, mask: Tensor | None) -> Tensor:

@@ -7,9 +7,9 @@ eval), as AWD-LSTM's ``WeightDrop`` does. Between layers, locked (variational) d
 AWD-LSTM.
 
 On CPU ``nn.LSTM`` runs oneDNN's LSTM primitive (its own packed GEMMs: the per-step products are
-already on oneDNN, see :mod:`treernn.encoders.gemm`). Under ``torch.autocast`` with bf16
+already on oneDNN, see :mod:`treernn.kernels.gemm`). Under ``torch.autocast`` with bf16
 (``precision=bf16-mixed``) it runs oneDNN's bf16 LSTM only where the probe of
-:func:`treernn.encoders.gemm.product_dtype` finds bf16 products faster than fp32 on this machine
+:func:`treernn.kernels.gemm.product_dtype` finds bf16 products faster than fp32 on this machine
 at the recurrent shape (batch, H) x (H, 4H); elsewhere the encoder runs in fp32 (logged once). On
 CPUs without bf16 instructions (e.g. AVX2 only) oneDNN has no bf16 LSTM at all and autocast would
 fail to create the primitive; on an Intel Xeon with AVX512-BF16 and no AMX it runs, 0.75x as fast
@@ -25,7 +25,6 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from treernn.encoders import gemm
 from treernn.encoders.base import (
     Encoder,
     EncoderOutput,
@@ -33,8 +32,9 @@ from treernn.encoders.base import (
     check_dropout,
     last_real_step,
 )
-from treernn.encoders.weight_ops import dropconnect
 from treernn.errors import ConfigValueError
+from treernn.kernels import gemm
+from treernn.kernels.weight_ops import dropconnect
 
 LSTMState = list[tuple[Tensor, Tensor]]  # per layer (h, c), each (B, H_l)
 

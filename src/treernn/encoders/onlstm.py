@@ -24,9 +24,9 @@ Two implementations of the recurrence compute the same numbers:
 
 * ``impl="reference"``: :func:`onlstm_step` applied step by step with autograd. Read this one.
 * ``impl="fast"`` (default): the same recurrence as one hand-written autograd node per layer
-  (:mod:`treernn.encoders.onlstm_fast`, tested equal to the reference), its per-step products and
+  (:mod:`treernn.kernels.onlstm`, tested equal to the reference), its per-step products and
   its input projection (one product over all steps) on the GEMM backend ``gemm_backend``
-  (:mod:`treernn.encoders.gemm`).
+  (:mod:`treernn.kernels.gemm`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from treernn.encoders import gemm
 from treernn.encoders.base import (
     Encoder,
     EncoderOutput,
@@ -46,10 +45,11 @@ from treernn.encoders.base import (
     check_dropout,
     last_real_step,
 )
-from treernn.encoders.gemm import GemmBackend, check_backend
-from treernn.encoders.onlstm_fast import fast_recurrence, fused_kernel, precision_runs
-from treernn.encoders.weight_ops import dropconnect
 from treernn.errors import ConfigValueError
+from treernn.kernels import gemm
+from treernn.kernels.gemm import GemmBackend, check_backend
+from treernn.kernels.onlstm import fast_recurrence, fused_kernel, precision_runs
+from treernn.kernels.weight_ops import dropconnect
 
 LayerState = tuple[Tensor, Tensor]  # (h, c), each (B, H)
 
@@ -197,7 +197,7 @@ class ONLSTMEncoder(Encoder):
     as in the authors' ``ONLSTMStack``; ``weight_drop`` is DropConnect on the recurrent weights.
     ``impl`` picks the recurrence: ``"fast"`` (default) or the step-by-step ``"reference"``;
     ``gemm_backend`` the library of the fast recurrence's per-step products and input projection
-    (:mod:`treernn.encoders.gemm`: ``auto`` probes MKL, oneDNN and aten once per shape).
+    (:mod:`treernn.kernels.gemm`: ``auto`` probes MKL, oneDNN and aten once per shape).
     """
 
     tree_signal_kind = "distances"

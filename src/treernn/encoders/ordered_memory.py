@@ -38,23 +38,24 @@ mask per sequence, shared over time) for SST as the authors' sentiment model doe
 Deviation, for speed: every dropout mask inside the recurrence is sampled once per sequence and
 shared by all steps and slots, where the authors' modules sample a fresh mask at every call (this is
 variational dropout; eval-mode outputs are identical). Both implementations draw the same masks
-from the same seed, but the fused one hands them to rows sorted by length, so in training with
+from the same seed, but the fast one hands them to rows sorted by length, so in training with
 dropout the two agree only in distribution.
 
-Two implementations compute the same function (``fused``):
+Two implementations compute the same function (``impl``):
 
-* ``fused=False``: :meth:`OrderedMemoryRecurrence.reference_forward`, Algorithm 1 as written:
+* ``impl="reference"``: :meth:`OrderedMemoryRecurrence.reference_forward`, Algorithm 1 as written:
   every step, every slot, all rows together, with :class:`GatedRecursiveCell` calls. Read this
   one. It runs in fp32 whatever autocast asks for.
-* ``fused=True`` (default): :mod:`treernn.encoders.ordered_memory_fused`, which computes only the
+* ``impl="fast"`` (default): :mod:`treernn.kernels.ordered_memory`, which computes only the
   slots that can be pointed at, skips padding, and runs each step's chain of cells as one
   autograd node with a hand-written backward pass (bf16 matrix products under bf16-mixed). Tests
   compare it with the reference in float64.
 
 More slots at test time: ``test_memory_slots`` (e.g. 12 in training, 24 at test time for logical
 inference); no parameter depends on N. As in the authors' code, validation uses the training count
-``memory_slots``: the encoder cannot tell a validation pass from a test pass, so the task sets
-``encoder.validating`` around its validation loop; otherwise eval mode (test passes, and the
+``memory_slots``: the encoder cannot tell a validation pass from a test pass, so the task says
+which it runs (``encoder.set_eval_stage("validation")`` around its validation loop, ``"test"``
+after it); otherwise eval mode (test passes, and the
 commands that load a checkpoint) uses ``test_memory_slots``. Sequences longer than N tokens are
 handled as in the paper: the stack holds at most N sub-trees, and once it is full the last slot
 stays attendable, so the model keeps composing; nothing is rejected.
@@ -78,17 +79,22 @@ pads last, which changes nothing).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from treernn.encoders.base import Encoder, EncoderOutput, TreeSignal, check_dropout
-from treernn.encoders.gemm import GemmBackend, check_backend
-from treernn.encoders.ordered_memory_fused import fused_ordered_memory
+from treernn.encoders.base import Encoder, EncoderOutput, EvalStage, TreeSignal, check_dropout
+from treernn.encoders.ordered_memory_state import (
+    OrderedMemoryMasks,
+    OrderedMemoryState,
+    OrderedMemoryWeights,
+    masked_attention,
+)
 from treernn.errors import ConfigValueError
+from treernn.kernels.gemm import GemmBackend, check_backend
+from treernn.kernels.ordered_memory import fused_ordered_memory, product_dtype
 
 # ----------------------------------------------------------------------------- the cell (3.2)
 DropoutMasks = tuple[Tensor, Tensor]  # (B, 2H) on [left; right], (B, 4H) on the ReLU output
@@ -100,8 +106,8 @@ class GatedRecursiveCell(nn.Module):
     ``layer_norm``: pass the encoder's input LayerNorm to share it (eq. 13: "LN shares the same
     parameters with the one used in Eqn. 1"). Called plainly, the cell samples fresh dropout masks
     per call (the authors' behaviour); Ordered Memory passes one pair per sequence instead
-    (:meth:`sample_dropout_masks`). The fused path re-implements :meth:`compose` in
-    :func:`treernn.encoders.ordered_memory_fused.slot_chain` and only reads these parameters.
+    (:meth:`sample_dropout_masks`). The fast path re-implements :meth:`compose` in
+    :func:`treernn.kernels.ordered_memory.slot_chain` and only reads these parameters.
     """
 
     def __init__(
@@ -170,45 +176,6 @@ class GatedRecursiveCell(nn.Module):
 
 
 # ----------------------------------------------------------------------------- the memory (3.1)
-@dataclass
-class OrderedMemoryState:
-    """The recurrent state after a step (one direction)."""
-
-    cumulative_pointer: Tensor  # (B, N) cp_t
-    memory: Tensor  # (B, N, H) M_t
-    candidate: Tensor  # (B, N, H) M_hat_t
-    tokens_seen: Tensor  # (B,) long: real tokens read so far (0 means the next one is the first)
-
-    @property
-    def num_slots(self) -> int:
-        return self.cumulative_pointer.size(1)
-
-    def index_select(self, index: Tensor) -> OrderedMemoryState:
-        return OrderedMemoryState(
-            self.cumulative_pointer[index],
-            self.memory[index],
-            self.candidate[index],
-            self.tokens_seen[index],
-        )
-
-
-#: Mask values below this count as 0 (the authors' ``process_softmax``): such slots get exactly
-#: zero attention, and no gradient flows into their mask value.
-MASK_THRESHOLD = 1e-5
-
-
-def masked_attention(scores: Tensor, allowed: Tensor) -> Tensor:
-    """Eqs. (10)-(11): softmax of ``scores`` (B, S) multiplied by the soft mask ``allowed`` (B, S)
-    in [0, 1], renormalised. Mask values below :data:`MASK_THRESHOLD` are set to 0 first, as the
-    authors' code does; slots with a zero mask get exactly 0. Every row needs one allowed slot
-    (the last slot always is)."""
-    allowed = allowed.masked_fill(allowed < MASK_THRESHOLD, 0.0)
-    masked = scores.masked_fill(allowed <= 0, float("-inf"))
-    shift = masked.amax(dim=1, keepdim=True).detach()  # any shift gives the same distribution
-    weights = torch.exp(masked - shift) * allowed  # (B, S)
-    return weights / weights.sum(dim=1, keepdim=True)
-
-
 class OrderedMemoryRecurrence(nn.Module):
     """One direction of Ordered Memory over a batch of sequences (Algorithm 1)."""
 
@@ -218,12 +185,12 @@ class OrderedMemoryRecurrence(nn.Module):
         hidden_size: int,
         dropout: float = 0.0,
         memory_dropout: float = 0.0,
-        fused: bool = True,
+        impl: Literal["fast", "reference"] = "fast",
         gemm_backend: str = "auto",
     ) -> None:
         super().__init__()
         self.hidden_size = hidden_size
-        self.fused = fused
+        self.impl = impl
         self.gemm_backend = check_backend(gemm_backend)
         self.memory_dropout = memory_dropout
         self.input_projection = nn.Linear(input_size, hidden_size)  # W, b of eq. (1)
@@ -279,13 +246,59 @@ class OrderedMemoryRecurrence(nn.Module):
         attention (B, T, N) (zeros at padding and first tokens), final state.
         ``authors_padding``: rows shorter than T start as the authors' left-padded rows do (see
         ``padding_mode`` in the module docstring)."""
-        if self.fused:
-            return fused_ordered_memory(self, x, mask, num_slots, state, authors_padding)
-        with torch.autocast(x.device.type, enabled=False):  # the reference runs in fp32
+        gemm_dtype = None
+        if self.impl == "fast":  # probed while autocast, if any, is still on
+            gemm_dtype = product_dtype(x, self.hidden_size)
+        with torch.autocast(x.device.type, enabled=False):
             if x.dtype in (torch.float16, torch.bfloat16):
-                x = x.float()
+                x = x.float()  # the reference runs in fp32; the kernel's non-products too
             state = self.start_state(state, x, num_slots)
-            return self.reference_forward(x, mask, state, authors_padding)
+            if self.impl == "reference":
+                return self.reference_forward(x, mask, state, authors_padding)
+            masks = self.sample_dropout_masks(x.size(0), x)
+            return fused_ordered_memory(
+                x,
+                mask,
+                state,
+                self.kernel_weights(),
+                masks,
+                gemm_dtype,
+                self.gemm_backend,
+                authors_padding,
+            )
+
+    def sample_dropout_masks(self, batch_size: int, like: Tensor) -> OrderedMemoryMasks:
+        """The fast path's masks, drawn in the reference's order (attention, then the cell)."""
+        query, key, score = self.attention_dropout_masks(batch_size, like)
+        cell_masks = self.cell.sample_dropout_masks(batch_size, like)
+        cell_input, cell_hidden = cell_masks if cell_masks is not None else (None, None)
+        return OrderedMemoryMasks(query, key, score, cell_input, cell_hidden)
+
+    def kernel_weights(self) -> OrderedMemoryWeights:
+        """This direction's parameters for :func:`treernn.kernels.ordered_memory`."""
+
+        def norm(module: nn.LayerNorm) -> tuple[Tensor, Tensor, float]:
+            return module.weight, module.bias, module.eps
+
+        first_left, first_right, first_bias = self.cell.split_first_layer()
+        return OrderedMemoryWeights(
+            input_weight=self.input_projection.weight,
+            input_bias=self.input_projection.bias,
+            layer_norm=norm(self.layer_norm),
+            query_weight=self.query_projection.weight,
+            query_bias=self.query_projection.bias,
+            query_norm=norm(self.query_norm),
+            key_weight=self.key_projection.weight,
+            key_bias=self.key_projection.bias,
+            key_norm=norm(self.key_norm),
+            score_weight=self.score.weight,
+            score_bias=self.score.bias,
+            first_left=first_left,
+            first_right=first_right,
+            first_bias=first_bias,
+            second_weight=self.cell.second_layer.weight,
+            second_bias=self.cell.second_layer.bias,
+        )
 
     def reference_forward(
         self, x: Tensor, mask: Tensor, state: OrderedMemoryState, authors_padding: bool = False
@@ -359,13 +372,13 @@ class OrderedMemoryEncoder(Encoder):
     Memory with its own parameters reads each row right to left; outputs are concatenated (2H) and
     its attention is ``extras["attention_backward"]`` (in reading order, i.e. over reversed
     positions).
-    ``fused`` (default True) runs :mod:`treernn.encoders.ordered_memory_fused` (only the slots
+    ``impl="fast"`` (default) runs :mod:`treernn.kernels.ordered_memory` (only the slots
     that can be pointed at, the hand-written backward pass of the slot chain, bf16 matrix products
-    under autocast); False runs the readable reference, Algorithm 1 as written (fp32).
-    ``gemm_backend`` (fused path only): the library of the slot chain's per-slot products
-    (:mod:`treernn.encoders.gemm`; ``auto`` probes MKL, oneDNN and aten once per shape).
+    under autocast); ``"reference"`` runs the readable reference, Algorithm 1 as written (fp32).
+    ``gemm_backend`` (fast path only): the library of the slot chain's per-slot products
+    (:mod:`treernn.kernels.gemm`; ``auto`` probes MKL, oneDNN and aten once per shape).
     ``padding_mode``: ``invariant`` (default) or ``authors_left`` (module docstring).
-    ``validating``: set by the task during validation, where eval mode uses ``memory_slots``.
+    :meth:`set_eval_stage`: the task says when it validates, where eval mode uses ``memory_slots``.
     """
 
     tree_signal_kind = "attention"  # trees by Algorithm 2
@@ -385,7 +398,7 @@ class OrderedMemoryEncoder(Encoder):
         locked_input_dropout: bool = False,
         bidirectional: bool = False,
         padding_side: Literal["right", "left"] = "right",
-        fused: bool = True,
+        impl: Literal["fast", "reference"] = "fast",
         gemm_backend: GemmBackend = "auto",
         padding_mode: Literal["invariant", "authors_left"] = "invariant",
     ) -> None:
@@ -421,17 +434,20 @@ class OrderedMemoryEncoder(Encoder):
         self.test_memory_slots = test_memory_slots or memory_slots
         self.padding_side = padding_side
         self.padding_mode = padding_mode
-        self.validating = False  # the task sets it during validation: eval uses memory_slots
+        if impl not in ("fast", "reference"):
+            raise ConfigValueError(f"impl={impl!r} is not one of 'fast', 'reference'.")
+        self.impl = impl
+        self.eval_stage: EvalStage = "test"  # set_eval_stage; validation uses memory_slots
         self.input_dropout = input_dropout
         self.locked_input_dropout = locked_input_dropout
         self.output_dropout = output_dropout
         self.bidirectional = bidirectional
         self.forward_memory = OrderedMemoryRecurrence(
-            input_size, hidden_size, dropout, memory_dropout, fused, gemm_backend
+            input_size, hidden_size, dropout, memory_dropout, impl, gemm_backend
         )
         self.backward_memory = (
             OrderedMemoryRecurrence(
-                input_size, hidden_size, dropout, memory_dropout, fused, gemm_backend
+                input_size, hidden_size, dropout, memory_dropout, impl, gemm_backend
             )
             if bidirectional
             else None
@@ -449,9 +465,12 @@ class OrderedMemoryEncoder(Encoder):
     def num_slots(self) -> int:
         """Slots used by the next forward pass: the training count in training and validation,
         the test count otherwise in eval mode."""
-        if self.training or self.validating:
+        if self.training or self.eval_stage == "validation":
             return self.memory_slots
         return self.test_memory_slots
+
+    def set_eval_stage(self, stage: EvalStage) -> None:
+        self.eval_stage = stage
 
     def _check_mask(self, mask: Tensor) -> None:
         """A left-padded batch given as right-padded (or the reverse) is a data bug: say so."""

@@ -1,7 +1,8 @@
 """Top-down Tree LSTM and LdTreeLSTM (Zhang, Lu and Lapata, NAACL 2016, Sections 2.3-2.4).
 
 A sentence's dependency tree is generated top-down and breadth-first (see
-``treernn.data.dependency.linearise``). Step t generates word w_t from a predecessor step t' along
+``treernn.data.dependency.linearise``; the schedule and the edge types are in
+``treernn.encoders.top_down_tree``). Step t generates word w_t from a predecessor step t' along
 an edge of type z_t in {LEFT, RIGHT, NX_LEFT, NX_RIGHT}; each edge type has its own (deep) LSTM and
 all four share the hidden states H (Eq. 2):
 
@@ -19,8 +20,8 @@ Two implementations compute the same numbers (``impl``):
 
 * ``impl="reference"``: :meth:`TopDownTreeLSTM.reference_forward`, Eq. 2-7 one node at a time,
   in generation order, with ``nn.LSTMCell`` calls. Read this one.
-* ``impl="batched"`` (default): all steps of one generation level, across all trees of the batch,
-  at once (:mod:`treernn.encoders.td_treelstm_batched`, tested equal to the reference). Dropout
+* ``impl="fast"`` (default): all steps of one generation level, across all trees of the batch,
+  at once (:mod:`treernn.kernels.td_treelstm`, tested equal to the reference). Dropout
   between layers draws its masks in a different order, so the two agree in eval mode (and in
   training only without dropout).
 
@@ -29,7 +30,6 @@ Parameters are initialised uniformly in [-0.1, 0.1] as in the paper.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -38,39 +38,11 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from treernn.encoders.base import Encoder, EncoderOutput, check_dropout
-from treernn.encoders.td_treelstm_batched import batched_forward
+from treernn.encoders.top_down_tree import RIGHT, TopDownTree
 from treernn.errors import ConfigValueError
+from treernn.kernels.td_treelstm import LayerStates, batched_forward, lstm_cell
 
-LEFT, RIGHT, NX_LEFT, NX_RIGHT = 0, 1, 2, 3
-EDGE_TYPES = ("LEFT", "RIGHT", "NX_LEFT", "NX_RIGHT")
 GENERATORS = ("GEN-L", "GEN-R", "GEN-NX-L", "GEN-NX-R")
-
-LayerStates = list[tuple[Tensor, Tensor]]  # per layer (h, c), each (N, H_l)
-
-
-@dataclass
-class TopDownTree:
-    """Breadth-first generation schedule of a batch; step 0 of every row is ROOT.
-
-    predecessor: (B, T) step index t' of each step (ROOT and padding: 0).
-    edge_type: (B, T) LEFT/RIGHT/NX_LEFT/NX_RIGHT (ROOT and padding: 0, never read).
-    level: (B, T) generation depth, level[t] = level[t'] + 1, ROOT 0.
-    left_dependents: (B, T, K) for RIGHT steps, steps of the head's left dependents, farthest first.
-    left_dependents_length: (B, T) how many of them (0 elsewhere).
-    """
-
-    predecessor: Tensor
-    edge_type: Tensor
-    level: Tensor
-    left_dependents: Tensor
-    left_dependents_length: Tensor
-
-
-def lstm_cell(gates: Tensor, cell: Tensor) -> tuple[Tensor, Tensor]:
-    """Eq. 4-5 from pre-activations (N, 4H) in ``nn.LSTMCell`` order (i, f, u, o)."""
-    input_gate, forget_gate, update, output_gate = gates.chunk(4, dim=-1)
-    cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(update)
-    return torch.sigmoid(output_gate) * torch.tanh(cell), cell
 
 
 class TopDownTreeLSTM(Encoder):
@@ -79,7 +51,7 @@ class TopDownTreeLSTM(Encoder):
     forward(x (B, T, D), mask (B, T), tree=TopDownTree) -> hidden (B, T, H): ``x[:, t]`` is the
     embedding of the word generated at step t (``x[:, 0]`` the ROOT embedding); ``hidden[:, t]`` is
     h_t, the state that predicts the word of step t (``hidden[:, 0]`` is ROOT's constant state).
-    ``impl`` picks the implementation: ``"batched"`` (default) or the node-at-a-time
+    ``impl`` picks the implementation: ``"fast"`` (default, level-batched) or the node-at-a-time
     ``"reference"`` (see the module docstring).
     """
 
@@ -96,12 +68,12 @@ class TopDownTreeLSTM(Encoder):
         left_dependent_size: int | None = None,
         root_value: float = 0.01,
         init_range: float = 0.1,
-        impl: Literal["batched", "reference"] = "batched",
+        impl: Literal["fast", "reference"] = "fast",
     ) -> None:
         super().__init__()
         check_dropout("dropout", dropout)
-        if impl not in ("batched", "reference"):
-            raise ConfigValueError(f"impl={impl!r} is not one of 'batched', 'reference'.")
+        if impl not in ("fast", "reference"):
+            raise ConfigValueError(f"impl={impl!r} is not one of 'fast', 'reference'.")
         self.impl = impl
         if num_layers < 1:
             raise ConfigValueError(f"num_layers={num_layers}: a tree LSTM needs at least one layer")
@@ -235,8 +207,18 @@ class TopDownTreeLSTM(Encoder):
             mask = torch.ones(batch, width, dtype=torch.bool, device=x.device)
         if not bool(mask[:, 0].all()):
             raise ValueError("every row needs ROOT at step 0 (mask[:, 0] must be True)")
-        if self.impl == "batched":
-            layer_outputs = batched_forward(self, x, mask, tree)
+        if self.impl == "fast":
+            layer_outputs = batched_forward(
+                x,
+                mask,
+                tree,
+                cells=self.cells,
+                root_state=self.root_state,
+                dropout=self.dropout,
+                summarise_left_dependents=(
+                    self.summarise_left_dependents if self.uses_left_dependents else None
+                ),
+            )
         else:
             layer_outputs = self.reference_forward(x, mask, tree)
         hidden = layer_outputs[-1]
@@ -258,7 +240,7 @@ class LdTreeLSTM(TopDownTreeLSTM):
         left_dependent_size: int | None = None,
         root_value: float = 0.01,
         init_range: float = 0.1,
-        impl: Literal["batched", "reference"] = "batched",
+        impl: Literal["fast", "reference"] = "fast",
     ) -> None:
         super().__init__(
             input_size,

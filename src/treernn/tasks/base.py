@@ -21,9 +21,10 @@ Divergence: :meth:`Task.chance_levels` names what a model that predicts the unif
 over the task's outputs scores (ln V nats per word, ln C per example);
 :class:`~treernn.callbacks.divergence.DivergenceMonitor` stops a run that is clearly worse.
 
-Validation vs test: an encoder with a ``validating`` attribute (Ordered Memory, whose eval mode
-uses more memory slots at test time than in validation) has it set to True for the validation
-loop and False otherwise.
+Validation vs test: the task tells its encoder which kind of evaluation runs
+(:meth:`~treernn.encoders.base.Encoder.set_eval_stage`: ``"validation"`` for the validation loop,
+``"test"`` after it and for the test loop); Ordered Memory, whose eval mode uses more memory slots
+at test time than in validation, is the encoder that acts on it.
 """
 
 from __future__ import annotations
@@ -145,10 +146,6 @@ class Task(pl.LightningModule):
         return {}
 
     # ----------------------------------------------------------------- validation vs test
-    def _set_validating(self, validating: bool) -> None:
-        if hasattr(self.encoder, "validating"):
-            self.encoder.validating = validating
-
     # A plateau scheduler steps at the end of an epoch on the newest validation's metric. Lightning
     # keeps that metric (trainer.callback_metrics) out of checkpoints, and so skips the plateau
     # step at the end of the epoch a run resumed in (its fit loop is "restarting"): a run resumed
@@ -170,7 +167,7 @@ class Task(pl.LightningModule):
             loop.epoch_loop.update_lr_schedulers("epoch", update_plateau_schedulers=True)
 
     def on_validation_start(self) -> None:
-        self._set_validating(True)
+        self.encoder.set_eval_stage("validation")
 
     def on_validation_epoch_end(self) -> None:
         # counted here, before the checkpoint callbacks' on_validation_end: a checkpoint taken
@@ -180,10 +177,10 @@ class Task(pl.LightningModule):
             self._validations += 1
 
     def on_validation_end(self) -> None:
-        self._set_validating(False)
+        self.encoder.set_eval_stage("test")
 
     def on_test_start(self) -> None:
-        self._set_validating(False)
+        self.encoder.set_eval_stage("test")
 
     # ----------------------------------------------------------------- optimisation
     def optimizer_parameters(self) -> Iterable[nn.Parameter]:

@@ -1,5 +1,5 @@
 // The elementwise work of one ON-LSTM step, fused: one call per step and direction instead of
-// about twenty small torch ops (treernn/encoders/onlstm_fast.py, which builds and calls it; the
+// about twenty small torch ops (treernn/kernels/onlstm.py, which builds and calls it; the
 // equations are in treernn/encoders/onlstm.py).
 //
 // forward_step: after the per-step product has written the pre-activations into ``act`` (B, G)
@@ -663,7 +663,7 @@ void backward_sequence(const at::Tensor& packed_t, const at::Tensor& activations
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "The fused elementwise work of one ON-LSTM step (treernn.encoders.onlstm_fast).";
+  m.doc() = "The fused elementwise work of one ON-LSTM step (treernn.kernels.onlstm).";
   m.def("forward_step", &forward_step, "One step's elementwise forward work, in place.",
         pybind11::arg("act"), pybind11::arg("product"), pybind11::arg("added"),
         pybind11::arg("cumax"), pybind11::arg("c_prev"),

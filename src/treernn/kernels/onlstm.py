@@ -7,14 +7,14 @@ only makes them fast:
 * the input projection (with both biases, which are constant over time) is one product for the
   whole sequence, done by the caller;
 * the forward loop writes every step into preallocated buffers;
-* the per-step products run on the GEMM backend of :mod:`treernn.encoders.gemm` (on x86 CPUs
+* the per-step products run on the GEMM backend of :mod:`treernn.kernels.gemm` (on x86 CPUs
   MKL's or oneDNN's packed GEMM, whichever is faster here at the shape; the weight is packed once
   per call), ``aten`` elsewhere (CUDA, float64);
 * on CPU in float32 and float64 all the elementwise work of a step (softmaxes and cumsums of the
   master gates, gate nonlinearities, the new cell and hidden state, the step mask; in the
   backward pass everything from the incoming gradients to the pre-activation gradients) is one
   call of a compiled kernel (``csrc/onlstm_step.cpp``, built on first use by
-  :mod:`treernn.encoders.cpp_ext`) instead of about twenty small torch ops, whose dispatch cost
+  :mod:`treernn.kernels.cpp_ext`) instead of about twenty small torch ops, whose dispatch cost
   more than their arithmetic. Elsewhere (CUDA, bf16), without a compiler, or with
   ``TREERNN_CPP_EXT=0``, the torch-ops steps run; they are tested equal. In float32 the kernel's
   exp and tanh are its own (within a few ulp of torch's), so the two paths agree to float32
@@ -38,9 +38,9 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from treernn.encoders import gemm
-from treernn.encoders.cpp_ext import load_extension
-from treernn.encoders.gemm import PackedLinear, weight_gradient
+from treernn.kernels import gemm
+from treernn.kernels.cpp_ext import load_extension
+from treernn.kernels.gemm import PackedLinear, weight_gradient
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ class ONLSTMRecurrence(torch.autograd.Function):
 
     Inputs: input_gates (T, B, G) holding W_ih x + b_ih + b_hh, weight (G, H) the DropConnect-ed
     recurrent weight, h0 and c0 (B, H), step_mask (T, B) bool or None, then chunk_size,
-    gemm_backend (the per-step products' backend, :mod:`treernn.encoders.gemm`) and product_dtype
+    gemm_backend (the per-step products' backend, :mod:`treernn.kernels.gemm`) and product_dtype
     (bf16 under bf16-mixed, else None).
     Outputs: outputs (T, B, H), h_last, c_last (B, H), distances (T, B, 2) = (input, forget).
     """
@@ -487,7 +487,7 @@ def fast_recurrence(
     """The results of :func:`reference_recurrence`, computed by :class:`ONLSTMRecurrence` (or by
     its forward loop alone when no gradient is needed). ``input_gates`` (T, B, G) already holds
     the recurrent bias too (it is constant over time, so it folds into the input projection).
-    ``gemm_backend`` names the per-step products' backend (:mod:`treernn.encoders.gemm`);
+    ``gemm_backend`` names the per-step products' backend (:mod:`treernn.kernels.gemm`);
     ``product_dtype`` (bf16 under bf16-mixed) the dtype they run in, everything else staying in
     the inputs' dtype (fp32)."""
     needs_grad = torch.is_grad_enabled() and any(

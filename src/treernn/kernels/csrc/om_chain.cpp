@@ -1,6 +1,6 @@
-// The elementwise work of Ordered Memory's slot chain, fused (treernn/encoders/ordered_memory_fused.py
+// The elementwise work of Ordered Memory's slot chain, fused (treernn/kernels/ordered_memory.py
 // builds and calls it; the equations are in treernn/encoders/ordered_memory.py). The chain's matrix
-// products stay in Python (on the GEMM backend of treernn/encoders/gemm.py); between them, where the
+// products stay in Python (on the GEMM backend of treernn/kernels/gemm.py); between them, where the
 // torch-ops path runs about ten small ops per slot forward and fifteen backward, these kernels make
 // one pass over each row:
 //
@@ -377,7 +377,7 @@ void compose_backward(const at::Tensor& grad_out, const std::optional<at::Tensor
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "The fused elementwise work of Ordered Memory's slot chain "
-            "(treernn.encoders.ordered_memory_fused).";
+            "(treernn.kernels.ordered_memory).";
   m.def("relu_scale", &relu_scale, "h = max(h * scale, 0) in place.", pybind11::arg("hidden"),
         pybind11::arg("scale"));
   m.def("relu_backward", &relu_backward, "out = (hidden > 0) * grad * scale.",

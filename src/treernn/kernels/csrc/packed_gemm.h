@@ -3,7 +3,7 @@
 // into panels of 16 outputs, and each product then streams the panels through register tiles of
 // R rows x 32 outputs (AVX-512) or R rows x 16 outputs (AVX2 + FMA), adding ``added`` and
 // masking the last panel in the tile's epilogue. Used by the ``treernn`` GEMM backend
-// (packed_gemm.cpp, treernn/encoders/gemm.py) and by the ON-LSTM sequence loops
+// (packed_gemm.cpp, treernn/kernels/gemm.py) and by the ON-LSTM sequence loops
 // (onlstm_step.cpp), which call it from inside their own parallel region, one range of panels
 // per thread.
 //

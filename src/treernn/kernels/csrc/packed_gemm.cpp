@@ -1,4 +1,4 @@
-// The ``treernn`` GEMM backend of treernn/encoders/gemm.py: a weight packed once into panels
+// The ``treernn`` GEMM backend of treernn/kernels/gemm.py: a weight packed once into panels
 // (``pack``) and products C = added + A @ W^T of small batches against it (``linear``), with the
 // micro-kernels of packed_gemm.h (AVX-512, AVX-512 BF16, AVX2 + FMA, or portable C++, chosen at
 // run time). Panels are split over torch's threads (at::parallel_for, compiled with OpenMP).
@@ -92,7 +92,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_outpu
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "Packed-panel products of small batches (treernn.encoders.gemm, backend treernn).";
+  m.doc() = "Packed-panel products of small batches (treernn.kernels.gemm, backend treernn).";
   m.def("pack", &pack, pybind11::arg("weight"), pybind11::arg("bf16"));
   m.def("linear", &linear, pybind11::arg("x"), pybind11::arg("packed"),
         pybind11::arg("n_outputs"), pybind11::arg("added") = pybind11::none(),

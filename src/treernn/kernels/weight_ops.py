@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from treernn.encoders.cpp_ext import load_extension
+from treernn.kernels.cpp_ext import load_extension
 
 
 def kernel_for(tensor: Tensor) -> ModuleType | None:

@@ -1,4 +1,4 @@
-"""The level-batched TD-TreeLSTM forward pass (``TopDownTreeLSTM(impl="batched")``, the default).
+"""The level-batched TD-TreeLSTM forward pass (``TopDownTreeLSTM(impl="fast")``, the default).
 
 Read :mod:`treernn.encoders.td_treelstm` first: it has the equations and the readable node-at-a-time
 reference. This module computes the same numbers faster:
@@ -14,22 +14,39 @@ reference. This module computes the same numbers faster:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-if TYPE_CHECKING:  # the model file imports this module; no import cycle at run time
-    from treernn.encoders.td_treelstm import LayerStates, TopDownTree, TopDownTreeLSTM
+from treernn.encoders.top_down_tree import RIGHT, TopDownTree
+
+LayerStates = list[tuple[Tensor, Tensor]]  # per layer (h, c), each (N, H_l)
+
+
+def lstm_cell(gates: Tensor, cell: Tensor) -> tuple[Tensor, Tensor]:
+    """Eq. 4-5 from pre-activations (N, 4H) in ``nn.LSTMCell`` order (i, f, u, o)."""
+    input_gate, forget_gate, update, output_gate = gates.chunk(4, dim=-1)
+    cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(update)
+    return torch.sigmoid(output_gate) * torch.tanh(cell), cell
 
 
 def batched_forward(
-    encoder: TopDownTreeLSTM, x: Tensor, mask: Tensor, tree: TopDownTree
+    x: Tensor,
+    mask: Tensor,
+    tree: TopDownTree,
+    cells: Sequence[Sequence[nn.LSTMCell]],
+    root_state: Callable[..., LayerStates],
+    dropout: Callable[[Tensor], Tensor],
+    summarise_left_dependents: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> list[Tensor]:
-    """x (B, T, D), mask (B, T) -> per-layer hidden states (B, T, H_l), zeros at padding."""
-    from treernn.encoders.td_treelstm import RIGHT, lstm_cell
+    """x (B, T, D), mask (B, T) -> per-layer hidden states (B, T, H_l), zeros at padding.
 
+    cells[edge_type][layer]: the four LSTMs' cells (the model's parameters); root_state(count,
+    device, dtype): ROOT's constant state; dropout: between layers; summarise_left_dependents
+    ((N, K, D) farthest first, (N,) lengths -> q_K, Eq. 6): LdTreeLSTM only, None for TreeLSTM.
+    """
     batch, width, _ = x.shape
     device = x.device
     flat_x = x.reshape(batch * width, -1)  # (B*T, D)
@@ -59,41 +76,41 @@ def batched_forward(
 
     # Layer-1 input projections of all steps at once (Eq. 2a / 7a), one product per edge type.
     predecessor_words = flat_x[predecessor_flat]  # (N, D)
-    first_layer = x.new_zeros(order.numel(), 4 * encoder.hidden_sizes[0])  # (N, 4H)
+    first_layer = x.new_zeros(order.numel(), 4 * cells[0][0].hidden_size)  # (N, 4H)
     generated = torch.arange(order.numel(), device=device) >= level_sizes[0]
     for edge_type in range(4):
         selected = ((edge == edge_type) & generated).nonzero().squeeze(1)
         if selected.numel() == 0:
             continue
         inputs = predecessor_words[selected]
-        if edge_type == RIGHT and encoder.uses_left_dependents:
+        if edge_type == RIGHT and summarise_left_dependents is not None:
             steps = order[selected]
             dependents = tree.left_dependents.reshape(batch * width, -1)[steps]  # (N_R, K)
             lengths = tree.left_dependents_length.reshape(-1)[steps]  # (N_R,)
             dependents_flat = dependents + (steps // width * width).unsqueeze(1)
-            summary = encoder.summarise_left_dependents(flat_x[dependents_flat], lengths)
+            summary = summarise_left_dependents(flat_x[dependents_flat], lengths)
             inputs = torch.cat([inputs, summary], dim=-1)
-        cell = encoder.cells[edge_type][0]
+        cell = cells[edge_type][0]
         first_layer = first_layer.index_copy(
             0, selected, F.linear(inputs, cell.weight_ih, cell.bias_ih)
         )
 
     # All four LSTMs' recurrent (and upper-layer input) weights stacked: one product per level
     # and layer gives every edge type's pre-activations; each step keeps its own type's.
-    cells = encoder.cells
+    num_layers = len(cells[0])
     recurrent_weights = [
         (
             torch.cat([cells[edge_type][layer].weight_hh for edge_type in range(4)]),  # (4*4H, H)
             torch.cat([cells[edge_type][layer].bias_hh for edge_type in range(4)]),
         )
-        for layer in range(encoder.num_layers)
+        for layer in range(num_layers)
     ]
     input_weights = [
         (
             torch.cat([cells[edge_type][layer].weight_ih for edge_type in range(4)]),
             torch.cat([cells[edge_type][layer].bias_ih for edge_type in range(4)]),
         )
-        for layer in range(1, encoder.num_layers)
+        for layer in range(1, num_layers)
     ]
 
     def own_type(all_types: Tensor, types: Tensor) -> Tensor:
@@ -101,7 +118,7 @@ def batched_forward(
         rows = all_types.view(all_types.size(0), 4, -1)
         return rows[torch.arange(rows.size(0), device=device), types]
 
-    previous: LayerStates = encoder.root_state(level_sizes[0], device, x.dtype)
+    previous: LayerStates = root_state(level_sizes[0], device, x.dtype)
     level_outputs: list[list[Tensor]] = [[h for h, _ in previous]]  # per level, per layer
     for level_index in range(1, len(level_sizes)):
         start = level_starts[level_index]
@@ -110,7 +127,7 @@ def batched_forward(
         types = edge[start:end]
         new_state: LayerStates = []
         below: Tensor | None = None
-        for layer in range(encoder.num_layers):
+        for layer in range(num_layers):
             hidden_prev = previous[layer][0][predecessor_index]  # (n, H)
             cell_prev = previous[layer][1][predecessor_index]
             recurrent = own_type(F.linear(hidden_prev, *recurrent_weights[layer]), types)
@@ -118,7 +135,7 @@ def batched_forward(
                 pre = first_layer[start:end]
             else:
                 weight, bias = input_weights[layer - 1]
-                pre = own_type(F.linear(encoder.dropout(below), weight, bias), types)
+                pre = own_type(F.linear(dropout(below), weight, bias), types)
             hidden, memory = lstm_cell(pre + recurrent, cell_prev)
             new_state.append((hidden, memory))
             below = hidden
@@ -126,7 +143,7 @@ def batched_forward(
         level_outputs.append([h for h, _ in previous])
 
     layer_outputs = []
-    for layer, size in enumerate(encoder.hidden_sizes):
+    for layer, size in enumerate(cell.hidden_size for cell in cells[0]):
         scheduled = torch.cat([outputs[layer] for outputs in level_outputs])  # (N, H_l)
         dense = scheduled.new_zeros(batch * width, size).index_copy(0, order, scheduled)
         layer_outputs.append(dense.view(batch, width, size))

@@ -1,4 +1,4 @@
-// Whole-weight operations of the recurrences, once per call (treernn/encoders/weight_ops.py, which
+// Whole-weight operations of the recurrences, once per call (treernn/kernels/weight_ops.py, which
 // builds and calls them): DropConnect and the transposed copy that a backward pass packs.
 //
 // masked_scale(input, keep_probability, scale, seed): input * keep * scale, where keep is a
@@ -183,7 +183,7 @@ std::array<uint32_t, 4> philox_block(const std::array<uint32_t, 4>& counter,
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "Whole-weight operations of the recurrences (treernn.encoders.weight_ops).";
+  m.doc() = "Whole-weight operations of the recurrences (treernn.kernels.weight_ops).";
   m.def("masked_scale", &masked_scale,
         "input * Bernoulli(keep_probability) * scale, the mask drawn by Philox4x32-10 from seed.",
         pybind11::arg("input"), pybind11::arg("keep_probability"), pybind11::arg("scale"),
