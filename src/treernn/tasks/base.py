@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 
 from treernn.data.batch import EncodedBatch, EncoderInputs
-from treernn.encoders.base import Encoder, EncoderOutput
+from treernn.encoders.base import Encoder, EncoderOutput, EvalStage
 from treernn.errors import ConfigValueError
 
 OptimizerFactory = Callable[..., torch.optim.Optimizer]
@@ -166,8 +166,15 @@ class Task(pl.LightningModule):
         if loop.restarting and epoch_ran_to_its_end:  # the step Lightning skips (see above)
             loop.epoch_loop.update_lr_schedulers("epoch", update_plateau_schedulers=True)
 
+    def _tell_encoders(self, stage: EvalStage) -> None:
+        """Every :class:`Encoder` inside the task hears which evaluation runs (a task built around
+        a plain ``nn.Module`` has none to tell)."""
+        for module in self.modules():
+            if isinstance(module, Encoder):
+                module.set_eval_stage(stage)
+
     def on_validation_start(self) -> None:
-        self.encoder.set_eval_stage("validation")
+        self._tell_encoders("validation")
 
     def on_validation_epoch_end(self) -> None:
         # counted here, before the checkpoint callbacks' on_validation_end: a checkpoint taken
@@ -177,10 +184,10 @@ class Task(pl.LightningModule):
             self._validations += 1
 
     def on_validation_end(self) -> None:
-        self.encoder.set_eval_stage("test")
+        self._tell_encoders("test")
 
     def on_test_start(self) -> None:
-        self.encoder.set_eval_stage("test")
+        self._tell_encoders("test")
 
     # ----------------------------------------------------------------- optimisation
     def optimizer_parameters(self) -> Iterable[nn.Parameter]:
