@@ -1,18 +1,17 @@
 """Compose, instantiate, fit, test; ``train.py`` is a thin Hydra entry around :func:`main`.
 
 What a run records about itself and how it resumes is in :mod:`treernn.runs`; checkpoints are read
-and written by :mod:`treernn.checkpoints`.
+and written by :mod:`treernn.checkpoints`; the process's set-up (threads, subnormal floats, log
+lines, resolvers) is :mod:`treernn.process`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import sys
 import traceback
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +37,21 @@ from treernn.callbacks.graceful_stop import (
 from treernn.callbacks.progress import ProgressBar
 from treernn.checkpoints import build_task, is_full_disk
 from treernn.config_checks import check_config
-from treernn.errors import ConfigValueError, RunInterrupted, UserError, show_tracebacks
+from treernn.datamodules import prepared_datamodule
+from treernn.errors import RunInterrupted, UserError, show_tracebacks
+from treernn.process import (
+    flush_denormals,
+    log_also_to,
+    log_to_files_only,
+    register_resolvers,
+    route_lightning_logs,
+    set_threads,
+)
 
 log = logging.getLogger("treernn")
 
-__all__ = ["UserError", "build_task", "main", "train"]
-
-
-def register_resolvers() -> None:
-    launch.register_resolvers()
-    if not OmegaConf.has_resolver("pid"):
-        OmegaConf.register_new_resolver("pid", lambda: os.getpid())
+# register_resolvers: commands and scripts that compose configs import it from here
+__all__ = ["UserError", "build_task", "main", "register_resolvers", "train"]
 
 
 class RunInfo(Callback):
@@ -111,50 +114,6 @@ class ResumeOverrides(Callback):
             log.info("resumed with new settings applied: %s", ", ".join(applied))
 
 
-def _route_lightning_logs() -> None:
-    """Lightning's own logger does not propagate (it prints through its own handler), so its lines
-    never reached train.log. Send them through the root logger that Hydra set up."""
-    if not logging.getLogger().handlers:
-        return  # not under Hydra's logging (e.g. tests composing configs): leave it alone
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        logger = logging.getLogger(name)
-        for handler in list(logger.handlers):
-            if type(handler) is logging.StreamHandler:
-                logger.removeHandler(handler)
-        logger.propagate = True
-    logging.captureWarnings(True)
-    # Lightning's own pytree helper trips torch's LeafSpec deprecation on every batch transfer;
-    # it is not ours to fix and says nothing about the run
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-    # our loaders hold in-memory tensors and use no worker processes on purpose
-    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
-    # our DataModules keep the epoch's batch order and position themselves (state_dict)
-    warnings.filterwarnings("ignore", message=r".*your dataloader is\s+not resumable.*")
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handleError = _log_write_failed(handler)
-
-
-def _log_write_failed(handler: logging.FileHandler):
-    """A log line that cannot be written (a full disk) is one warning, not a traceback per line."""
-    said = []
-
-    def handle_error(record: logging.LogRecord) -> None:
-        error = sys.exc_info()[1]
-        if not is_full_disk(error):
-            return logging.FileHandler.handleError(handler, record)
-        if not said:
-            said.append(True)
-            print(
-                f"warning: cannot write {handler.baseFilename}: {error.strerror}; log lines are "
-                "lost until there is room",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    return handle_error
-
-
 def _continue_in(cfg: DictConfig, plan: runs.ResumePlan) -> None:
     """Point this run's outputs at the run it resumes; this invocation's directory links there."""
     own_dir = Path(cfg.paths.output_dir)
@@ -178,12 +137,7 @@ def _continue_in(cfg: DictConfig, plan: runs.ResumePlan) -> None:
                 },
             ],
         )
-        handler = logging.FileHandler(target / "train.log", mode="a")
-        handler.setFormatter(
-            logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
-        )
-        handler.handleError = _log_write_failed(handler)
-        logging.getLogger().addHandler(handler)
+        log_also_to(target / "train.log")
     with open_dict(cfg):
         cfg.paths.output_dir = str(target)
 
@@ -198,46 +152,6 @@ def _instantiate_group(group: DictConfig | None, **kwargs) -> list[Any]:
     ]
 
 
-def flush_denormals(enabled: bool = True) -> None:
-    """Treat subnormal floats as zero on the CPU (see ``flush_denormal`` in conf/config.yaml).
-
-    The flag lives in each thread's floating-point control register; threads started afterwards
-    (torch's intra-op OpenMP pool) inherit it, so call this before the first parallel operation.
-    """
-    torch.set_flush_denormal(enabled)
-
-
-def set_threads(threads: Any) -> None:
-    """``threads``: torch's intra-op thread count for this run (null: the CPUs of a SLURM task, or
-    torch's default, one per core). Parallel sweeps (``table=...``, two jobs at once) give each
-    job one thread: on a busy machine two OpenMP threads of one job wait for each other."""
-    if threads is None:
-        # a SLURM task: as many threads as CPUs it was given, not one per core of the node
-        allocated = os.environ.get("SLURM_CPUS_PER_TASK")
-        if allocated and allocated.isdigit():
-            torch.set_num_threads(int(allocated))
-            log.info("torch threads: %s (the CPUs SLURM gave this task)", allocated)
-        return
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ConfigValueError(
-            f"threads={threads!r} must be a positive integer or null; e.g. threads=1"
-        )
-    torch.set_num_threads(threads)
-
-
-def _explicit_overrides() -> set[str]:
-    """The keys set on the command line (``key=value``, ``+key=value``), when run under Hydra."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return set()
-    keys = set()
-    for item in HydraConfig.get().overrides.task:
-        key = item.split("=", 1)[0].lstrip("+~")
-        keys.add(key)
-    return keys
-
-
 def _model_as_trained(cfg: DictConfig, info: checkpoints.CheckpointInfo) -> None:
     """``mode=test``: the model and task settings the checkpoint was trained with, except the
     keys given on the command line (a test-time setting such as ``model.test_memory_slots``)."""
@@ -246,7 +160,7 @@ def _model_as_trained(cfg: DictConfig, info: checkpoints.CheckpointInfo) -> None
         {"model": stored.get("model", {}), "task": {"module": stored["task"].get("module", {})}},
         f"checkpoint {info.path}",
     )
-    explicit = _explicit_overrides()
+    explicit = launch.override_keys()
     ignored = []
     with open_dict(cfg):
         for section in ("model", "task.module"):
@@ -282,7 +196,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
 def _set_up_and_train(cfg: DictConfig) -> dict[str, float]:
     flush_denormals(bool(cfg.get("flush_denormal", True)))
     set_threads(cfg.get("threads"))
-    _route_lightning_logs()
+    route_lightning_logs()
     check_config(cfg)
     _resume_requeued_job(cfg)
     plan = resume_plan(cfg)  # a bad checkpoint stops here, before any data is loaded
@@ -327,7 +241,7 @@ def _task_as_trained(
     module = build_task(cfg, task_kwargs)
     shapes = {key: tuple(value.shape) for key, value in module.state_dict().items()}
     if shapes != info.state_shapes:
-        explicit = sorted(k for k in _explicit_overrides() if k.startswith(("model.", "task.")))
+        explicit = sorted(k for k in launch.override_keys() if k.startswith(("model.", "task.")))
         raise UserError(
             f"mode=test: the model built with {', '.join(explicit) or 'these settings'} does not "
             f"match the weights of {info.path}; drop those overrides to test the model as trained"
@@ -362,16 +276,14 @@ def _train(
             mode=cfg.mode,
             started=started,
             command=" ".join(sys.argv),
-            overrides=_job_overrides(),
+            overrides=launch.job_overrides(),
             error=None,
             **runs.process_identity(),
         )
         runs.record_machine(run_dir)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
-    datamodule = hydra.utils.instantiate(cfg.task.datamodule)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
+    datamodule = prepared_datamodule(cfg.task.datamodule, "fit")
     task_kwargs = datamodule.task_kwargs()
     if tested is None:
         module = build_task(cfg, task_kwargs)
@@ -467,27 +379,7 @@ def _report(cfg: DictConfig, metrics: dict[str, float]) -> None:
     text = "final metrics (" + str(output_dir) + "):\n" + "\n".join(lines)
     print("\n" + text, flush=True)
     if logging.getLogger().handlers:  # under Hydra: into train.log too
-        _quietly(log.info, text)
-
-
-def _quietly(emit, *args) -> None:
-    """Log to the file handlers only (the console already has the message)."""
-    root = logging.getLogger()
-    consoles = [h for h in root.handlers if type(h) is logging.StreamHandler]
-    for handler in consoles:
-        root.removeHandler(handler)
-    try:
-        emit(*args)
-    finally:
-        for handler in consoles:
-            root.addHandler(handler)
-
-
-def _is_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+        log_to_files_only(log.info, text)
 
 
 def _record_failure(cfg: DictConfig, status: str, message: str, details: str = "") -> None:
@@ -503,7 +395,7 @@ def _record_failure(cfg: DictConfig, status: str, message: str, details: str = "
     runs.write_status(run_dir, status=status, error=message, ended=runs.now())
     if logging.getLogger().handlers:
         emit = log.error if status == "failed" else log.warning
-        _quietly(emit, "%s: %s%s", status, message, "\n" + details if details else "")
+        log_to_files_only(emit, "%s: %s%s", status, message, "\n" + details if details else "")
 
 
 def _remove_if_empty(cfg: DictConfig) -> None:
@@ -554,7 +446,7 @@ def main(cfg: DictConfig) -> Any:
     in a sweep too (the sweep stops). In a multirun a failed job is recorded and the sweep goes on
     (the summary at the end lists the failures and exits non-zero). Returns
     :func:`sweep_value`."""
-    multirun = _is_multirun()
+    multirun = launch.is_multirun()
     try:
         try:
             if multirun:
@@ -604,7 +496,7 @@ def _continue_sweep_job(cfg: DictConfig) -> dict[str, float] | None:
     skipped; otherwise it resumes from its newest checkpoint, or runs again from the start."""
     job_dir = Path(cfg.paths.output_dir)
     follower = not launch.is_rank_zero()  # a DDP job's other ranks follow rank 0's record
-    plan = sweeps.plan_job(job_dir, _job_overrides(), follower=follower)
+    plan = sweeps.plan_job(job_dir, launch.job_overrides(), follower=follower)
     if plan.action == "skip":
         log.info("job %s: finished before, skipped", job_dir.name)
         return plan.metrics
@@ -617,14 +509,6 @@ def _continue_sweep_job(cfg: DictConfig) -> dict[str, float] | None:
         if not follower:  # rank 0 clears what the failed attempt wrote
             sweeps.clear_attempt(job_dir, plan.why)
     return None
-
-
-def _job_overrides() -> list[str]:
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return []
-    return list(HydraConfig.get().overrides.task)
 
 
 def _bug(cfg: DictConfig, error: BaseException, multirun: bool) -> Any:
