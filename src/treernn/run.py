@@ -1,15 +1,17 @@
-"""Compose, instantiate, fit, test; ``train.py`` is a thin Hydra entry around :func:`main`.
+"""The run entry: compose callbacks, loggers and the trainer, fit, test and report;
+``train.py`` is a thin Hydra entry around :func:`main`.
 
-What a run records about itself and how it resumes is in :mod:`treernn.runs`; checkpoints are read
-and written by :mod:`treernn.checkpoints`; the process's set-up (threads, subnormal floats, log
-lines, resolvers) is :mod:`treernn.process`.
+The jobs around it live in modules named for them: the process's set-up in
+:mod:`treernn.process`; run records and locks in :mod:`treernn.runs`; what to resume and
+continuing a run in :mod:`treernn.resume`; sweep jobs and their return value in
+:mod:`treernn.sweeps`; loggers in :mod:`treernn.loggers`; checkpoints (and the run information
+they hold) in :mod:`treernn.checkpoints`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -17,13 +19,11 @@ from typing import Any
 
 import hydra
 import lightning.pytorch as pl
-import torch
 from hydra.errors import InstantiationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from lightning.pytorch.callbacks import Callback
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
-from treernn import checkpoints, launch, runs, sweeps
+from treernn import checkpoints, launch, resume, runs, sweeps
 from treernn import loggers as loggers_
 from treernn.callbacks.checkpoint import LastCheckpoint
 from treernn.callbacks.divergence import DivergenceMonitor
@@ -35,111 +35,23 @@ from treernn.callbacks.graceful_stop import (
     restore_handlers,
 )
 from treernn.callbacks.progress import ProgressBar
-from treernn.checkpoints import build_task, is_full_disk
+from treernn.checkpoints import RunInfo, build_task, is_full_disk
 from treernn.config_checks import check_config
 from treernn.datamodules import prepared_datamodule
 from treernn.errors import RunInterrupted, UserError, show_tracebacks
 from treernn.process import (
     flush_denormals,
-    log_also_to,
     log_to_files_only,
     register_resolvers,
     route_lightning_logs,
     set_threads,
 )
+from treernn.sweeps import sweep_value
 
 log = logging.getLogger("treernn")
 
 # register_resolvers: commands and scripts that compose configs import it from here
 __all__ = ["UserError", "build_task", "main", "register_resolvers", "train"]
-
-
-class RunInfo(Callback):
-    """Puts what rebuilding the task needs (config, data kwargs, wandb id) in checkpoints."""
-
-    def __init__(self, cfg: DictConfig, task_kwargs: dict[str, Any], wandb_id: str | None) -> None:
-        self.cfg = OmegaConf.to_container(cfg, resolve=True)
-        self.task_kwargs = checkpoints.serialise_task_kwargs(task_kwargs)
-        self.wandb_id = wandb_id
-
-    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
-        checkpoint["treernn"] = {
-            "config": self.cfg,
-            "task_kwargs": self.task_kwargs,
-            "wandb_id": self.wandb_id,
-            "rng": {"torch": torch.get_rng_state()},
-        }
-
-    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
-        rng = checkpoint.get("treernn", {}).get("rng")
-        self._restored_rng = rng["torch"] if rng and trainer.state.fn == "fit" else None
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        # restored here, not when the checkpoint is loaded: Lightning draws random numbers while
-        # it sets up the loops in between, which the run being resumed did not
-        if getattr(self, "_restored_rng", None) is not None:
-            torch.set_rng_state(self._restored_rng)
-            self._restored_rng = None
-
-
-def resume_plan(cfg: DictConfig) -> runs.ResumePlan | None:
-    """Which checkpoint (and run) ``ckpt_path`` names, checked before any data is loaded."""
-    if cfg.ckpt_path in (None, ""):
-        return None
-    if cfg.ckpt_path == "last":
-        trainer = OmegaConf.to_container(cfg.trainer, resolve=True) if cfg.mode != "test" else None
-        plan = runs.plan_last(
-            Path(cfg.paths.log_dir),
-            cfg.task.name,
-            cfg.model.name,
-            trainer,
-            exclude=Path(cfg.paths.output_dir),
-        )
-    else:
-        plan = runs.plan_path(cfg.ckpt_path)
-    checkpoints.check_task_and_model(plan.checkpoint, cfg.task.name, cfg.model.name)
-    return plan
-
-
-class ResumeOverrides(Callback):
-    """Applies the new optimizer / scheduler settings to the state restored from a checkpoint."""
-
-    def __init__(self, config: dict[str, Any], keys: list[str]) -> None:
-        self.config = config
-        self.keys = keys
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        applied = runs.apply_resumed_overrides(trainer, self.config, self.keys)
-        if applied and trainer.is_global_zero:
-            log.info("resumed with new settings applied: %s", ", ".join(applied))
-
-
-def _continue_in(cfg: DictConfig, plan: runs.ResumePlan) -> None:
-    """Point this run's outputs at the run it resumes; this invocation's directory links there."""
-    own_dir = Path(cfg.paths.output_dir)
-    target = plan.run_dir
-    if target is None or target.resolve() == own_dir.resolve():
-        return
-    if rank_zero_only.rank == 0:
-        runs.write_status(own_dir, status="resumed", resumed_into=str(target))
-        link = own_dir / "run"
-        if not link.exists():
-            link.symlink_to(target.resolve(), target_is_directory=True)
-        record = runs.read_status(target)
-        runs.write_status(
-            target,
-            resumes=[
-                *record.get("resumes", []),
-                {
-                    "from": str(plan.checkpoint.path),
-                    "at": runs.now(),
-                    "invocation_dir": str(own_dir),
-                },
-            ],
-        )
-        log_also_to(target / "train.log")
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(target)
 
 
 def _instantiate_group(group: DictConfig | None, **kwargs) -> list[Any]:
@@ -150,38 +62,6 @@ def _instantiate_group(group: DictConfig | None, **kwargs) -> list[Any]:
         for node in group.values()
         if isinstance(node, DictConfig) and "_target_" in node
     ]
-
-
-def _model_as_trained(cfg: DictConfig, info: checkpoints.CheckpointInfo) -> None:
-    """``mode=test``: the model and task settings the checkpoint was trained with, except the
-    keys given on the command line (a test-time setting such as ``model.test_memory_slots``)."""
-    stored = info.config
-    checkpoints.check_stored_targets(
-        {"model": stored.get("model", {}), "task": {"module": stored["task"].get("module", {})}},
-        f"checkpoint {info.path}",
-    )
-    explicit = launch.override_keys()
-    ignored = []
-    with open_dict(cfg):
-        for section in ("model", "task.module"):
-            node = OmegaConf.select(OmegaConf.create(stored), section)
-            now = runs.flatten(
-                OmegaConf.to_container(OmegaConf.select(cfg, section), resolve=True), f"{section}."
-            )
-            for key, value in now.items():
-                if key in explicit:
-                    OmegaConf.update(node, key[len(section) + 1 :], value, force_add=True)
-            ignored += [
-                key
-                for key, value in runs.flatten(OmegaConf.to_container(node), f"{section}.").items()
-                if key not in explicit and now.get(key) != value
-            ]
-            OmegaConf.update(cfg, section, node, merge=False)
-    if ignored:
-        log.info(
-            "mode=test: the model as the checkpoint trained it (from the checkpoint: %s)",
-            ", ".join(sorted(ignored)),
-        )
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
@@ -198,15 +78,15 @@ def _set_up_and_train(cfg: DictConfig) -> dict[str, float]:
     set_threads(cfg.get("threads"))
     route_lightning_logs()
     check_config(cfg)
-    _resume_requeued_job(cfg)
-    plan = resume_plan(cfg)  # a bad checkpoint stops here, before any data is loaded
+    resume.resume_requeued_job(cfg)
+    plan = resume.plan_from_config(cfg)  # a bad checkpoint stops here, before any data is loaded
     if cfg.mode == "test" and plan is None:
         raise UserError("mode=test needs ckpt_path=<checkpoint> (or ckpt_path=last)")
     loggers_.check_wandb_reachable(cfg)
     tested = None
     if cfg.mode == "test":
-        _model_as_trained(cfg, plan.checkpoint)
-        tested = _task_as_trained(cfg, plan.checkpoint)
+        resume.model_as_trained(cfg, plan.checkpoint)
+        tested = resume.task_as_trained(cfg, plan.checkpoint)
     # one writer per run: the directory this run writes into is locked while it runs, and a run
     # that is still running elsewhere is never resumed
     resumes_into = plan.run_dir if plan is not None and cfg.mode != "test" else None
@@ -219,44 +99,14 @@ def _set_up_and_train(cfg: DictConfig) -> dict[str, float]:
         lock.release()
 
 
-def _resume_requeued_job(cfg: DictConfig) -> None:
-    """A SLURM job that started again after ``scontrol requeue`` runs in the directory of its
-    first attempt (``slurm-<job id>-<step>``, or its sweep job's): it resumes from there."""
-    run_dir = Path(cfg.paths.output_dir)
-    if cfg.ckpt_path or cfg.mode == "test" or runs.read_status(run_dir).get("status") != "requeued":
-        return
-    info, _ = runs.newest_complete_checkpoint(run_dir)
-    if info is not None:
-        with open_dict(cfg):
-            cfg.ckpt_path = str(info.path)
-
-
-def _task_as_trained(
-    cfg: DictConfig, info: checkpoints.CheckpointInfo
-) -> tuple[pl.LightningModule, dict[str, Any]]:
-    """The task of a checkpoint and its constructor's data arguments, built before any data is
-    loaded (``mode=test``)."""
-    stored = checkpoints.read_checkpoint(info.path, mmap=True)["treernn"]
-    task_kwargs = checkpoints.deserialise_task_kwargs(stored["task_kwargs"])
-    module = build_task(cfg, task_kwargs)
-    shapes = {key: tuple(value.shape) for key, value in module.state_dict().items()}
-    if shapes != info.state_shapes:
-        explicit = sorted(k for k in launch.override_keys() if k.startswith(("model.", "task.")))
-        raise UserError(
-            f"mode=test: the model built with {', '.join(explicit) or 'these settings'} does not "
-            f"match the weights of {info.path}; drop those overrides to test the model as trained"
-        )
-    return module, task_kwargs
-
-
 def _train(
     cfg: DictConfig,
-    plan: runs.ResumePlan | None,
+    plan: resume.ResumePlan | None,
     tested: tuple[pl.LightningModule, dict[str, Any]] | None,
 ) -> dict[str, float]:
     ckpt_path = str(plan.checkpoint.path) if plan else None
     if plan is not None and cfg.mode != "test":
-        _continue_in(cfg, plan)
+        resume.continue_in(cfg, plan)
         log.info(
             "resuming %s from %s (%d epochs done, step %d)",
             plan.run_dir or "a checkpoint outside a run directory",
@@ -303,7 +153,7 @@ def _train(
         config = OmegaConf.to_container(cfg, resolve=True)
         if cfg.mode != "test":
             shapes = {key: tuple(value.shape) for key, value in module.state_dict().items()}
-            apply_keys = runs.check_resume_config(plan.checkpoint, config, shapes)
+            apply_keys = resume.check_resume_config(plan.checkpoint, config, shapes)
         wandb_id = plan.checkpoint.wandb_id  # read when the checkpoint was checked
     loggers = loggers_.build_loggers(cfg, wandb_id)
     if cfg.mode != "test" and plan is not None:
@@ -316,7 +166,8 @@ def _train(
             callbacks.append(ProgressBar())
         callbacks.append(RunInfo(cfg, task_kwargs, loggers_.wandb_id(loggers)))
         if apply_keys:
-            callbacks.append(ResumeOverrides(OmegaConf.to_container(cfg, resolve=True), apply_keys))
+            config = OmegaConf.to_container(cfg, resolve=True)
+            callbacks.append(resume.ResumeOverrides(config, apply_keys))
         last = None
         if cfg.trainer.get("enable_checkpointing", True):
             last = LastCheckpoint(run_dir / "checkpoints")
@@ -382,56 +233,10 @@ def _report(cfg: DictConfig, metrics: dict[str, float]) -> None:
         log_to_files_only(log.info, text)
 
 
-def _record_failure(cfg: DictConfig, status: str, message: str, details: str = "") -> None:
-    """Say in the run directory why it stopped: ``status.json`` and train.log."""
-    if rank_zero_only.rank != 0:
-        return
+def _output_dir(cfg: DictConfig) -> Path | None:
+    """This run's directory, where the config got as far as naming one."""
     output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
-    run_dir = Path(output_dir) if output_dir else None
-    if run_dir is None or not run_dir.is_dir():
-        return
-    if runs.read_status(run_dir).get("resumed_into"):
-        return  # a refused resume: its own directory says where it pointed
-    runs.write_status(run_dir, status=status, error=message, ended=runs.now())
-    if logging.getLogger().handlers:
-        emit = log.error if status == "failed" else log.warning
-        log_to_files_only(emit, "%s: %s%s", status, message, "\n" + details if details else "")
-
-
-def _remove_if_empty(cfg: DictConfig) -> None:
-    """A single run that failed while setting up (a config, data or checkpoint error, before any
-    training) leaves no directory behind: the error was printed and there is nothing to keep."""
-    output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
-    if not output_dir:
-        return
-    run_dir = Path(output_dir)
-    record = runs.read_status(run_dir)
-    if rank_zero_only.rank != 0 or record.get("stage", "setup") != "setup":
-        return
-    if record.get("resumed_into") or record.get("resumes") or not run_dir.is_dir():
-        return
-    for handler in list(logging.getLogger().handlers):
-        if (
-            isinstance(handler, logging.FileHandler)
-            and Path(handler.baseFilename).parent == run_dir
-        ):
-            handler.close()
-            logging.getLogger().removeHandler(handler)
-    shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def sweep_value(cfg: DictConfig, metrics: dict[str, float] | None) -> Any:
-    """What the Hydra job returns: the metrics, or with ``optimized_metric`` set (an Optuna sweep,
-    ``conf/hparams_search/``) that one value; NaN for a failed job, which Optuna records as a
-    failed trial while the sweep goes on."""
-    key = cfg.get("optimized_metric")
-    if not key:
-        return metrics
-    if metrics is None:
-        return float("nan")
-    if key not in metrics:
-        raise UserError(f"optimized_metric={key} is not a metric of this run: {sorted(metrics)}")
-    return metrics[key]
+    return Path(output_dir) if output_dir else None
 
 
 def _say(message: str) -> None:
@@ -450,7 +255,7 @@ def main(cfg: DictConfig) -> Any:
     try:
         try:
             if multirun:
-                done = _continue_sweep_job(cfg)
+                done = resume.continue_sweep_job(cfg)
                 if done is not None:
                     return sweep_value(cfg, done)
             return sweep_value(cfg, train(cfg))
@@ -461,7 +266,7 @@ def main(cfg: DictConfig) -> Any:
                 raise cause from None
             raise
     except RunInterrupted as error:
-        _record_failure(cfg, "interrupted", str(error))
+        runs.record_failure(_output_dir(cfg), "interrupted", str(error))
         print(str(error), file=sys.stderr, flush=True)
         sys.exit(error.exit_code)
     except sweeps.SweepChanged as error:
@@ -469,7 +274,7 @@ def main(cfg: DictConfig) -> Any:
         _say(str(error))
         return sweep_value(cfg, None)
     except Requeued as error:
-        _record_failure(cfg, "requeued", str(error))
+        runs.record_failure(_output_dir(cfg), "requeued", str(error))
         print(f"requeued: {error}", file=sys.stderr, flush=True)
         # this process ends here, in a sweep too, without a result: SLURM runs the job again
         # (submitit's job, or the sweep's own batch job, which resumes the sweep: sweep_id=)
@@ -481,39 +286,19 @@ def main(cfg: DictConfig) -> Any:
             error = checkpoints.full_disk_error(
                 error.filename or "a file of the run", error, "the last good checkpoint is kept"
             )
-        _record_failure(cfg, "failed", str(error))
+        runs.record_failure(_output_dir(cfg), "failed", str(error))
         _say(str(error))
         if multirun:
             return sweep_value(cfg, None)
-        _remove_if_empty(cfg)
+        runs.remove_if_empty(_output_dir(cfg))
         sys.exit(1)
     except Exception as error:
         return _bug(cfg, error, multirun)
 
 
-def _continue_sweep_job(cfg: DictConfig) -> dict[str, float] | None:
-    """A sweep job that ran before (a resumed sweep): the metrics of a finished job, which is
-    skipped; otherwise it resumes from its newest checkpoint, or runs again from the start."""
-    job_dir = Path(cfg.paths.output_dir)
-    follower = not launch.is_rank_zero()  # a DDP job's other ranks follow rank 0's record
-    plan = sweeps.plan_job(job_dir, launch.job_overrides(), follower=follower)
-    if plan.action == "skip":
-        log.info("job %s: finished before, skipped", job_dir.name)
-        return plan.metrics
-    if plan.action == "resume":
-        log.info("job %s: %s; resuming from %s", job_dir.name, plan.why, plan.checkpoint)
-        with open_dict(cfg):
-            cfg.ckpt_path = str(plan.checkpoint)
-    elif plan.action == "rerun":
-        log.info("job %s: %s; running it again from the start", job_dir.name, plan.why)
-        if not follower:  # rank 0 clears what the failed attempt wrote
-            sweeps.clear_attempt(job_dir, plan.why)
-    return None
-
-
 def _bug(cfg: DictConfig, error: BaseException, multirun: bool) -> Any:
     details = traceback.format_exc()
-    _record_failure(cfg, "failed", f"{type(error).__name__}: {error}", details)
+    runs.record_failure(_output_dir(cfg), "failed", f"{type(error).__name__}: {error}", details)
     if multirun:
         print(details, file=sys.stderr, flush=True)
         return sweep_value(cfg, None)
