@@ -125,6 +125,9 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
     path = Path(path)
     checkpoint = read_checkpoint(path, mmap=True)
     state = checkpoint.get("state_dict", {})
+    # epochs done: Lightning saves its loops' progress under "loops" and offers no public reader
+    # of a checkpoint file (checked against Lightning 2.6.6); "epoch" alone cannot tell an epoch
+    # that finished from one stopped midway
     progress = (
         checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
     )

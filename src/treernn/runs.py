@@ -7,18 +7,15 @@ checkpoint to resume from) or ``requeued`` (a SLURM job that will start again by
 runs, its process holds a lock on the directory's ``.lock`` file: one writer per run.
 
 Here are writing and reading those records (a failure included), the lock, whether a run is live,
-finding the runs of a task and model and their newest good checkpoint, and a resumed run's
-``metrics.csv`` rows. Deciding what to resume and continuing a run from its record is
-:mod:`treernn.resume`; checkpoints are inspected (before any data is loaded) by
-:mod:`treernn.checkpoints`.
+and finding the runs of a task and model and their newest good checkpoint. Deciding what to resume
+and continuing a run from its record is :mod:`treernn.resume`; checkpoints are inspected (before
+any data is loaded) by :mod:`treernn.checkpoints`.
 """
 
 from __future__ import annotations
 
-import csv
 import datetime as _dt
 import fcntl
-import io
 import json
 import logging
 import os
@@ -259,30 +256,3 @@ def runs_of(log_dir: Path, task: str, model: str, exclude: Path | None = None) -
             continue  # a resume's own directory: its history lives in the run it resumed
         found.append((record.get("started") or run_dir.name, str(run_dir), run_dir))
     return [run_dir for *_, run_dir in sorted(found, reverse=True)]
-
-
-# ----------------------------------------------------------------------------- metrics history
-def csv_rows_up_to(path: Path, step: int) -> tuple[list[str], list[list[str]]]:
-    """The header and rows of a run's ``metrics.csv`` that were logged up to training step
-    ``step`` (the step a resume continues from): rows logged later belong to training that the
-    resumed run does again, and would appear twice."""
-    with open(path, newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, [])
-        rows = list(reader)
-    if "step" not in header:
-        return header, rows
-    column = header.index("step")
-    kept = [row for row in rows if not row[column] or float(row[column]) <= step]
-    return header, kept
-
-
-def write_csv_rows(path: Path, header: list[str], rows: list[list[str]]) -> None:
-    def write(handle: Any) -> None:
-        text = io.StringIO()
-        writer = csv.writer(text, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
-        handle.write(text.getvalue().encode())
-
-    atomic_write(path, write)
