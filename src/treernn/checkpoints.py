@@ -8,6 +8,8 @@ writing them atomically.
 - Rebuilding: the config stored in a checkpoint is instantiated only when every ``_target_`` in it
   is a class of treernn, of ``torch.optim`` or of ``lightning.pytorch`` (more module prefixes can
   be trusted with ``TREERNN_TRUSTED_MODULES=mypkg.models,otherpkg``: a model of your own package).
+- What they hold besides Lightning's state: :class:`RunInfo` adds a ``treernn`` block (the run's
+  config, the task's data arguments, the wandb id, the random state) that the readers here use.
 - Writing: :class:`AtomicCheckpointIO` writes each checkpoint to a temporary file in its own
   directory, flushes it to disk and renames it into place, so a kill or a full disk leaves the
   previous file whole and no partial file. A full disk is one line (:class:`StorageError`).
@@ -30,6 +32,7 @@ from typing import Any
 
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
+from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from treernn.errors import CheckpointError, StorageError
@@ -122,6 +125,9 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
     path = Path(path)
     checkpoint = read_checkpoint(path, mmap=True)
     state = checkpoint.get("state_dict", {})
+    # epochs done: Lightning saves its loops' progress under "loops" and offers no public reader
+    # of a checkpoint file (checked against Lightning 2.6.6); "epoch" alone cannot tell an epoch
+    # that finished from one stopped midway
     progress = (
         checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
     )
@@ -280,6 +286,35 @@ def deserialise_task_kwargs(stored: dict[str, Any]) -> dict[str, Any]:
         else value
         for key, value in stored.items()
     }
+
+
+class RunInfo(Callback):
+    """Puts what rebuilding the task needs (config, data kwargs, wandb id) in checkpoints."""
+
+    def __init__(self, cfg: DictConfig, task_kwargs: dict[str, Any], wandb_id: str | None) -> None:
+        self.cfg = OmegaConf.to_container(cfg, resolve=True)
+        self.task_kwargs = serialise_task_kwargs(task_kwargs)
+        self.wandb_id = wandb_id
+        self._restored_rng: torch.Tensor | None = None
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        checkpoint["treernn"] = {
+            "config": self.cfg,
+            "task_kwargs": self.task_kwargs,
+            "wandb_id": self.wandb_id,
+            "rng": {"torch": torch.get_rng_state()},
+        }
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        rng = checkpoint.get("treernn", {}).get("rng")
+        self._restored_rng = rng["torch"] if rng and trainer.state.fn == "fit" else None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        # restored here, not when the checkpoint is loaded: Lightning draws random numbers while
+        # it sets up the loops in between, which the run being resumed did not
+        if self._restored_rng is not None:
+            torch.set_rng_state(self._restored_rng)
+            self._restored_rng = None
 
 
 @dataclass

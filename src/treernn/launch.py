@@ -1,4 +1,5 @@
-"""Launchers and ranks: one run directory per job, rank-zero-only files, SLURM requeue, teardown.
+"""Launchers and ranks: one run directory per job, rank-zero-only files, what Hydra launched (the
+job's overrides, a multirun), SLURM requeue, teardown.
 
 Whatever starts the processes of one job (``python train.py``, ``torchrun``, ``srun``, a submitit
 job), every rank must write into the same run directory, and only rank 0 writes into it. Hydra
@@ -144,6 +145,29 @@ def slurm_tasks_per_node(devices: Any) -> int:
 
 def slurm_gpus_per_node(accelerator: str, devices: Any) -> int | None:
     return slurm_tasks_per_node(devices) if accelerator in ("gpu", "cuda") else None
+
+
+# ----------------------------------------------------------------------------- Hydra's job
+def job_overrides() -> list[str]:
+    """This job's command-line overrides (``key=value``), when run under Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    return list(HydraConfig.get().overrides.task)
+
+
+def override_keys() -> set[str]:
+    """The keys set on the command line (``key=value``, ``+key=value``), when run under Hydra."""
+    return {item.split("=", 1)[0].lstrip("+~") for item in job_overrides()}
+
+
+def is_multirun() -> bool:
+    """True in a job of a Hydra multirun (``-m``)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 # ----------------------------------------------------------------------------- process groups

@@ -1,8 +1,10 @@
 """The loggers of a run: building them from ``conf/logger/``, wandb's naming and network check,
-and the CSV history a resumed run continues."""
+and the CSV history a resumed run continues (``metrics.csv`` cut back to the resumed step)."""
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import socket
 import warnings
@@ -15,7 +17,7 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
-from treernn import runs
+from treernn.checkpoints import atomic_write
 from treernn.errors import UserError
 
 #: how long the wandb server may take to accept a connection before an online run gives up
@@ -35,6 +37,7 @@ def build_loggers(cfg: DictConfig, wandb_id: str | None) -> list[Any]:
     return loggers
 
 
+# ----------------------------------------------------------------------------- metrics.csv
 def keep_csv_history(loggers: list[Any], resumed_step: int) -> None:
     """A resumed run appends to its ``metrics.csv``. Lightning's CSV writer deletes an existing
     file when it starts; put the earlier rows back (only those logged up to the checkpoint it
@@ -46,14 +49,49 @@ def keep_csv_history(loggers: list[Any], resumed_step: int) -> None:
         path = Path(logger.log_dir) / "metrics.csv"
         if not path.is_file():
             continue
-        header, rows = runs.csv_rows_up_to(path, resumed_step)
+        header, rows = csv_rows_up_to(path, resumed_step)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
-            writer = logger.experiment
-        runs.write_csv_rows(path, header, rows)
-        writer.metrics_keys = sorted(header)
+            writer = logger.experiment  # creating the writer deletes metrics.csv
+        write_csv_rows(path, header, rows)
+        _continue_csv_writer(writer, header)
 
 
+def _continue_csv_writer(writer: Any, header: list[str]) -> None:
+    """Make Lightning's CSV writer append to the ``metrics.csv`` written back, with ``header``'s
+    columns. Lightning (checked against 2.6.6) has no public way to continue a CSV log: its
+    ``ExperimentWriter`` keeps the columns it wrote in ``metrics_keys`` (an undocumented attribute)
+    and appends to an existing file whose columns it knows. The one place that relies on this."""
+    writer.metrics_keys = sorted(header)
+
+
+def csv_rows_up_to(path: Path, step: int) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of a run's ``metrics.csv`` that were logged up to training step
+    ``step`` (the step a resume continues from): rows logged later belong to training that the
+    resumed run does again, and would appear twice."""
+    with open(path, newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, [])
+        rows = list(reader)
+    if "step" not in header:
+        return header, rows
+    column = header.index("step")
+    kept = [row for row in rows if not row[column] or float(row[column]) <= step]
+    return header, kept
+
+
+def write_csv_rows(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    def write(handle: Any) -> None:
+        text = io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+        handle.write(text.getvalue().encode())
+
+    atomic_write(path, write)
+
+
+# ----------------------------------------------------------------------------- wandb
 def wandb_id(loggers: list[Any]) -> str | None:
     for logger in loggers:
         if type(logger).__name__ == "WandbLogger":

@@ -1,30 +1,29 @@
-"""Compose, instantiate, fit, test; ``train.py`` is a thin Hydra entry around :func:`main`.
+"""The run entry: compose callbacks, loggers and the trainer, fit, test and report;
+``train.py`` is a thin Hydra entry around :func:`main`.
 
-What a run records about itself and how it resumes is in :mod:`treernn.runs`; checkpoints are read
-and written by :mod:`treernn.checkpoints`.
+The jobs around it live in modules named for them: the process's set-up in
+:mod:`treernn.process`; run records and locks in :mod:`treernn.runs`; what to resume and
+continuing a run in :mod:`treernn.resume`; sweep jobs and their return value in
+:mod:`treernn.sweeps`; loggers in :mod:`treernn.loggers`; checkpoints (and the run information
+they hold) in :mod:`treernn.checkpoints`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import sys
 import traceback
-import warnings
 from pathlib import Path
 from typing import Any
 
 import hydra
 import lightning.pytorch as pl
-import torch
 from hydra.errors import InstantiationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from lightning.pytorch.callbacks import Callback
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
-from treernn import checkpoints, launch, runs, sweeps
+from treernn import checkpoints, launch, resume, runs, sweeps
 from treernn import loggers as loggers_
 from treernn.callbacks.checkpoint import LastCheckpoint
 from treernn.callbacks.divergence import DivergenceMonitor
@@ -36,156 +35,23 @@ from treernn.callbacks.graceful_stop import (
     restore_handlers,
 )
 from treernn.callbacks.progress import ProgressBar
-from treernn.checkpoints import build_task, is_full_disk
+from treernn.checkpoints import RunInfo, build_task, is_full_disk
 from treernn.config_checks import check_config
-from treernn.errors import ConfigValueError, RunInterrupted, UserError, show_tracebacks
+from treernn.datamodules import prepared_datamodule
+from treernn.errors import RunInterrupted, UserError, show_tracebacks
+from treernn.process import (
+    flush_denormals,
+    log_to_files_only,
+    register_resolvers,
+    route_lightning_logs,
+    set_threads,
+)
+from treernn.sweeps import sweep_value
 
 log = logging.getLogger("treernn")
 
-__all__ = ["UserError", "build_task", "main", "train"]
-
-
-def register_resolvers() -> None:
-    launch.register_resolvers()
-    if not OmegaConf.has_resolver("pid"):
-        OmegaConf.register_new_resolver("pid", lambda: os.getpid())
-
-
-class RunInfo(Callback):
-    """Puts what rebuilding the task needs (config, data kwargs, wandb id) in checkpoints."""
-
-    def __init__(self, cfg: DictConfig, task_kwargs: dict[str, Any], wandb_id: str | None) -> None:
-        self.cfg = OmegaConf.to_container(cfg, resolve=True)
-        self.task_kwargs = checkpoints.serialise_task_kwargs(task_kwargs)
-        self.wandb_id = wandb_id
-
-    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
-        checkpoint["treernn"] = {
-            "config": self.cfg,
-            "task_kwargs": self.task_kwargs,
-            "wandb_id": self.wandb_id,
-            "rng": {"torch": torch.get_rng_state()},
-        }
-
-    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
-        rng = checkpoint.get("treernn", {}).get("rng")
-        self._restored_rng = rng["torch"] if rng and trainer.state.fn == "fit" else None
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        # restored here, not when the checkpoint is loaded: Lightning draws random numbers while
-        # it sets up the loops in between, which the run being resumed did not
-        if getattr(self, "_restored_rng", None) is not None:
-            torch.set_rng_state(self._restored_rng)
-            self._restored_rng = None
-
-
-def resume_plan(cfg: DictConfig) -> runs.ResumePlan | None:
-    """Which checkpoint (and run) ``ckpt_path`` names, checked before any data is loaded."""
-    if cfg.ckpt_path in (None, ""):
-        return None
-    if cfg.ckpt_path == "last":
-        trainer = OmegaConf.to_container(cfg.trainer, resolve=True) if cfg.mode != "test" else None
-        plan = runs.plan_last(
-            Path(cfg.paths.log_dir),
-            cfg.task.name,
-            cfg.model.name,
-            trainer,
-            exclude=Path(cfg.paths.output_dir),
-        )
-    else:
-        plan = runs.plan_path(cfg.ckpt_path)
-    checkpoints.check_task_and_model(plan.checkpoint, cfg.task.name, cfg.model.name)
-    return plan
-
-
-class ResumeOverrides(Callback):
-    """Applies the new optimizer / scheduler settings to the state restored from a checkpoint."""
-
-    def __init__(self, config: dict[str, Any], keys: list[str]) -> None:
-        self.config = config
-        self.keys = keys
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        applied = runs.apply_resumed_overrides(trainer, self.config, self.keys)
-        if applied and trainer.is_global_zero:
-            log.info("resumed with new settings applied: %s", ", ".join(applied))
-
-
-def _route_lightning_logs() -> None:
-    """Lightning's own logger does not propagate (it prints through its own handler), so its lines
-    never reached train.log. Send them through the root logger that Hydra set up."""
-    if not logging.getLogger().handlers:
-        return  # not under Hydra's logging (e.g. tests composing configs): leave it alone
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        logger = logging.getLogger(name)
-        for handler in list(logger.handlers):
-            if type(handler) is logging.StreamHandler:
-                logger.removeHandler(handler)
-        logger.propagate = True
-    logging.captureWarnings(True)
-    # Lightning's own pytree helper trips torch's LeafSpec deprecation on every batch transfer;
-    # it is not ours to fix and says nothing about the run
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-    # our loaders hold in-memory tensors and use no worker processes on purpose
-    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
-    # our DataModules keep the epoch's batch order and position themselves (state_dict)
-    warnings.filterwarnings("ignore", message=r".*your dataloader is\s+not resumable.*")
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handleError = _log_write_failed(handler)
-
-
-def _log_write_failed(handler: logging.FileHandler):
-    """A log line that cannot be written (a full disk) is one warning, not a traceback per line."""
-    said = []
-
-    def handle_error(record: logging.LogRecord) -> None:
-        error = sys.exc_info()[1]
-        if not is_full_disk(error):
-            return logging.FileHandler.handleError(handler, record)
-        if not said:
-            said.append(True)
-            print(
-                f"warning: cannot write {handler.baseFilename}: {error.strerror}; log lines are "
-                "lost until there is room",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    return handle_error
-
-
-def _continue_in(cfg: DictConfig, plan: runs.ResumePlan) -> None:
-    """Point this run's outputs at the run it resumes; this invocation's directory links there."""
-    own_dir = Path(cfg.paths.output_dir)
-    target = plan.run_dir
-    if target is None or target.resolve() == own_dir.resolve():
-        return
-    if rank_zero_only.rank == 0:
-        runs.write_status(own_dir, status="resumed", resumed_into=str(target))
-        link = own_dir / "run"
-        if not link.exists():
-            link.symlink_to(target.resolve(), target_is_directory=True)
-        record = runs.read_status(target)
-        runs.write_status(
-            target,
-            resumes=[
-                *record.get("resumes", []),
-                {
-                    "from": str(plan.checkpoint.path),
-                    "at": runs.now(),
-                    "invocation_dir": str(own_dir),
-                },
-            ],
-        )
-        handler = logging.FileHandler(target / "train.log", mode="a")
-        handler.setFormatter(
-            logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
-        )
-        handler.handleError = _log_write_failed(handler)
-        logging.getLogger().addHandler(handler)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(target)
+# register_resolvers: commands and scripts that compose configs import it from here
+__all__ = ["UserError", "build_task", "main", "register_resolvers", "train"]
 
 
 def _instantiate_group(group: DictConfig | None, **kwargs) -> list[Any]:
@@ -196,78 +62,6 @@ def _instantiate_group(group: DictConfig | None, **kwargs) -> list[Any]:
         for node in group.values()
         if isinstance(node, DictConfig) and "_target_" in node
     ]
-
-
-def flush_denormals(enabled: bool = True) -> None:
-    """Treat subnormal floats as zero on the CPU (see ``flush_denormal`` in conf/config.yaml).
-
-    The flag lives in each thread's floating-point control register; threads started afterwards
-    (torch's intra-op OpenMP pool) inherit it, so call this before the first parallel operation.
-    """
-    torch.set_flush_denormal(enabled)
-
-
-def set_threads(threads: Any) -> None:
-    """``threads``: torch's intra-op thread count for this run (null: the CPUs of a SLURM task, or
-    torch's default, one per core). Parallel sweeps (``table=...``, two jobs at once) give each
-    job one thread: on a busy machine two OpenMP threads of one job wait for each other."""
-    if threads is None:
-        # a SLURM task: as many threads as CPUs it was given, not one per core of the node
-        allocated = os.environ.get("SLURM_CPUS_PER_TASK")
-        if allocated and allocated.isdigit():
-            torch.set_num_threads(int(allocated))
-            log.info("torch threads: %s (the CPUs SLURM gave this task)", allocated)
-        return
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ConfigValueError(
-            f"threads={threads!r} must be a positive integer or null; e.g. threads=1"
-        )
-    torch.set_num_threads(threads)
-
-
-def _explicit_overrides() -> set[str]:
-    """The keys set on the command line (``key=value``, ``+key=value``), when run under Hydra."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return set()
-    keys = set()
-    for item in HydraConfig.get().overrides.task:
-        key = item.split("=", 1)[0].lstrip("+~")
-        keys.add(key)
-    return keys
-
-
-def _model_as_trained(cfg: DictConfig, info: checkpoints.CheckpointInfo) -> None:
-    """``mode=test``: the model and task settings the checkpoint was trained with, except the
-    keys given on the command line (a test-time setting such as ``model.test_memory_slots``)."""
-    stored = info.config
-    checkpoints.check_stored_targets(
-        {"model": stored.get("model", {}), "task": {"module": stored["task"].get("module", {})}},
-        f"checkpoint {info.path}",
-    )
-    explicit = _explicit_overrides()
-    ignored = []
-    with open_dict(cfg):
-        for section in ("model", "task.module"):
-            node = OmegaConf.select(OmegaConf.create(stored), section)
-            now = runs.flatten(
-                OmegaConf.to_container(OmegaConf.select(cfg, section), resolve=True), f"{section}."
-            )
-            for key, value in now.items():
-                if key in explicit:
-                    OmegaConf.update(node, key[len(section) + 1 :], value, force_add=True)
-            ignored += [
-                key
-                for key, value in runs.flatten(OmegaConf.to_container(node), f"{section}.").items()
-                if key not in explicit and now.get(key) != value
-            ]
-            OmegaConf.update(cfg, section, node, merge=False)
-    if ignored:
-        log.info(
-            "mode=test: the model as the checkpoint trained it (from the checkpoint: %s)",
-            ", ".join(sorted(ignored)),
-        )
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
@@ -282,17 +76,17 @@ def train(cfg: DictConfig) -> dict[str, float]:
 def _set_up_and_train(cfg: DictConfig) -> dict[str, float]:
     flush_denormals(bool(cfg.get("flush_denormal", True)))
     set_threads(cfg.get("threads"))
-    _route_lightning_logs()
+    route_lightning_logs()
     check_config(cfg)
-    _resume_requeued_job(cfg)
-    plan = resume_plan(cfg)  # a bad checkpoint stops here, before any data is loaded
+    resume.resume_requeued_job(cfg)
+    plan = resume.plan_from_config(cfg)  # a bad checkpoint stops here, before any data is loaded
     if cfg.mode == "test" and plan is None:
         raise UserError("mode=test needs ckpt_path=<checkpoint> (or ckpt_path=last)")
     loggers_.check_wandb_reachable(cfg)
     tested = None
     if cfg.mode == "test":
-        _model_as_trained(cfg, plan.checkpoint)
-        tested = _task_as_trained(cfg, plan.checkpoint)
+        resume.model_as_trained(cfg, plan.checkpoint)
+        tested = resume.task_as_trained(cfg, plan.checkpoint)
     # one writer per run: the directory this run writes into is locked while it runs, and a run
     # that is still running elsewhere is never resumed
     resumes_into = plan.run_dir if plan is not None and cfg.mode != "test" else None
@@ -305,44 +99,14 @@ def _set_up_and_train(cfg: DictConfig) -> dict[str, float]:
         lock.release()
 
 
-def _resume_requeued_job(cfg: DictConfig) -> None:
-    """A SLURM job that started again after ``scontrol requeue`` runs in the directory of its
-    first attempt (``slurm-<job id>-<step>``, or its sweep job's): it resumes from there."""
-    run_dir = Path(cfg.paths.output_dir)
-    if cfg.ckpt_path or cfg.mode == "test" or runs.read_status(run_dir).get("status") != "requeued":
-        return
-    info, _ = runs.newest_complete_checkpoint(run_dir)
-    if info is not None:
-        with open_dict(cfg):
-            cfg.ckpt_path = str(info.path)
-
-
-def _task_as_trained(
-    cfg: DictConfig, info: checkpoints.CheckpointInfo
-) -> tuple[pl.LightningModule, dict[str, Any]]:
-    """The task of a checkpoint and its constructor's data arguments, built before any data is
-    loaded (``mode=test``)."""
-    stored = checkpoints.read_checkpoint(info.path, mmap=True)["treernn"]
-    task_kwargs = checkpoints.deserialise_task_kwargs(stored["task_kwargs"])
-    module = build_task(cfg, task_kwargs)
-    shapes = {key: tuple(value.shape) for key, value in module.state_dict().items()}
-    if shapes != info.state_shapes:
-        explicit = sorted(k for k in _explicit_overrides() if k.startswith(("model.", "task.")))
-        raise UserError(
-            f"mode=test: the model built with {', '.join(explicit) or 'these settings'} does not "
-            f"match the weights of {info.path}; drop those overrides to test the model as trained"
-        )
-    return module, task_kwargs
-
-
 def _train(
     cfg: DictConfig,
-    plan: runs.ResumePlan | None,
+    plan: resume.ResumePlan | None,
     tested: tuple[pl.LightningModule, dict[str, Any]] | None,
 ) -> dict[str, float]:
     ckpt_path = str(plan.checkpoint.path) if plan else None
     if plan is not None and cfg.mode != "test":
-        _continue_in(cfg, plan)
+        resume.continue_in(cfg, plan)
         log.info(
             "resuming %s from %s (%d epochs done, step %d)",
             plan.run_dir or "a checkpoint outside a run directory",
@@ -362,16 +126,14 @@ def _train(
             mode=cfg.mode,
             started=started,
             command=" ".join(sys.argv),
-            overrides=_job_overrides(),
+            overrides=launch.job_overrides(),
             error=None,
             **runs.process_identity(),
         )
         runs.record_machine(run_dir)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
-    datamodule = hydra.utils.instantiate(cfg.task.datamodule)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
+    datamodule = prepared_datamodule(cfg.task.datamodule, "fit")
     task_kwargs = datamodule.task_kwargs()
     if tested is None:
         module = build_task(cfg, task_kwargs)
@@ -391,7 +153,7 @@ def _train(
         config = OmegaConf.to_container(cfg, resolve=True)
         if cfg.mode != "test":
             shapes = {key: tuple(value.shape) for key, value in module.state_dict().items()}
-            apply_keys = runs.check_resume_config(plan.checkpoint, config, shapes)
+            apply_keys = resume.check_resume_config(plan.checkpoint, config, shapes)
         wandb_id = plan.checkpoint.wandb_id  # read when the checkpoint was checked
     loggers = loggers_.build_loggers(cfg, wandb_id)
     if cfg.mode != "test" and plan is not None:
@@ -404,7 +166,8 @@ def _train(
             callbacks.append(ProgressBar())
         callbacks.append(RunInfo(cfg, task_kwargs, loggers_.wandb_id(loggers)))
         if apply_keys:
-            callbacks.append(ResumeOverrides(OmegaConf.to_container(cfg, resolve=True), apply_keys))
+            config = OmegaConf.to_container(cfg, resolve=True)
+            callbacks.append(resume.ResumeOverrides(config, apply_keys))
         last = None
         if cfg.trainer.get("enable_checkpointing", True):
             last = LastCheckpoint(run_dir / "checkpoints")
@@ -467,79 +230,13 @@ def _report(cfg: DictConfig, metrics: dict[str, float]) -> None:
     text = "final metrics (" + str(output_dir) + "):\n" + "\n".join(lines)
     print("\n" + text, flush=True)
     if logging.getLogger().handlers:  # under Hydra: into train.log too
-        _quietly(log.info, text)
+        log_to_files_only(log.info, text)
 
 
-def _quietly(emit, *args) -> None:
-    """Log to the file handlers only (the console already has the message)."""
-    root = logging.getLogger()
-    consoles = [h for h in root.handlers if type(h) is logging.StreamHandler]
-    for handler in consoles:
-        root.removeHandler(handler)
-    try:
-        emit(*args)
-    finally:
-        for handler in consoles:
-            root.addHandler(handler)
-
-
-def _is_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def _record_failure(cfg: DictConfig, status: str, message: str, details: str = "") -> None:
-    """Say in the run directory why it stopped: ``status.json`` and train.log."""
-    if rank_zero_only.rank != 0:
-        return
+def _output_dir(cfg: DictConfig) -> Path | None:
+    """This run's directory, where the config got as far as naming one."""
     output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
-    run_dir = Path(output_dir) if output_dir else None
-    if run_dir is None or not run_dir.is_dir():
-        return
-    if runs.read_status(run_dir).get("resumed_into"):
-        return  # a refused resume: its own directory says where it pointed
-    runs.write_status(run_dir, status=status, error=message, ended=runs.now())
-    if logging.getLogger().handlers:
-        emit = log.error if status == "failed" else log.warning
-        _quietly(emit, "%s: %s%s", status, message, "\n" + details if details else "")
-
-
-def _remove_if_empty(cfg: DictConfig) -> None:
-    """A single run that failed while setting up (a config, data or checkpoint error, before any
-    training) leaves no directory behind: the error was printed and there is nothing to keep."""
-    output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
-    if not output_dir:
-        return
-    run_dir = Path(output_dir)
-    record = runs.read_status(run_dir)
-    if rank_zero_only.rank != 0 or record.get("stage", "setup") != "setup":
-        return
-    if record.get("resumed_into") or record.get("resumes") or not run_dir.is_dir():
-        return
-    for handler in list(logging.getLogger().handlers):
-        if (
-            isinstance(handler, logging.FileHandler)
-            and Path(handler.baseFilename).parent == run_dir
-        ):
-            handler.close()
-            logging.getLogger().removeHandler(handler)
-    shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def sweep_value(cfg: DictConfig, metrics: dict[str, float] | None) -> Any:
-    """What the Hydra job returns: the metrics, or with ``optimized_metric`` set (an Optuna sweep,
-    ``conf/hparams_search/``) that one value; NaN for a failed job, which Optuna records as a
-    failed trial while the sweep goes on."""
-    key = cfg.get("optimized_metric")
-    if not key:
-        return metrics
-    if metrics is None:
-        return float("nan")
-    if key not in metrics:
-        raise UserError(f"optimized_metric={key} is not a metric of this run: {sorted(metrics)}")
-    return metrics[key]
+    return Path(output_dir) if output_dir else None
 
 
 def _say(message: str) -> None:
@@ -554,11 +251,11 @@ def main(cfg: DictConfig) -> Any:
     in a sweep too (the sweep stops). In a multirun a failed job is recorded and the sweep goes on
     (the summary at the end lists the failures and exits non-zero). Returns
     :func:`sweep_value`."""
-    multirun = _is_multirun()
+    multirun = launch.is_multirun()
     try:
         try:
             if multirun:
-                done = _continue_sweep_job(cfg)
+                done = resume.continue_sweep_job(cfg)
                 if done is not None:
                     return sweep_value(cfg, done)
             return sweep_value(cfg, train(cfg))
@@ -569,7 +266,7 @@ def main(cfg: DictConfig) -> Any:
                 raise cause from None
             raise
     except RunInterrupted as error:
-        _record_failure(cfg, "interrupted", str(error))
+        runs.record_failure(_output_dir(cfg), "interrupted", str(error))
         print(str(error), file=sys.stderr, flush=True)
         sys.exit(error.exit_code)
     except sweeps.SweepChanged as error:
@@ -577,7 +274,7 @@ def main(cfg: DictConfig) -> Any:
         _say(str(error))
         return sweep_value(cfg, None)
     except Requeued as error:
-        _record_failure(cfg, "requeued", str(error))
+        runs.record_failure(_output_dir(cfg), "requeued", str(error))
         print(f"requeued: {error}", file=sys.stderr, flush=True)
         # this process ends here, in a sweep too, without a result: SLURM runs the job again
         # (submitit's job, or the sweep's own batch job, which resumes the sweep: sweep_id=)
@@ -589,47 +286,19 @@ def main(cfg: DictConfig) -> Any:
             error = checkpoints.full_disk_error(
                 error.filename or "a file of the run", error, "the last good checkpoint is kept"
             )
-        _record_failure(cfg, "failed", str(error))
+        runs.record_failure(_output_dir(cfg), "failed", str(error))
         _say(str(error))
         if multirun:
             return sweep_value(cfg, None)
-        _remove_if_empty(cfg)
+        runs.remove_if_empty(_output_dir(cfg))
         sys.exit(1)
     except Exception as error:
         return _bug(cfg, error, multirun)
 
 
-def _continue_sweep_job(cfg: DictConfig) -> dict[str, float] | None:
-    """A sweep job that ran before (a resumed sweep): the metrics of a finished job, which is
-    skipped; otherwise it resumes from its newest checkpoint, or runs again from the start."""
-    job_dir = Path(cfg.paths.output_dir)
-    follower = not launch.is_rank_zero()  # a DDP job's other ranks follow rank 0's record
-    plan = sweeps.plan_job(job_dir, _job_overrides(), follower=follower)
-    if plan.action == "skip":
-        log.info("job %s: finished before, skipped", job_dir.name)
-        return plan.metrics
-    if plan.action == "resume":
-        log.info("job %s: %s; resuming from %s", job_dir.name, plan.why, plan.checkpoint)
-        with open_dict(cfg):
-            cfg.ckpt_path = str(plan.checkpoint)
-    elif plan.action == "rerun":
-        log.info("job %s: %s; running it again from the start", job_dir.name, plan.why)
-        if not follower:  # rank 0 clears what the failed attempt wrote
-            sweeps.clear_attempt(job_dir, plan.why)
-    return None
-
-
-def _job_overrides() -> list[str]:
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return []
-    return list(HydraConfig.get().overrides.task)
-
-
 def _bug(cfg: DictConfig, error: BaseException, multirun: bool) -> Any:
     details = traceback.format_exc()
-    _record_failure(cfg, "failed", f"{type(error).__name__}: {error}", details)
+    runs.record_failure(_output_dir(cfg), "failed", f"{type(error).__name__}: {error}", details)
     if multirun:
         print(details, file=sys.stderr, flush=True)
         return sweep_value(cfg, None)

@@ -1,50 +1,39 @@
-"""Run records and resuming: which run and checkpoint to continue, and what a resume may change.
+"""Run records and locks: what a run directory says about the run in it, and who writes into it.
 
 Every run writes ``status.json`` in its directory: task, model, when it started, the host and
-process that runs it, and whether it is ``running``, ``finished``, ``failed`` (with the error),
-``interrupted`` (a signal stopped it; it saved a checkpoint to resume from) or ``requeued`` (a
-SLURM job that will start again by itself). While it runs, its process holds a lock on the
-directory's ``.lock`` file: one writer per run.
+process that runs it (and the machine of every attempt), and whether it is ``running``,
+``finished``, ``failed`` (with the error), ``interrupted`` (a signal stopped it; it saved a
+checkpoint to resume from) or ``requeued`` (a SLURM job that will start again by itself). While it
+runs, its process holds a lock on the directory's ``.lock`` file: one writer per run.
 
-``ckpt_path=last`` reads these records, not file times: it takes the newest run of this task and
-model (single runs and sweep jobs alike), passes over runs that have no checkpoint (a ``mode=test``
-run, a run that failed while setting up) with a word, refuses a run that is still running and a
-run that finished its budget, and in the chosen run takes the newest checkpoint that loads (any
-``checkpoints/*.ckpt``, by training step). A resumed run continues in the directory of the run it
-resumes (checkpoints, metrics, status), and its own Hydra directory links there, so one experiment
-has one history.
-
-Checkpoints are inspected before any data is loaded (:mod:`treernn.checkpoints`).
+Here are writing and reading those records (a failure included), the lock, whether a run is live,
+and finding the runs of a task and model and their newest good checkpoint. Deciding what to resume
+and continuing a run from its record is :mod:`treernn.resume`; checkpoints are inspected (before
+any data is loaded) by :mod:`treernn.checkpoints`.
 """
 
 from __future__ import annotations
 
-import csv
 import datetime as _dt
 import fcntl
-import io
 import json
 import logging
 import os
+import shutil
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+
 from treernn.checkpoints import CheckpointInfo, atomic_write, inspect_checkpoint, is_full_disk
 from treernn.errors import CheckpointError, UserError
+from treernn.process import log_to_files_only
 
 log = logging.getLogger("treernn")
 
 STATUS_FILE = "status.json"
 LOCK_FILE = ".lock"
-
-#: config keys whose values live in a checkpoint's optimizer / scheduler state: a resume applies
-#: the new values to the restored state (see :func:`apply_resumed_overrides`)
-APPLIED_ON_RESUME = ("task.module.optimizer", "task.module.scheduler")
-
-#: trainer keys that set a run's budget
-BUDGET_KEYS = ("max_epochs", "max_steps", "max_time")
 
 
 # ----------------------------------------------------------------------------- run records
@@ -138,6 +127,41 @@ def record_machine(run_dir: Path) -> None:
     seen = list(read_status(run_dir).get("machines") or [])
     seen.append({**machine(), "from": now()})
     write_status(run_dir, machines=seen)
+
+
+def record_failure(run_dir: Path | None, status: str, message: str, details: str = "") -> None:
+    """Say in the run directory why it stopped (``failed``, ``interrupted``, ``requeued``):
+    ``status.json`` and train.log. Rank 0 only; nothing where no run directory was made."""
+    if rank_zero_only.rank != 0:
+        return
+    if run_dir is None or not run_dir.is_dir():
+        return
+    if read_status(run_dir).get("resumed_into"):
+        return  # a refused resume: its own directory says where it pointed
+    write_status(run_dir, status=status, error=message, ended=now())
+    if logging.getLogger().handlers:
+        emit = log.error if status == "failed" else log.warning
+        log_to_files_only(emit, "%s: %s%s", status, message, "\n" + details if details else "")
+
+
+def remove_if_empty(run_dir: Path | None) -> None:
+    """A single run that failed while setting up (a config, data or checkpoint error, before any
+    training) leaves no directory behind: the error was printed and there is nothing to keep."""
+    if run_dir is None:
+        return
+    record = read_status(run_dir)
+    if rank_zero_only.rank != 0 or record.get("stage", "setup") != "setup":
+        return
+    if record.get("resumed_into") or record.get("resumes") or not run_dir.is_dir():
+        return
+    for handler in list(logging.getLogger().handlers):
+        if (
+            isinstance(handler, logging.FileHandler)
+            and Path(handler.baseFilename).parent == run_dir
+        ):
+            handler.close()
+            logging.getLogger().removeHandler(handler)
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 class RunLock:
@@ -239,204 +263,3 @@ def runs_of(log_dir: Path, task: str, model: str, exclude: Path | None = None) -
             continue  # a resume's own directory: its history lives in the run it resumed
         found.append((record.get("started") or run_dir.name, str(run_dir), run_dir))
     return [run_dir for *_, run_dir in sorted(found, reverse=True)]
-
-
-@dataclass
-class ResumePlan:
-    checkpoint: CheckpointInfo
-    run_dir: Path | None  # where the resumed run continues (None: a checkpoint outside a run)
-
-
-def _why_no_checkpoint(record: dict[str, Any]) -> str:
-    if record.get("mode") == "test":
-        return "a mode=test run"
-    if record.get("status") == "failed" and record.get("stage", "setup") == "setup":
-        return "failed while setting up"
-    return str(record.get("status", "no status record"))
-
-
-def plan_last(
-    log_dir: Path,
-    task: str,
-    model: str,
-    trainer: dict[str, Any] | None,
-    exclude: Path | None,
-) -> ResumePlan:
-    """``ckpt_path=last``: the newest run of this task and model that has a checkpoint, at its
-    newest good checkpoint. ``trainer``: the trainer settings of this invocation (None for
-    ``mode=test``, which may test a finished run)."""
-    candidates = runs_of(log_dir, task, model, exclude)
-    for run_dir in candidates:
-        if is_live(run_dir):
-            raise UserError(
-                f"ckpt_path=last: the newest run {run_dir} is still running "
-                f"({describe_owner(run_dir)}); wait for it to finish, or stop it (kill -TERM "
-                "<pid> saves a checkpoint), then resume"
-            )
-        record = read_status(run_dir)
-        info, skipped = newest_complete_checkpoint(run_dir)
-        for reason in skipped:
-            log.warning("ckpt_path=last: passed over %s", reason)
-        if info is None:
-            log.warning(
-                "ckpt_path=last: passed over %s (%s, no checkpoint)",
-                run_dir,
-                _why_no_checkpoint(record),
-            )
-            continue
-        if trainer is not None and record.get("status") == "finished":
-            check_budget_left(run_dir, info, trainer)
-        return ResumePlan(checkpoint=info, run_dir=run_dir)
-    raise CheckpointError(
-        f"ckpt_path=last: no run of task={task} model={model} with a checkpoint under "
-        f"{Path(log_dir)}; train one first, or give ckpt_path=<file>"
-    )
-
-
-def check_budget_left(run_dir: Path, info: CheckpointInfo, trainer: dict[str, Any]) -> None:
-    """A finished run is resumed only to train it further: with a budget (max_epochs,
-    max_steps, max_time) other than the one it finished, and not yet used up."""
-    old = info.config.get("trainer", {})
-    max_epochs, max_steps = trainer.get("max_epochs"), trainer.get("max_steps")
-    used_up = (max_epochs is not None and 0 <= max_epochs <= info.epochs_done) or (
-        max_steps is not None and 0 < max_steps <= info.global_step
-    )
-    unchanged = all(old.get(key) == trainer.get(key) for key in BUDGET_KEYS)
-    if used_up or unchanged:
-        budget = ", ".join(
-            f"trainer.{key}={trainer.get(key)}" for key in BUDGET_KEYS if trainer.get(key)
-        )
-        more = (
-            f"trainer.max_steps={info.global_step * 2}"
-            if max_steps is not None and max_steps > 0
-            else f"trainer.max_epochs={info.epochs_done * 2 or 1}"
-        )
-        raise UserError(
-            f"ckpt_path=last: the newest run {run_dir} finished ({info.epochs_done} epochs, "
-            f"step {info.global_step}; {budget or 'no budget'}); to train it further ask for a "
-            f"larger budget (e.g. {more}), or start a new run"
-        )
-
-
-def plan_path(path: str | Path) -> ResumePlan:
-    info = inspect_checkpoint(path)
-    return ResumePlan(checkpoint=info, run_dir=info.run_dir)
-
-
-# ----------------------------------------------------------------------------- metrics history
-def csv_rows_up_to(path: Path, step: int) -> tuple[list[str], list[list[str]]]:
-    """The header and rows of a run's ``metrics.csv`` that were logged up to training step
-    ``step`` (the step a resume continues from): rows logged later belong to training that the
-    resumed run does again, and would appear twice."""
-    with open(path, newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, [])
-        rows = list(reader)
-    if "step" not in header:
-        return header, rows
-    column = header.index("step")
-    kept = [row for row in rows if not row[column] or float(row[column]) <= step]
-    return header, kept
-
-
-def write_csv_rows(path: Path, header: list[str], rows: list[list[str]]) -> None:
-    def write(handle: Any) -> None:
-        text = io.StringIO()
-        writer = csv.writer(text, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
-        handle.write(text.getvalue().encode())
-
-    atomic_write(path, write)
-
-
-# ----------------------------------------------------------------------------- overrides
-def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(config, dict):
-        items: dict[str, Any] = {}
-        for key, value in config.items():
-            items.update(flatten(value, f"{prefix}{key}."))
-        return items
-    return {prefix[:-1]: config}
-
-
-def differing_keys(old: dict[str, Any], new: dict[str, Any], under: tuple[str, ...]) -> list[str]:
-    """Keys below the prefixes ``under`` whose values differ between two (nested) configs."""
-    old_flat, new_flat = flatten(old), flatten(new)
-    keys = sorted(set(old_flat) | set(new_flat))
-    return [
-        key
-        for key in keys
-        if key.startswith(under) and old_flat.get(key, "<unset>") != new_flat.get(key, "<unset>")
-    ]
-
-
-def describe(keys: list[str], old: dict[str, Any], new: dict[str, Any]) -> str:
-    old_flat, new_flat = flatten(old), flatten(new)
-    return ", ".join(
-        f"{key} (checkpoint {old_flat.get(key, '<unset>')}, now {new_flat.get(key, '<unset>')})"
-        for key in keys
-    )
-
-
-def check_resume_config(
-    info: CheckpointInfo, config: dict[str, Any], module_shapes: dict[str, tuple[int, ...]]
-) -> list[str]:
-    """Refuse overrides that the restored state would silently undo; return the keys whose new
-    values must be applied to the restored optimizer / scheduler."""
-    old = info.config
-    if old.get("seed") != config.get("seed"):
-        raise UserError(
-            f"resuming {info.path}: seed={config.get('seed')} differs from the checkpoint's "
-            f"seed={old.get('seed')}, but a resumed run continues the checkpoint's random state; "
-            "drop the seed override, or start a new run"
-        )
-    if module_shapes != info.state_shapes:
-        changed = differing_keys(old, config, ("model.", "task.module."))
-        changed = [key for key in changed if not key.startswith(APPLIED_ON_RESUME)]
-        raise UserError(
-            f"resuming {info.path}: the model built from this config does not match the "
-            f"checkpoint's weights; these settings differ: {describe(changed, old, config)}. "
-            "Drop these overrides, or start a new run"
-        )
-    return differing_keys(old, config, APPLIED_ON_RESUME)
-
-
-def apply_resumed_overrides(trainer: Any, config: dict[str, Any], keys: list[str]) -> list[str]:
-    """Set the new optimizer / scheduler values on the state Lightning restored; returns what was
-    applied, as ``key=value`` strings."""
-    flat = flatten(config)
-    applied = []
-    for key in keys:
-        group, name = key.split(".")[2], key.split(".", 3)[3]
-        if name in ("_target_", "_partial_") or "." in name:
-            raise UserError(
-                f"resuming: {key} changed, but a resumed run keeps the checkpoint's "
-                f"{group}; drop the override, or start a new run"
-            )
-        value = flat.get(key)
-        if group == "optimizer":
-            for optimizer in trainer.optimizers:
-                for param_group in optimizer.param_groups:
-                    if name not in param_group:
-                        raise UserError(
-                            f"resuming: {key}={value} cannot be applied to the restored "
-                            f"{type(optimizer).__name__}; drop the override"
-                        )
-                    param_group[name] = tuple(value) if isinstance(value, list) else value
-                    if name == "lr":
-                        # the LM rescales lr from base_lr each step; schedulers keep initial_lr
-                        for extra in ("base_lr", "initial_lr"):
-                            if extra in param_group:
-                                param_group[extra] = value
-        else:
-            for config_ in trainer.lr_scheduler_configs:
-                scheduler = config_.scheduler
-                if not hasattr(scheduler, name):
-                    raise UserError(
-                        f"resuming: {key}={value} cannot be applied to the restored "
-                        f"{type(scheduler).__name__}; drop the override"
-                    )
-                setattr(scheduler, name, value)
-        applied.append(f"{key}={value}")
-    return applied

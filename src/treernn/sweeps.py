@@ -11,7 +11,8 @@ difference. This works whatever launches the jobs (basic, joblib, submitit), sin
 for itself.
 
 ``treernn.run.main`` records a failed job in its ``status.json`` and lets the sweep go on (Hydra's
-launcher then starts the next job); this Hydra callback reads those records when the sweep is over.
+launcher then starts the next job), returning :func:`sweep_value` (NaN for an Optuna trial that
+failed); this Hydra callback reads those records when the sweep is over.
 When at least one job finished it prints the papers' comparison table of the sweep and writes
 ``table.{md,csv,png}`` (``python -m treernn report table``, :mod:`treernn.reporting.table`) and
 the learning curves ``curves.{md,png}`` (``report curves``) into the sweep directory. Registered
@@ -49,6 +50,21 @@ ATTEMPT_FILES = ("checkpoints", "csv", "metrics.json", "parse_eval.json")
 
 class SweepChanged(UserError):
     """A resumed sweep (or one of its jobs) was given other overrides than it ran with."""
+
+
+# ----------------------------------------------------------------------------- a job's value
+def sweep_value(cfg: DictConfig, metrics: dict[str, float] | None) -> Any:
+    """What the Hydra job returns: the metrics, or with ``optimized_metric`` set (an Optuna sweep,
+    ``conf/hparams_search/``) that one value; NaN for a failed job, which Optuna records as a
+    failed trial while the sweep goes on."""
+    key = cfg.get("optimized_metric")
+    if not key:
+        return metrics
+    if metrics is None:
+        return float("nan")
+    if key not in metrics:
+        raise UserError(f"optimized_metric={key} is not a metric of this run: {sorted(metrics)}")
+    return metrics[key]
 
 
 # ----------------------------------------------------------------------------- resuming

@@ -17,7 +17,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader
 
-from treernn import checkpoints, runs, sweeps
+from treernn import checkpoints, loggers, runs, sweeps
 from treernn.callbacks.checkpoint import LastCheckpoint
 from treernn.callbacks.divergence import DivergenceMonitor
 from treernn.errors import DivergedError, StorageError, UserError
@@ -70,7 +70,7 @@ def test_a_run_directory_has_one_writer(tmp_path):
 def test_metrics_rows_after_the_resumed_step_are_dropped(tmp_path):
     path = tmp_path / "metrics.csv"
     path.write_text("epoch,step,val/ppl\n0,9,120\n0,13,110\n1,20,100\n1,27,90\n")
-    header, rows = runs.csv_rows_up_to(path, 20)
+    header, rows = loggers.csv_rows_up_to(path, 20)
     assert header == ["epoch", "step", "val/ppl"]
     assert [row[1] for row in rows] == ["9", "13", "20"]
 

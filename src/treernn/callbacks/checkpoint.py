@@ -25,7 +25,7 @@ LAST_NAME = "last.ckpt"
 def ends_epoch(trainer: Trainer) -> bool:
     """True at the last training batch of an epoch (or of the run's ``max_steps``)."""
     last_step = 0 < trainer.max_steps <= trainer.global_step
-    return last_step or bool(trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
+    return last_step or bool(trainer.is_last_batch)
 
 
 def validates_by_epochs(trainer: Trainer) -> bool:
