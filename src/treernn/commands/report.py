@@ -57,14 +57,15 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from treernn.callbacks.accuracy_report import accuracy_table, length_curve, plot_accuracy_by_length
-from treernn.callbacks.tree_f1 import format_tree_f1, induce_batch_trees, scored_rows
 from treernn.errors import ConfigValueError
+from treernn.evaluation.tree_f1 import induce_batch_trees, scored_rows
 from treernn.parsing.baselines import BASELINES, baseline_trees
 from treernn.parsing.induce import BRACKET_DISTANCES, BracketDistances
 from treernn.parsing.metrics import score_trees
 from treernn.parsing.trees import Tree, leaves, to_bracketed
+from treernn.reporting.accuracy import accuracy_table, length_curve, plot_accuracy_by_length
 from treernn.reporting.paper import PAPER_SYSGEN_ACCURACY  # Ordered Memory Table 1, Sys. Gen.
+from treernn.reporting.tree_f1 import format_tree_f1
 
 
 def sysgen_table(runs: Mapping[str, Mapping[str, float]]) -> str:

@@ -109,7 +109,7 @@ def plot(curves: Curves, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from treernn.callbacks.accuracy_report import save_figure
+    from treernn.reporting.accuracy import save_figure
 
     figure, axis = plt.subplots(figsize=(6, 4))
     for label, row in curves.rows.items():

@@ -557,7 +557,7 @@ def operator_curves(
 def write_table(table: Table, prefix: str | Path) -> list[Path]:
     """``<prefix>.md``, ``<prefix>.csv`` and, for accuracy by number of operators,
     ``<prefix>.png`` (ON-LSTM Fig. 3: mean over seeds, error bars = std)."""
-    from treernn.callbacks.accuracy_report import plot_accuracy_by_length
+    from treernn.reporting.accuracy import plot_accuracy_by_length
 
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
