@@ -427,7 +427,9 @@ def _importable(name: str) -> bool:
 
 
 def table_report(args: argparse.Namespace) -> int:
-    from treernn.reporting.table import log_to_wandb, report_table, to_markdown, write_table
+    from treernn.reporting.table import report_table
+    from treernn.reporting.table_output import to_markdown, write_table
+    from treernn.reporting.table_wandb import log_to_wandb
 
     table = report_table(args.runs, args.paper)
     print(to_markdown(table), end="")
