@@ -257,12 +257,12 @@ def _overrides(job_dir: Path) -> str:
 def report_sweep(job_dirs: list[Path], out_dir: Path) -> bool:
     """Print and write the sweep's table, and write its learning curves (``curves.{md,png}``);
     False if a report itself failed with a bug."""
-    from treernn.reporting import curves, table
+    from treernn.reporting import curves, table, table_output
 
     def write_table() -> list[Path]:
         report = table.report_table(job_dirs)
-        print("\n" + table.to_markdown(report), end="", flush=True)
-        return table.write_table(report, out_dir / "table")
+        print("\n" + table_output.to_markdown(report), end="", flush=True)
+        return table_output.write_table(report, out_dir / "table")
 
     def write_curves() -> list[Path]:
         return curves.write_curves(curves.learning_curves(job_dirs), out_dir / "curves")

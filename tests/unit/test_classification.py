@@ -8,12 +8,12 @@ import functools
 import pytest
 import torch
 
-from treernn.callbacks.accuracy_report import accuracy_table, length_curve
 from treernn.data.batch import MissingViewError
 from treernn.data.classification import Collator, Example, LengthBucketBatchSampler, Sentence
 from treernn.encoders.lstm import LSTMEncoder
 from treernn.encoders.tree_batch import TreeBatch
 from treernn.encoders.tree_rnn import TreeRNNEncoder
+from treernn.reporting.accuracy import accuracy_table, length_curve
 from treernn.tasks.classification import ClassificationTask, GroupedAccuracy
 
 

@@ -12,11 +12,12 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from treernn.callbacks.tree_f1 import TreeF1Callback, induce_batch_trees, scored_rows
+from treernn.callbacks.tree_f1 import TreeF1Callback
 from treernn.data.batch import EncodedBatch
 from treernn.data.classification import Collator, Example, Sentence
 from treernn.encoders.base import Encoder, EncoderOutput, TreeSignal
 from treernn.encoders.lstm import LSTMEncoder
+from treernn.evaluation.tree_f1 import induce_batch_trees, scored_rows
 from treernn.parsing.induce import NoDistancesError, leaf_distances
 from treernn.parsing.trees import greedy_tree
 from treernn.tasks.classification import ClassificationTask

@@ -48,13 +48,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
-import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 
 from treernn.data.batch import EncodedBatch
-from treernn.data.classification import ClassificationBatch
 from treernn.errors import ConfigValueError
+from treernn.evaluation.tree_f1 import (
+    bracket_scores,
+    induce_batch_trees,
+    scored_rows,
+    update_bracket_f1,
+)
 from treernn.metrics import BracketF1
 from treernn.parsing.baselines import BASELINES, baseline_trees
 from treernn.parsing.induce import (
@@ -62,9 +66,7 @@ from treernn.parsing.induce import (
     BracketDistances,
     NoDistancesError,
     trees_from_sentence_signals,
-    trees_from_signal,
 )
-from treernn.parsing.metrics import counts_from_spans, sentence_f1_from_spans
 from treernn.parsing.scoreboard import (
     GoldSet,
     load_gold,
@@ -74,7 +76,7 @@ from treernn.parsing.scoreboard import (
     to_json,
     to_text,
 )
-from treernn.parsing.trees import Tree, leaves, to_bracketed, tree_spans
+from treernn.parsing.trees import leaves, to_bracketed
 from treernn.parsing.wsj import (
     GoldSentence,
     TreebankError,
@@ -82,62 +84,10 @@ from treernn.parsing.wsj import (
     load_split,
     resolve_treebank,
 )
+from treernn.reporting.tree_f1 import format_tree_f1
 
 GoldSource = Literal["batch", "wsj"]
 GOLD_SOURCES = ("batch", "wsj")
-
-
-def scored_rows(batch: ClassificationBatch, first_group_only: bool) -> list[int]:
-    """Sentence rows (of the S*B stacked rows) to score: all, or those of group-0 examples."""
-    num_examples = len(batch)
-    rows = range(num_examples * batch.num_sentences)
-    if not first_group_only:
-        return list(rows)
-    groups = batch.groups.tolist()
-    return [row for row in rows if groups[row % num_examples] == 0]
-
-
-@torch.no_grad()
-def induce_batch_trees(
-    task: pl.LightningModule,
-    batch: ClassificationBatch,
-    rows: Sequence[int] | None = None,
-    bracket_distances: BracketDistances = "drop",
-    encoded: EncodedBatch | None = None,
-) -> tuple[list[list[Tree]], list[Tree]]:
-    """Induced trees per layer (``trees[layer][i]``) and the gold trees of the sentence rows
-    ``rows`` (default: all) of a classification batch. ``encoded`` is the task's evaluation pass
-    on this batch when already computed (otherwise the task encodes the batch here)."""
-    if encoded is None:
-        encoded = task.encode_batch(batch)
-    signal = encoded.output.tree_signal
-    if signal is None:
-        raise NoDistancesError(
-            f"{type(task.encoder).__name__} induces no trees (no tree signal: neither syntactic "
-            "distances nor Ordered Memory attention); induced trees need a model such as ON-LSTM "
-            "or Ordered Memory"
-        )
-    rows = list(range(len(encoded.inputs))) if rows is None else list(rows)
-    positions = batch.leaf_positions(encoded.inputs.view, rows)
-    trees = trees_from_signal(signal, positions, encoded.inputs.mask, rows, bracket_distances)
-    return trees, [batch.trees[row] for row in rows]
-
-
-def update_bracket_f1(
-    metrics: Sequence[BracketF1], trees: Sequence[Sequence[Tree]], gold: Sequence[Tree]
-) -> None:
-    """Add each layer's induced trees against the gold trees to that layer's metric."""
-    gold_spans = [tree_spans(gold_tree) for gold_tree in gold]
-    for metric, layer_trees in zip(metrics, trees, strict=True):
-        for predicted, spans in zip(layer_trees, gold_spans, strict=True):
-            predicted_spans = tree_spans(predicted)
-            counts = counts_from_spans(predicted_spans, spans)
-            metric.update(
-                counts.matched,
-                counts.predicted,
-                counts.gold,
-                sentence_f1_from_spans(predicted_spans, spans),
-            )
 
 
 class TreeF1Callback(Callback):
@@ -218,7 +168,8 @@ class TreeF1Callback(Callback):
 
     def _log_scores(self, stage: str, pl_module: pl.LightningModule) -> None:
         scores = {
-            f"layer{layer}": _scores(metric) for layer, metric in enumerate(self._metrics, start=1)
+            f"layer{layer}": bracket_scores(metric)
+            for layer, metric in enumerate(self._metrics, start=1)
         }
         for layer, values in enumerate(scores.values(), start=1):
             # already reduced and equal on every process; sync_dist keeps Lightning quiet.
@@ -230,7 +181,7 @@ class TreeF1Callback(Callback):
         self.results[stage] = scores
         if self._baselines:
             self.results[f"{stage}_baselines"] = {
-                name: _scores(metric) for name, metric in self._baselines.items()
+                name: bracket_scores(metric) for name, metric in self._baselines.items()
             }
         self._metrics = []
         self._baselines = {}
@@ -449,28 +400,3 @@ class TreeF1Callback(Callback):
                 columns=["epoch", "sentence", "layer", "induced", "gold"],
                 data=rows,
             )
-
-
-def _scores(metric: BracketF1) -> dict[str, Any]:
-    """Corpus and sentence F1 (fractions) and the sentence count, summed over processes."""
-    values = metric.compute()
-    with metric.sync_context():  # the total, not this process's share
-        sentences = int(metric.sentences)
-    return {
-        "corpus_f1": float(values["corpus_f1"]),
-        "sentence_f1": float(values["sentence_f1"]),
-        "sentences": sentences,
-    }
-
-
-def format_tree_f1(scores: dict[str, dict[str, Any]], title: str = "") -> str:
-    """One row per layer (or baseline): corpus F1 and sentence F1 in %, and sentence count."""
-    header = f"{'':<16}{'corpus F1':>11}{'sentence F1':>13}{'sentences':>11}"
-    lines = [title] if title else []
-    lines += [header, "-" * len(header)]
-    for name, values in scores.items():
-        lines.append(
-            f"{name:<16}{100 * values['corpus_f1']:>11.2f}"
-            f"{100 * values['sentence_f1']:>13.2f}{values['sentences']:>11}"
-        )
-    return "\n".join(lines)

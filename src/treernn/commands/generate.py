@@ -259,14 +259,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from treernn.checkpoints import load_trained
     from treernn.data.download import default_data_dir
     from treernn.errors import CheckpointError
     from treernn.evaluation.tree_scoring import read_conll
-    from treernn.tasks.dependency_lm import DependencyLanguageModel
+    from treernn.loading import load_run
 
     hint = "a tree language model's checkpoint (task=dependency_lm, td_treelstm or ld_treelstm)"
-    trained = load_trained(args.ckpt, kind=DependencyLanguageModel, command="generate", hint=hint)
+    trained = load_run(args.ckpt, "dependency_lm", "generate", hint=hint)
     task = trained.task
     if task.encoder.input_view != "dependency_tree":
         raise CheckpointError(f"generate: {args.ckpt} is a sequence model; generate needs {hint}")

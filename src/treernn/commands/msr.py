@@ -93,14 +93,13 @@ def format_report(kind: str, report: dict[str, float | None], ties: str, seed: i
 
 
 def run(args: argparse.Namespace) -> int:
-    from treernn.checkpoints import load_trained
     from treernn.data.download import default_data_dir
-    from treernn.tasks.dependency_lm import DependencyLanguageModel
+    from treernn.loading import load_run
 
-    task = load_trained(
+    task = load_run(
         args.ckpt,
-        kind=DependencyLanguageModel,
-        command="msr",
+        "dependency_lm",
+        "msr",
         hint="a dependency language model's checkpoint (task=dependency_lm, e.g. "
         "experiment=tdlstm/ld_treelstm_ewt_small)",
     ).task

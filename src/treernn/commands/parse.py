@@ -35,8 +35,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from treernn.commands.common import default_device, load_language_model, run_directory
 from treernn.errors import ConfigValueError
+from treernn.loading import default_device, load_run, run_directory
 from treernn.parsing.scoreboard import (
     KNOWN_SPLITS,
     PUNCTUATION_CHOICES,
@@ -121,9 +121,10 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     # the quick checks first: a malformed tree file or checkpoint fails before the treebank is read
     tree_file = read_trees(args.pred, args.format) if args.pred is not None else None
-    tasks = (
-        [] if tree_file else [load_language_model(c, args.device, True, "parse") for c in args.ckpt]
-    )
+    tasks = [
+        load_run(c, "language_model", "parse", device=args.device, need_distances=True).task
+        for c in ([] if tree_file else args.ckpt)
+    ]
     boards: list[Scoreboard] = []
     extra: list[dict[str, Any]] = []
     timing = {"read": 0.0, "induce": 0.0, "score": 0.0}

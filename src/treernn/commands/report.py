@@ -57,14 +57,15 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from treernn.callbacks.accuracy_report import accuracy_table, length_curve, plot_accuracy_by_length
-from treernn.callbacks.tree_f1 import format_tree_f1, induce_batch_trees, scored_rows
 from treernn.errors import ConfigValueError
+from treernn.evaluation.tree_f1 import induce_batch_trees, scored_rows
 from treernn.parsing.baselines import BASELINES, baseline_trees
 from treernn.parsing.induce import BRACKET_DISTANCES, BracketDistances
 from treernn.parsing.metrics import score_trees
 from treernn.parsing.trees import Tree, leaves, to_bracketed
+from treernn.reporting.accuracy import accuracy_table, length_curve, plot_accuracy_by_length
 from treernn.reporting.paper import PAPER_SYSGEN_ACCURACY  # Ordered Memory Table 1, Sys. Gen.
+from treernn.reporting.tree_f1 import format_tree_f1
 
 
 def sysgen_table(runs: Mapping[str, Mapping[str, float]]) -> str:
@@ -92,20 +93,13 @@ def tree_f1_from_checkpoint(
     The data are rebuilt from the run's own datamodule config (``data_dir`` replaces its data
     directory); at test time only the first evaluation group is scored, as in the callback.
     """
-    import hydra
     from omegaconf import open_dict
 
-    from treernn.checkpoints import load_trained
-    from treernn.tasks.classification import ClassificationTask
+    from treernn.loading import load_run, ready_datamodule
 
     if split not in ("val", "test"):
         raise ConfigValueError(f"--split {split}: use val or test")
-    trained = load_trained(
-        ckpt,
-        kind=ClassificationTask,
-        command="report tree-f1",
-        hint="a classification run's checkpoint (task=logic or task=listops)",
-    )
+    trained = load_run(ckpt, "classifier", "report tree-f1")
     task = trained.task
     config = trained.config.task.datamodule
     with open_dict(config):
@@ -113,9 +107,7 @@ def tree_f1_from_checkpoint(
             config.data_dir = str(data_dir)
         if batch_size is not None:
             config.eval_batch_size = batch_size
-    datamodule = hydra.utils.instantiate(config)
-    datamodule.prepare_data()
-    datamodule.setup("test")
+    datamodule = ready_datamodule(config, "test")
     loader = datamodule.val_dataloader() if split == "val" else datamodule.test_dataloader()
 
     predicted: list[list[Tree]] = []
@@ -352,12 +344,12 @@ def tree_f1_report(args: argparse.Namespace) -> int:
 
 
 def throughput_report(args: argparse.Namespace) -> int:
-    import hydra
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
     from treernn.checkpoints import build_task
+    from treernn.loading import ready_datamodule
     from treernn.run import register_resolvers
 
     register_resolvers()
@@ -366,9 +358,7 @@ def throughput_report(args: argparse.Namespace) -> int:
     HydraConfig.instance().set_config(cfg)  # as under train.py: a model's default name resolves
     with open_dict(cfg):
         del cfg["hydra"]
-    datamodule = hydra.utils.instantiate(cfg.task.datamodule)
-    datamodule.prepare_data()
-    datamodule.setup("test")
+    datamodule = ready_datamodule(cfg.task.datamodule, "test")
     task = build_task(cfg, datamodule.task_kwargs())
     results = encoder_throughput(
         task,
@@ -437,7 +427,9 @@ def _importable(name: str) -> bool:
 
 
 def table_report(args: argparse.Namespace) -> int:
-    from treernn.reporting.table import log_to_wandb, report_table, to_markdown, write_table
+    from treernn.reporting.table import report_table
+    from treernn.reporting.table_output import to_markdown, write_table
+    from treernn.reporting.table_wandb import log_to_wandb
 
     table = report_table(args.runs, args.paper)
     print(to_markdown(table), end="")

@@ -60,12 +60,9 @@ TREE_MODEL = (
 def run(args: argparse.Namespace) -> int:
     task = None
     if args.action == "score":  # the checkpoint is checked before any data is read
-        from treernn.checkpoints import load_trained
-        from treernn.tasks.dependency_lm import DependencyLanguageModel
+        from treernn.loading import load_run
 
-        task = load_trained(
-            args.ckpt, kind=DependencyLanguageModel, command="rerank", hint=TREE_MODEL
-        ).task
+        task = load_run(args.ckpt, "dependency_lm", "rerank", hint=TREE_MODEL).task
         if task.encoder.input_view != "dependency_tree":
             raise CheckpointError(
                 f"rerank: {args.ckpt} is a sequence model; rerank needs {TREE_MODEL}"

@@ -26,7 +26,7 @@ from treernn.evaluation.syneval import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from treernn.commands.common import default_device
+    from treernn.loading import default_device
 
     parser.add_argument("--ckpt", required=True, help="a language-model checkpoint")
     parser.add_argument("--syneval-dir", default=None, help="default: <data dir>/syneval")
@@ -42,12 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from treernn.commands.common import load_language_model, run_directory, write_json
     from treernn.data.download import default_data_dir
+    from treernn.loading import load_run, write_json
 
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     test_sets = load_test_sets(args.syneval_dir or data_dir / "syneval", args.template_set)
-    task = load_language_model(args.ckpt, args.device, need_distances=False, command="syneval")
+    loaded = load_run(args.ckpt, "language_model", "syneval", device=args.device)
+    task = loaded.task
     result = evaluate_syneval(
         task,
         test_sets,
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         progress=lambda message: print(message, file=sys.stderr, flush=True),
     )
     print(format_table(result))
-    out = args.out or run_directory(args.ckpt) / f"syneval_{args.template_set}.json"
+    out = args.out or loaded.run_dir / f"syneval_{args.template_set}.json"
     record = result.as_dict() | {
         "checkpoint": str(args.ckpt),
         "max_pairs_per_condition": args.max_per_condition,

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from treernn.commands.common import default_device, load_language_model
 from treernn.errors import ConfigValueError
+from treernn.loading import default_device, load_run
 from treernn.parsing.induce import induce_distances, trees_from_distances
 from treernn.parsing.trees import to_bracketed
 from treernn.parsing.wsj import normalise_word
@@ -38,7 +38,7 @@ def induced_trees(
             raise ConfigValueError(
                 f"sentence {number} ({sentence!r}) has no words after dropping punctuation"
             )
-    task = load_language_model(ckpt, device, need_distances=True, command="trees")
+    task = load_run(ckpt, "language_model", "trees", device=device, need_distances=True).task
     vocab = task.vocab
     distances = induce_distances(
         task.embedding,

@@ -1,11 +1,11 @@
 """Shared pieces for sentence and sentence-pair classification data (ListOps, logic, SST).
 
 An :class:`Example` holds one or two :class:`Sentence` objects, a label, a length bucket (number of
-operators for logical inference, a length range for ListOps) and an evaluation group (the test split
-it belongs to, e.g. the plain length test or a systematic-generalisation test). :func:`collate`
-turns a list of examples into a :class:`ClassificationBatch`; pairs are stacked sentence-major
-(rows ``[0, B)`` are first sentences, ``[B, 2B)`` second ones), so one encoder call reads both, as
-the Ordered Memory code does.
+operators for logical inference, a length range for ListOps and SST) and an evaluation group (the
+test split it belongs to, e.g. the plain length test or a systematic-generalisation test).
+:func:`collate` turns a list of examples into a :class:`ClassificationBatch`; pairs are stacked
+sentence-major (rows ``[0, B)`` are first sentences, ``[B, 2B)`` second ones), so one encoder call
+reads both, as the Ordered Memory code does.
 
 Each sentence carries two views: ``token_ids`` (what a sequence model reads, brackets included
 where the task feeds them) and ``leaf_ids`` (the tree's leaves, what a gold-tree model reads), with

@@ -3,7 +3,7 @@
 The ten comparisons that the ON-LSTM, Ordered Memory and Top-down Tree LSTM papers make
 (:data:`CLAIMS`) are decided from the table sweeps given (``python train.py -m table=<name>``;
 each run's config names its table in ``table_name``). Runs are read as ``report table`` reads
-them (:func:`treernn.reporting.table.load_runs`: finished runs only, metrics as its columns,
+them (:func:`treernn.reporting.run_records.load_runs`: finished runs only, metrics as its columns,
 accuracies and F1 in %), one sweep directory at a time.
 
 A claim holds one or more comparisons "A is better than B on a table's metric". For each:
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from treernn.errors import UserError
 from treernn.reporting.curves import run_curve
-from treernn.reporting.table import Run, load_runs
+from treernn.reporting.run_records import Run, load_runs
 
 TRIVIAL_BEST = "trivial:best"
 

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from treernn.errors import UserError
-from treernn.reporting.table import Cell, Run, format_cell, group_runs, load_runs, row_keys
+from treernn.reporting.run_records import Run, load_runs
+from treernn.reporting.table import Cell, group_runs, row_keys
+from treernn.reporting.table_output import format_cell
 
 #: the metric of ``--metric auto``, the first that the runs logged
 AUTO_METRICS = ("val/acc", "val/ppl", "val/loss")
@@ -109,7 +111,7 @@ def plot(curves: Curves, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from treernn.callbacks.accuracy_report import save_figure
+    from treernn.reporting.accuracy import save_figure
 
     figure, axis = plt.subplots(figsize=(6, 4))
     for label, row in curves.rows.items():

@@ -104,7 +104,7 @@ PAPER_RESULTS: dict[str, dict[str, dict[str, Reported]]] = {
 PAPERS = tuple(PAPER_RESULTS)
 
 #: Ordered Memory Table 1 at 7..12 operators, {"<model> (paper)": {operators: accuracy %}}:
-#: the dashed lines of :func:`treernn.callbacks.accuracy_report.plot_accuracy_by_length`
+#: the dashed lines of :func:`treernn.reporting.accuracy.plot_accuracy_by_length`
 PAPER_LENGTH_ACCURACY: dict[str, dict[int, float]] = {
     f"{model} (paper)": {
         int(key.removeprefix("ops")): cell.mean
