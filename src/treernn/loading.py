@@ -3,8 +3,8 @@ treernn checkpoint and returns it with its stored config, its run directory and 
 model, classifier, dependency language model), checked against the kind the command works with.
 
 Also the few things every command that reads a run shares: where a run's files go
-(:func:`run_directory`), writing a result (:func:`write_json`), the default device, and a
-datamodule made ready for evaluation (:func:`ready_datamodule`).
+(:func:`run_directory`), writing a result (:func:`write_json`) and the default device. A command
+that needs the data too builds it with :func:`treernn.datamodules.prepared_datamodule`.
 """
 
 from __future__ import annotations
@@ -93,17 +93,6 @@ def load_run(
         kind=kind,
         checkpoint=path,
     )
-
-
-def ready_datamodule(config: DictConfig, stage: str = "test") -> Any:
-    """The datamodule of ``config`` (a ``task.datamodule`` node), its data prepared and set up
-    for ``stage``: the one sequence of Lightning's data hooks that a command runs itself."""
-    import hydra
-
-    datamodule = hydra.utils.instantiate(config)
-    datamodule.prepare_data()
-    datamodule.setup(stage)
-    return datamodule
 
 
 def run_directory(ckpt: str | Path) -> Path:

@@ -95,7 +95,8 @@ def tree_f1_from_checkpoint(
     """
     from omegaconf import open_dict
 
-    from treernn.loading import load_run, ready_datamodule
+    from treernn.datamodules import prepared_datamodule
+    from treernn.loading import load_run
 
     if split not in ("val", "test"):
         raise ConfigValueError(f"--split {split}: use val or test")
@@ -107,7 +108,7 @@ def tree_f1_from_checkpoint(
             config.data_dir = str(data_dir)
         if batch_size is not None:
             config.eval_batch_size = batch_size
-    datamodule = ready_datamodule(config, "test")
+    datamodule = prepared_datamodule(config, "test")
     loader = datamodule.val_dataloader() if split == "val" else datamodule.test_dataloader()
 
     predicted: list[list[Tree]] = []
@@ -349,8 +350,8 @@ def throughput_report(args: argparse.Namespace) -> int:
     from omegaconf import open_dict
 
     from treernn.checkpoints import build_task
-    from treernn.loading import ready_datamodule
-    from treernn.run import register_resolvers
+    from treernn.datamodules import prepared_datamodule
+    from treernn.process import register_resolvers
 
     register_resolvers()
     with initialize_config_dir(str(args.config_dir.resolve()), version_base="1.3"):
@@ -358,7 +359,7 @@ def throughput_report(args: argparse.Namespace) -> int:
     HydraConfig.instance().set_config(cfg)  # as under train.py: a model's default name resolves
     with open_dict(cfg):
         del cfg["hydra"]
-    datamodule = ready_datamodule(cfg.task.datamodule, "test")
+    datamodule = prepared_datamodule(cfg.task.datamodule, "test")
     task = build_task(cfg, datamodule.task_kwargs())
     results = encoder_throughput(
         task,
