@@ -53,3 +53,21 @@ def test_rows_in_the_papers_order_with_seed_means_and_paper_numbers():
 
 def test_no_syneval_metric_no_table():
     assert syneval_markdown([run("onlstm", 1, {"ppl": 100.0})]) == ""
+
+
+def test_the_lm_table_keeps_the_range_means_and_prints_every_construction_after_it():
+    from treernn.reporting.table import build_table
+    from treernn.reporting.table_output import to_markdown
+
+    runs = [
+        run("onlstm", seed, {"ppl": 150.0 + seed, "syneval/agreement_simple": 90.0,
+                             "syneval/short_term": 60.0, "syneval_known/long_term": 50.0})
+        for seed in (1, 2)
+    ]  # fmt: skip
+    table = build_table(runs, paper="none")
+    labels = [column.label for column in table.columns]
+    assert labels == ["test ppl", "M&L short", "M&L long (in-vocab)"]  # no per-construction column
+    text = to_markdown(table)
+    main, rest = text.split("| construction |")
+    assert "agreement_simple" not in main
+    assert row("| construction |" + rest, "Subject-verb agreement: Simple")[1] == "90.0 ± 0.0"

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Sequence
 
 from treernn.evaluation.syneval import GROUP_KEYS, TABLE3
-from treernn.reporting.table import Run
+from treernn.reporting.run_records import Run
 
 PREFIXES = ("syneval", "syneval_known")
 

@@ -45,6 +45,7 @@ from treernn.reporting.run_records import (
     config_value,
     load_runs,
 )
+from treernn.reporting.syneval_table import has_syneval, syneval_markdown
 
 #: the keys of --paper; "auto" picks from the runs' task, "none" leaves the papers out
 PAPER_CHOICES = ("auto", *PAPERS, "none")
@@ -92,6 +93,8 @@ class Table:
     row_keys: list[str]
     #: the wandb project of the runs that logged to wandb (None: none did)
     wandb_project: str | None = None
+    #: further tables (markdown) printed after this one: the per-construction syneval table
+    sections: list[str] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -150,6 +153,8 @@ def _column_order(key: str) -> tuple[int, float, str]:
             "parse_f1_sentence_short/",
             "val_ppl",
             "ppl",
+            "syneval/",
+            "syneval_known/",
         ),  # fmt: skip
         start=1,
     ):
@@ -175,6 +180,10 @@ def _column(key: str) -> Column:
         return Column(key, key.removeprefix("sysgen_"), 1)
     if key.startswith("acc/"):
         return Column(key, key.removeprefix("acc/"), 1)
+    if key in SYNEVAL_SUMMARY:
+        prefix, group = key.split("/")
+        where = " (in-vocab)" if prefix == "syneval_known" else ""
+        return Column(key, f"M&L {group.removesuffix('_term')}{where}", 1)
     labels = {"acc": "acc", "val_ppl": "val ppl", "ppl": "test ppl"}
     return Column(key, labels.get(key, key), 2 if "ppl" in key else 1)
 
@@ -206,7 +215,8 @@ def build_table(runs: Sequence[Run], paper: str = "auto", skipped=()) -> Table:
         rows.append(Row(label, "run", cells, n, [run.path for run in members]))
     papers = papers_for(runs, paper)
     paper_rows = [(model, cells) for name in papers for model, cells in PAPER_RESULTS[name].items()]
-    column_keys = {k for row in rows for k in row.cells}
+    # Marvin & Linzen: the short/long-range means here, every construction in a table of its own
+    column_keys = {k for row in rows for k in row.cells if _main_column(k)}
     column_keys |= {k for _, cells in paper_rows for k in cells if k != "parse_f1"}
     f1_columns = sorted(k for k in column_keys if k.startswith("parse_f1/"))
 
@@ -229,7 +239,21 @@ def build_table(runs: Sequence[Run], paper: str = "auto", skipped=()) -> Table:
     columns = [_column(k) for k in sorted(column_keys, key=_column_order)]
     projects = [config_value(run.config, "logger.wandb.project") for run in runs if run.used_wandb]
     project = str(projects[0] or "treernn") if projects else None
-    return Table(runs[0].task, papers, columns, rows, list(skipped), keys, project)
+    sections = [syneval_markdown(runs)] if has_syneval(runs) else []
+    return Table(runs[0].task, papers, columns, rows, list(skipped), keys, project, sections)
+
+
+#: the syneval means the main table shows (all pairs and in-vocabulary pairs, by dependency range)
+SYNEVAL_SUMMARY = (
+    "syneval/short_term",
+    "syneval/long_term",
+    "syneval_known/short_term",
+    "syneval_known/long_term",
+)
+
+
+def _main_column(key: str) -> bool:
+    return not key.startswith("syneval") or key in SYNEVAL_SUMMARY
 
 
 def report_table(paths: Iterable[str | Path], paper: str = "auto") -> Table:

@@ -43,6 +43,8 @@ def to_markdown(table: Table) -> str:
     if table.skipped:
         lines.append(f"left out ({len(table.skipped)} runs that did not finish cleanly):")
         lines += [f"- {path}: {reason}" for path, reason in table.skipped]
+    for section in table.sections:
+        lines += ["", section.rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
