@@ -13,7 +13,7 @@ import torch
 from tests.integration.helpers import TINY_LM, TINY_PARSE, one_line_error, run_cli, treernn_cli
 from treernn import checkpoints
 
-pytestmark = pytest.mark.usefixtures("data_dir")
+pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 
 SMOKE = ["trainer=smoke", *TINY_LM, *TINY_PARSE]
 

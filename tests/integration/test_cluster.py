@@ -21,7 +21,7 @@ from tests.integration.helpers import (
 )
 from tests.integration.test_ptb_cli import EXACT
 
-pytestmark = pytest.mark.usefixtures("data_dir")
+pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 
 
 def _run_dirs(log_dir: Path) -> list[Path]:

@@ -28,6 +28,7 @@ def test_every_dataset_has_the_checksum_switch(task, tmp_path):
     assert attribute is False
 
 
+@pytest.mark.slow
 def test_a_changed_listops_file_fails_its_check_and_the_named_switch_lets_it_through(
     tmp_path, data_dir
 ):
@@ -57,10 +58,24 @@ def test_a_changed_listops_file_fails_its_check_and_the_named_switch_lets_it_thr
     ("override", "needles"),
     [
         ("test_ckpt=bset", ("test_ckpt='bset' is not one of best, last", "test_ckpt=best?")),
-        ("mode=tset", ("mode='tset' is not one of fit+test, fit, test", "mode=test?")),
-        ("task.mode=maxx", ("task.mode='maxx' is not one of min, max",)),
-        ("requeue_signal=USR3", ("requeue_signal='USR3' is not a signal", "USR2")),
-        ("trainer.precision=bf61", ("trainer.precision='bf61' is not one of", "bf16-mixed")),
+        pytest.param(
+            "mode=tset",
+            ("mode='tset' is not one of fit+test, fit, test", "mode=test?"),
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "task.mode=maxx", ("task.mode='maxx' is not one of min, max",), marks=pytest.mark.slow
+        ),
+        pytest.param(
+            "requeue_signal=USR3",
+            ("requeue_signal='USR3' is not a signal", "USR2"),
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "trainer.precision=bf61",
+            ("trainer.precision='bf61' is not one of", "bf16-mixed"),
+            marks=pytest.mark.slow,
+        ),
         (
             "+task.datamodule.verify_checksum=false",
             (
@@ -86,6 +101,7 @@ def test_a_wrong_choice_or_key_is_one_line_before_any_data(override, needles, tm
     assert not list(tmp_path.glob("ptb/onlstm/*"))  # a run that failed in set-up leaves nothing
 
 
+@pytest.mark.slow
 def test_an_online_wandb_run_without_a_network_fails_fast_naming_the_offline_switch(tmp_path):
     started = time.monotonic()
     result = run_cli(

@@ -56,6 +56,7 @@ def test_models_of_one_table_share_data_and_training(preset, base, tmp_path: Pat
     assert cfg.task.module.loss == reference.task.module.loss
 
 
+@pytest.mark.slow
 def test_train_py_runs_a_preset(data_dir: Path, tmp_path: Path):
     result = run_cli(
         ["experiment=tdlstm/ld_treelstm_ewt_small", f"paths.data_dir={data_dir}", *SMOKE,
@@ -65,6 +66,7 @@ def test_train_py_runs_a_preset(data_dir: Path, tmp_path: Path):
     assert "test/ppl" in result.stdout
 
 
+@pytest.mark.slow
 def test_presets_train_and_tools_run(data_dir: Path, tmp_path: Path, capsys):
     checkpoints = {p: train(p, data_dir, tmp_path / p.replace("/", "_")) for p in SMALL_PRESETS}
     ewt = (f"{k}={v}" for k, v in EWT.items())

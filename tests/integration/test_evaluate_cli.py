@@ -18,7 +18,7 @@ from treernn.parsing.baselines import baseline_trees
 from treernn.parsing.metrics import score_trees
 from treernn.parsing.wsj import load_split
 
-pytestmark = pytest.mark.usefixtures("data_dir")
+pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from treernn.evaluation.ewt_standins import (
     standin_metrics,
 )
 
-pytestmark = pytest.mark.usefixtures("data_dir")
+pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 
 SENTENCES = 8
 SMOKE = [

@@ -25,7 +25,7 @@ from tests.integration.helpers import (
 )
 from treernn import checkpoints, runs
 
-pytestmark = pytest.mark.usefixtures("data_dir")
+pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 
 #: a tiny ON-LSTM LM with every dropout on: a resume is exact only if the random state is too
 QUICK = [

@@ -41,6 +41,7 @@ def _check_tree_f1(metrics: dict[str, float], run_dir: Path) -> None:
     assert 100 * scores["corpus_f1"] == pytest.approx(metrics["test/parse_f1/layer1"], abs=1e-4)
 
 
+@pytest.mark.slow
 def test_logic_small_preset_runs(tmp_path):
     overrides = [
         "experiment=om/ordered_memory_logic_small",

@@ -14,7 +14,7 @@ import pytest
 
 from tests.integration.helpers import TINY_LM, TINY_PARSE, WITH_EXAMPLE, run_cli
 
-pytestmark = pytest.mark.usefixtures("data_dir")
+pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 
 
 def test_unknown_model_lists_the_valid_choices(tmp_path):

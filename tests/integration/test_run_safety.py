@@ -20,7 +20,7 @@ from tests.integration.helpers import REPO_ROOT, TINY_LM, TINY_PARSE, compose_co
 from treernn import run, runs
 from treernn.errors import CheckpointError
 
-pytestmark = pytest.mark.usefixtures("data_dir")
+pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 
 QUICK = [
     *TINY_LM,

@@ -17,7 +17,7 @@ import pytest
 from tests.integration.helpers import REPO_ROOT, one_line_error, run_cli, tiny_logic, treernn_cli
 from treernn import runs
 
-pytestmark = pytest.mark.usefixtures("data_dir")
+pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 
 #: a tiny logic classifier, budget in updates, as the tables run
 LOGIC = [*tiny_logic(validate_every=20, max_steps=60), "threads=1"]
