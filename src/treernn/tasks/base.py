@@ -179,7 +179,7 @@ class Task(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         # counted here, before the checkpoint callbacks' on_validation_end: a checkpoint taken
         # after a validation holds the count that includes it
-        trainer = getattr(self, "_trainer", None)  # None: the hooks called without a trainer
+        trainer = self._attached_trainer()  # None: the hooks called without a trainer
         if trainer is not None and not trainer.sanity_checking:
             self._validations += 1
 
@@ -213,8 +213,16 @@ class Task(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": scheduler}
 
     def _validates_by_updates(self) -> bool:
-        trainer = self._trainer
+        trainer = self._attached_trainer()
         return trainer is not None and trainer.check_val_every_n_epoch is None
+
+    def _attached_trainer(self) -> pl.Trainer | None:
+        """The trainer running this task, or None outside one (Lightning's public property
+        raises there)."""
+        try:
+            return self.trainer
+        except RuntimeError:
+            return None
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
         if metric is not None:  # a plateau scheduler: one step per new validation
@@ -234,7 +242,7 @@ class Task(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # what a run resumed in the middle of an epoch needs to continue exactly: the scheduler's
         # count of validations, and the training metrics accumulated over the epoch so far
-        trainer = getattr(self, "_trainer", None)
+        trainer = self._attached_trainer()
         # at an epoch's end Lightning resets the epoch's metrics after this save: none to keep
         epoch_over = bool(trainer and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
         monitored = trainer.callback_metrics.get(self.monitor) if trainer and self.monitor else None
