@@ -9,7 +9,8 @@
 # Budgets: the new tables (lm, tdlm) at their own; the comparisons that were undecided at the
 # tables' short budgets (logic ON-LSTM vs LSTM, systematic generalisation, SST-2 on sentences only)
 # at budgets where validation should have stopped rising; `report claims` says "undecided" where it
-# had not.
+# had not. lm-long and tdlm-long re-run the new tables at four and five times their budgets, after
+# the first runs (two epochs each) ended with validation perplexity still falling fast.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run() {
@@ -25,8 +26,12 @@ declare -A SWEEPS=(
     [listops]="table=listops"
     [logic-long]="table=logic model=onlstm,lstm,ordered_memory trainer.max_steps=10000 trainer.val_check_interval=500"
     [sysgen-long]="table=sysgen trainer.max_steps=5000 trainer.val_check_interval=500"
+    [tdlm-long]="table=tdlm trainer.max_steps=1920"
+    [lm-long]="table=lm trainer.max_steps=11000"
 )
-ORDER=(lm tdlm sst2-phrases listops logic-long sysgen-long)
+ORDER=(lm tdlm sst2-phrases listops logic-long sysgen-long tdlm-long lm-long)
+# the sweep of each table that the claims report reads (the longest budget)
+CLAIMS=(lm-long tdlm-long sst2-phrases listops logic-long sysgen-long)
 for name in "${@:-${ORDER[@]}}"; do
     if [[ -z "${SWEEPS[$name]:-}" ]]; then
         echo "unknown sweep $name; choose from: ${ORDER[*]}" >&2
@@ -35,4 +40,4 @@ for name in "${@:-${ORDER[@]}}"; do
     # shellcheck disable=SC2086 # the overrides are words
     run "$name" ${SWEEPS[$name]}
 done
-echo "== $(date -Is) done; the claims: python -m treernn report claims outputs/tables/*/{$(IFS=,; echo "${ORDER[*]}")}"
+echo "== $(date -Is) done; the claims: python -m treernn report claims outputs/tables/*/{$(IFS=,; echo "${CLAIMS[*]}")}"
