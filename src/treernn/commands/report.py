@@ -51,165 +51,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import lightning.pytorch as pl
-
-from treernn.errors import ConfigValueError
-from treernn.evaluation.tree_f1 import induce_batch_trees, scored_rows
-from treernn.parsing.baselines import BASELINES, baseline_trees
-from treernn.parsing.induce import BRACKET_DISTANCES, BracketDistances
-from treernn.parsing.metrics import score_trees
-from treernn.parsing.trees import Tree, leaves, to_bracketed
-from treernn.reporting.accuracy import accuracy_table, length_curve, plot_accuracy_by_length
-from treernn.reporting.paper import PAPER_SYSGEN_ACCURACY  # Ordered Memory Table 1, Sys. Gen.
+from treernn.evaluation.throughput import encoder_throughput
+from treernn.evaluation.tree_f1 import tree_f1_from_checkpoint
+from treernn.parsing.induce import BRACKET_DISTANCES
+from treernn.reporting.accuracy import (
+    accuracy_table,
+    length_curve,
+    plot_accuracy_by_length,
+    sysgen_table,
+)
 from treernn.reporting.tree_f1 import format_tree_f1
-
-
-def sysgen_table(runs: Mapping[str, Mapping[str, float]]) -> str:
-    """Systematic generalisation: rows = models, columns = partitions A/B/C (accuracy %)."""
-    splits = ["A", "B", "C"]
-    rows = {**{k: dict(v) for k, v in runs.items()}, **PAPER_SYSGEN_ACCURACY}
-    lines = [f"{'model':<26}" + "".join(f"{s:>8}" for s in splits)]
-    for model, values in rows.items():
-        cells = "".join(f"{values[s]:>8.1f}" if s in values else f"{'-':>8}" for s in splits)
-        lines.append(f"{model:<26}{cells}")
-    return "\n".join(lines)
-
-
-def tree_f1_from_checkpoint(
-    ckpt: str | Path,
-    split: str = "test",
-    data_dir: str | Path | None = None,
-    bracket_distances: BracketDistances = "drop",
-    batch_size: int | None = None,
-    max_sentences: int | None = None,
-    num_examples: int = 3,
-) -> dict[str, Any]:
-    """Parse F1 per layer of a classification checkpoint's induced trees on its val/test data.
-
-    The data are rebuilt from the run's own datamodule config (``data_dir`` replaces its data
-    directory); at test time only the first evaluation group is scored, as in the callback.
-    """
-    from omegaconf import open_dict
-
-    from treernn.datamodules import prepared_datamodule
-    from treernn.loading import load_run
-
-    if split not in ("val", "test"):
-        raise ConfigValueError(f"--split {split}: use val or test")
-    trained = load_run(ckpt, "classifier", "report tree-f1")
-    task = trained.task
-    config = trained.config.task.datamodule
-    with open_dict(config):
-        if data_dir is not None:
-            config.data_dir = str(data_dir)
-        if batch_size is not None:
-            config.eval_batch_size = batch_size
-    datamodule = prepared_datamodule(config, "test")
-    loader = datamodule.val_dataloader() if split == "val" else datamodule.test_dataloader()
-
-    predicted: list[list[Tree]] = []
-    gold: list[Tree] = []
-    words: list[tuple[int, list[str]]] = []  # (index in gold, leaves)
-    for batch in loader:
-        rows = scored_rows(batch, first_group_only=split == "test")
-        if max_sentences is not None:
-            rows = rows[: max_sentences - len(gold)]
-        if not rows:
-            continue
-        trees, batch_gold = induce_batch_trees(task, batch, rows, bracket_distances)
-        predicted = predicted or [[] for _ in trees]
-        for layer, layer_trees in enumerate(trees):
-            predicted[layer].extend(layer_trees)
-        gold.extend(batch_gold)
-        lengths = batch.leaf_mask.sum(1).tolist()
-        for index, row in enumerate(rows):
-            # examples worth reading: four leaves or more (the test data come shortest first)
-            if len(words) < num_examples and lengths[row] >= 4:
-                sentence = task.vocab.decode(batch.leaf_tokens[row, : lengths[row]].tolist())
-                words.append((len(gold) - len(rows) + index, sentence))
-        if max_sentences is not None and len(gold) >= max_sentences:
-            break
-    if not gold:
-        raise ConfigValueError(f"{ckpt}: the {split} split has no sentence to score")
-
-    def summary(trees: Sequence[Tree]) -> dict[str, Any]:
-        scores = score_trees(trees, gold, labels=())
-        return {
-            "corpus_f1": scores.corpus_f1,
-            "sentence_f1": scores.sentence_f1,
-            "depth": scores.depth,
-            "sentences": scores.sentences,
-        }
-
-    lengths = [len(leaves(tree)) for tree in gold]
-    layers = {f"layer{k}": summary(trees) for k, trees in enumerate(predicted, start=1)}
-    baselines = {name: summary(baseline_trees(name, lengths)) for name in BASELINES}
-    examples = [
-        {
-            "gold": to_bracketed(gold[index], sentence),
-            **{
-                f"layer{k}": to_bracketed(trees[index], sentence)
-                for k, trees in enumerate(predicted, start=1)
-            },
-        }
-        for index, sentence in words
-    ]
-    return {
-        "checkpoint": str(ckpt),
-        "split": split,
-        "bracket_distances": bracket_distances,
-        "layers": layers,
-        "baselines": baselines,
-        "examples": examples,
-    }
-
-
-def encoder_throughput(
-    task: pl.LightningModule,
-    examples: Sequence[Any],
-    pad_index: int,
-    bucket_names: Sequence[str],
-    max_examples: int = 256,
-    batch_size: int = 64,
-) -> dict[str, dict[str, float]]:
-    """Per bucket: tokens read per second (CPU time and wall time) of forward + backward passes
-    in training mode over up to ``max_examples`` first-group examples of that bucket."""
-    import time
-
-    import torch.nn.functional as F
-
-    from treernn.data.classification import Collator
-
-    collate = Collator(pad_index)
-    by_bucket: dict[int, list[Any]] = {}
-    for example in examples:
-        if example.group == 0:
-            by_bucket.setdefault(example.bucket, []).append(example)
-    task.train()
-    results: dict[str, dict[str, float]] = {}
-    for bucket, members in sorted(by_bucket.items()):
-        members = members[:max_examples]
-        batches = [collate(members[i : i + batch_size]) for i in range(0, len(members), batch_size)]
-        F.cross_entropy(task(batches[0]), batches[0].labels).backward()  # warm-up
-        task.zero_grad(set_to_none=True)
-        # the tokens the encoder reads (its own view of the batch), counted outside the timing
-        tokens = sum(int(task.encoder_inputs(batch).mask.sum()) for batch in batches)
-        cpu, wall = time.process_time(), time.perf_counter()
-        for batch in batches:
-            F.cross_entropy(task(batch), batch.labels).backward()
-            task.zero_grad(set_to_none=True)
-        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        results[bucket_names[bucket]] = {
-            "examples": len(members),
-            "tokens": tokens,
-            "tokens_per_cpu_s": tokens / max(cpu, 1e-9),
-            "tokens_per_s": tokens / max(wall, 1e-9),
-        }
-    return results
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

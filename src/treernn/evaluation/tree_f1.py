@@ -1,14 +1,15 @@
 """Induced trees of a classification batch against its gold trees (logic, ListOps): which rows
 to score, the trees a task's evaluation pass induces, and the per-layer bracket F1 they add up to.
 
-Used by :class:`~treernn.callbacks.tree_f1.TreeF1Callback` during training and by
-``python -m treernn report tree-f1`` on a checkpoint. The tree work itself (induction from a tree
+Used by :class:`~treernn.callbacks.tree_f1.TreeF1Callback` during training, and
+:func:`tree_f1_from_checkpoint` scores a checkpoint for ``python -m treernn report tree-f1``. The tree work itself (induction from a tree
 signal, spans, F1) is :mod:`treernn.parsing`'s; this module joins it to a task and a batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -16,10 +17,12 @@ import torch
 
 from treernn.data.batch import EncodedBatch
 from treernn.data.classification import ClassificationBatch
+from treernn.errors import ConfigValueError
 from treernn.metrics import BracketF1
+from treernn.parsing.baselines import BASELINES, baseline_trees
 from treernn.parsing.induce import BracketDistances, NoDistancesError, trees_from_signal
-from treernn.parsing.metrics import counts_from_spans, sentence_f1_from_spans
-from treernn.parsing.trees import Tree, tree_spans
+from treernn.parsing.metrics import counts_from_spans, score_trees, sentence_f1_from_spans
+from treernn.parsing.trees import Tree, leaves, to_bracketed, tree_spans
 
 
 def scored_rows(batch: ClassificationBatch, first_group_only: bool) -> list[int]:
@@ -84,4 +87,93 @@ def bracket_scores(metric: BracketF1) -> dict[str, Any]:
         "corpus_f1": float(values["corpus_f1"]),
         "sentence_f1": float(values["sentence_f1"]),
         "sentences": sentences,
+    }
+
+
+def tree_f1_from_checkpoint(
+    ckpt: str | Path,
+    split: str = "test",
+    data_dir: str | Path | None = None,
+    bracket_distances: BracketDistances = "drop",
+    batch_size: int | None = None,
+    max_sentences: int | None = None,
+    num_examples: int = 3,
+) -> dict[str, Any]:
+    """Parse F1 per layer of a classification checkpoint's induced trees on its val/test data.
+
+    The data are rebuilt from the run's own datamodule config (``data_dir`` replaces its data
+    directory); at test time only the first evaluation group is scored, as in the callback.
+    """
+    from omegaconf import open_dict
+
+    from treernn.datamodules import prepared_datamodule
+    from treernn.loading import load_run
+
+    if split not in ("val", "test"):
+        raise ConfigValueError(f"--split {split}: use val or test")
+    trained = load_run(ckpt, "classifier", "report tree-f1")
+    task = trained.task
+    config = trained.config.task.datamodule
+    with open_dict(config):
+        if data_dir is not None:
+            config.data_dir = str(data_dir)
+        if batch_size is not None:
+            config.eval_batch_size = batch_size
+    datamodule = prepared_datamodule(config, "test")
+    loader = datamodule.val_dataloader() if split == "val" else datamodule.test_dataloader()
+
+    predicted: list[list[Tree]] = []
+    gold: list[Tree] = []
+    words: list[tuple[int, list[str]]] = []  # (index in gold, leaves)
+    for batch in loader:
+        rows = scored_rows(batch, first_group_only=split == "test")
+        if max_sentences is not None:
+            rows = rows[: max_sentences - len(gold)]
+        if not rows:
+            continue
+        trees, batch_gold = induce_batch_trees(task, batch, rows, bracket_distances)
+        predicted = predicted or [[] for _ in trees]
+        for layer, layer_trees in enumerate(trees):
+            predicted[layer].extend(layer_trees)
+        gold.extend(batch_gold)
+        lengths = batch.leaf_mask.sum(1).tolist()
+        for index, row in enumerate(rows):
+            # examples worth reading: four leaves or more (the test data come shortest first)
+            if len(words) < num_examples and lengths[row] >= 4:
+                sentence = task.vocab.decode(batch.leaf_tokens[row, : lengths[row]].tolist())
+                words.append((len(gold) - len(rows) + index, sentence))
+        if max_sentences is not None and len(gold) >= max_sentences:
+            break
+    if not gold:
+        raise ConfigValueError(f"{ckpt}: the {split} split has no sentence to score")
+
+    def summary(trees: Sequence[Tree]) -> dict[str, Any]:
+        scores = score_trees(trees, gold, labels=())
+        return {
+            "corpus_f1": scores.corpus_f1,
+            "sentence_f1": scores.sentence_f1,
+            "depth": scores.depth,
+            "sentences": scores.sentences,
+        }
+
+    lengths = [len(leaves(tree)) for tree in gold]
+    layers = {f"layer{k}": summary(trees) for k, trees in enumerate(predicted, start=1)}
+    baselines = {name: summary(baseline_trees(name, lengths)) for name in BASELINES}
+    examples = [
+        {
+            "gold": to_bracketed(gold[index], sentence),
+            **{
+                f"layer{k}": to_bracketed(trees[index], sentence)
+                for k, trees in enumerate(predicted, start=1)
+            },
+        }
+        for index, sentence in words
+    ]
+    return {
+        "checkpoint": str(ckpt),
+        "split": split,
+        "bracket_distances": bracket_distances,
+        "layers": layers,
+        "baselines": baselines,
+        "examples": examples,
     }

@@ -15,7 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from treernn.reporting.paper import PAPER_LENGTH_ACCURACY  # Ordered Memory Table 1, 7..12 ops
+from treernn.reporting.paper import (  # Ordered Memory Table 1: 7..12 ops, Sys. Gen.
+    PAPER_LENGTH_ACCURACY,
+    PAPER_SYSGEN_ACCURACY,
+)
 
 TRAINED_UP_TO = 6
 
@@ -149,3 +152,14 @@ def write_report(results: Mapping[str, Any], output_dir: str | Path, label: str)
     else:
         plot_accuracy_by_bucket(results, png_path, label)
     return [json_path, png_path]
+
+
+def sysgen_table(runs: Mapping[str, Mapping[str, float]]) -> str:
+    """Systematic generalisation: rows = models, columns = partitions A/B/C (accuracy %)."""
+    splits = ["A", "B", "C"]
+    rows = {**{k: dict(v) for k, v in runs.items()}, **PAPER_SYSGEN_ACCURACY}
+    lines = [f"{'model':<26}" + "".join(f"{s:>8}" for s in splits)]
+    for model, values in rows.items():
+        cells = "".join(f"{values[s]:>8.1f}" if s in values else f"{'-':>8}" for s in splits)
+        lines.append(f"{model:<26}{cells}")
+    return "\n".join(lines)
