@@ -1,4 +1,4 @@
-"""Sentence and sentence-pair classification: ListOps, logical inference (and SST later).
+"""Sentence and sentence-pair classification: ListOps, logical inference and SST.
 
 Any encoder fits: the task embeds the tokens, runs the encoder and classifies its pooled vector
 (``EncoderOutput.pooled``: the last real step of a recurrent model, the root of a tree model).
