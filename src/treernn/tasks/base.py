@@ -244,7 +244,7 @@ class Task(pl.LightningModule):
         # count of validations, and the training metrics accumulated over the epoch so far
         trainer = self._attached_trainer()
         # at an epoch's end Lightning resets the epoch's metrics after this save: none to keep
-        epoch_over = bool(trainer and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
+        epoch_over = bool(trainer and trainer.is_last_batch)
         monitored = trainer.callback_metrics.get(self.monitor) if trainer and self.monitor else None
         checkpoint["task_progress"] = {
             "validations": self._validations,
