@@ -153,14 +153,14 @@ def test_dropconnect_one_mask_per_call_shared_over_time_and_batch(impl: str) -> 
     encoder = ONLSTMEncoder(3, 8, num_layers=2, chunk_size=4, weight_drop=0.5, impl=impl)
     sampled: list[torch.Tensor] = []
     for layer in encoder.layers:
-        original = layer.recurrent_weight
+        original = layer.scaled_recurrent_weight
 
         def recording(original=original):
-            weight = original()
-            sampled.append(weight.detach().clone())
-            return weight
+            weight, scale = original()
+            sampled.append(weight.detach().clone() * scale)
+            return weight, scale
 
-        layer.recurrent_weight = recording
+        layer.scaled_recurrent_weight = recording
     row = torch.randn(1, 6, 3)
     x = torch.cat([row, torch.randn(1, 6, 3), row])  # rows 0 and 2 identical
     out = encoder(x)

@@ -48,7 +48,7 @@ from treernn.encoders.base import (
 from treernn.errors import ConfigValueError
 from treernn.kernels import gemm
 from treernn.kernels.gemm import GemmBackend, check_backend
-from treernn.kernels.onlstm import fast_recurrence, fused_kernel, precision_runs
+from treernn.kernels.onlstm import fast_projected_recurrence, fused_kernel, precision_runs
 from treernn.kernels.weight_ops import dropconnect
 
 LayerState = tuple[Tensor, Tensor]  # (h, c), each (B, H)
@@ -179,12 +179,19 @@ class ONLSTMLayer(nn.Module):
     def recurrent_weight(self) -> Tensor:
         """The hh weight for one forward call: a fresh Bernoulli(1 - p) keep mask while training
         (no rescaling), the weight times (1 - p) in eval (the authors' DropConnect)."""
+        weight, scale = self.scaled_recurrent_weight()
+        return weight if scale == 1.0 else weight * scale
+
+    def scaled_recurrent_weight(self) -> tuple[Tensor, float]:
+        """(weight, scale) with :meth:`recurrent_weight` = weight * scale: in eval the parameter
+        itself and 1 - p (so that a kernel can keep it packed from one call to the next), while
+        training the DropConnect-ed weight and 1."""
         weight = self.hh.weight
         if self.weight_drop == 0.0:
-            return weight
+            return weight, 1.0
         if self.training:
-            return dropconnect(weight, self.weight_drop, rescale=False)
-        return weight * (1.0 - self.weight_drop)
+            return dropconnect(weight, self.weight_drop, rescale=False), 1.0
+        return weight, 1.0 - self.weight_drop
 
     def extra_repr(self) -> str:
         return f"chunk_size={self.chunk_size}, weight_drop={self.weight_drop}"
@@ -260,7 +267,8 @@ class ONLSTMEncoder(Encoder):
         layer_input = x.transpose(0, 1)  # (T, B, D): time-major inside
         layer_outputs, new_state, forget_distances, input_distances = [], [], [], []
         for index, (layer, (h0, c0)) in enumerate(zip(self.layers, state)):
-            weight = layer.recurrent_weight()  # one DropConnect mask for the whole call
+            # one DropConnect mask for the whole call (in eval: the weight and its scale)
+            weight, weight_scale = layer.scaled_recurrent_weight()
             if self.impl == "fast":
                 # Under autocast with bf16 (bf16-mixed) the input projection and the recurrence's
                 # products (per step, and its weight gradient) each run in bf16, with fp32
@@ -283,20 +291,23 @@ class ONLSTMEncoder(Encoder):
                     # Both biases are constant over time: fold b_hh into the input projection,
                     # one large product over all steps on the machine's fastest GEMM library.
                     bias = layer.ih.bias + layer.hh.bias
-                    input_gates = gemm.linear(
-                        layer_input, layer.ih.weight, bias, self.gemm_backend, projection_dtype
-                    )
-                    outputs, h, c, forget_distance, input_distance = fast_recurrence(
-                        input_gates,
+                    outputs, h, c, forget_distance, input_distance = fast_projected_recurrence(
+                        layer_input,
+                        layer.ih.weight,
+                        bias,
                         weight,
                         h0,
                         c0,
                         step_mask,
                         layer.chunk_size,
                         self.gemm_backend,
+                        projection_dtype,
                         step_dtype,
+                        weight_scale,
                     )
             else:
+                if weight_scale != 1.0:
+                    weight = weight * weight_scale
                 input_gates = F.linear(layer_input, layer.ih.weight, layer.ih.bias)  # (T, B, G)
                 outputs, h, c, forget_distance, input_distance = reference_recurrence(
                     input_gates, weight, layer.hh.bias, h0, c0, step_mask, layer.chunk_size

@@ -19,6 +19,11 @@
 // back into Python or torch's dispatcher per step; bf16 panels run the products in bf16 (the
 // states converted to bf16 pairs by the rows' owners), everything else stays float32.
 //
+// forward_sequence_projected: the same loop with the input projection inside it (inference):
+// per step one product over [x_t | h_t] with [W_ih | W_hh] packed as one weight (pack_projected),
+// so that the (T, B, G) projection is never written and read back; it also writes the outputs
+// batch-first and the distances, while each row is in its thread's cache.
+//
 // float32 and float64 CPU contiguous tensors, rows split over threads with at::parallel_for.
 // float64 uses libm's exp and tanh (the float64 tests compare with the reference to 1e-10);
 // float32 uses the polynomial approximations of fast_math.h (within a few ulp of libm), so that the
@@ -29,6 +34,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
@@ -385,17 +391,23 @@ struct StepShape {
   int64_t batch, gates, n_chunk, hidden;
 };
 
-// The sizes of one step from the pre-activations act (..., B, G = 2n + 4H), checked.
-StepShape step_shape(const at::Tensor& act, int64_t chunk_size) {
-  TORCH_CHECK(act.dim() >= 2, "act must be (B, G) or (T, B, G)");
-  TORCH_CHECK(act.scalar_type() == at::kFloat || act.scalar_type() == at::kDouble,
+// The sizes of one step with B rows of G = 2n + 4H pre-activations, checked.
+StepShape gate_shape(int64_t batch, int64_t gates, int64_t chunk_size, at::ScalarType dtype) {
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble,
               "the fused ON-LSTM step runs float32 and float64 only");
-  const int64_t batch = act.size(act.dim() - 2), gates = act.size(act.dim() - 1);
   TORCH_CHECK(chunk_size > 0 && gates % (4 * chunk_size + 2) == 0,
               "G = ", gates, " is not 2n + 4H for chunk_size ", chunk_size);
   const int64_t n_chunk = gates / (4 * chunk_size + 2);
-  check(act, "act", act, act.numel() / std::max<int64_t>(1, gates), gates);
   return {batch, gates, n_chunk, n_chunk * chunk_size};
+}
+
+// The sizes of one step from the pre-activations act (..., B, G = 2n + 4H), checked.
+StepShape step_shape(const at::Tensor& act, int64_t chunk_size) {
+  TORCH_CHECK(act.dim() >= 2, "act must be (B, G) or (T, B, G)");
+  const StepShape shape = gate_shape(act.size(act.dim() - 2), act.size(act.dim() - 1),
+                                     chunk_size, act.scalar_type());
+  check(act, "act", act, act.numel() / std::max<int64_t>(1, shape.gates), shape.gates);
+  return shape;
 }
 
 void forward_step(const at::Tensor& act, const std::optional<at::Tensor>& product,
@@ -509,6 +521,76 @@ scalar_t* step_of(const std::optional<at::Tensor>& tensor, int64_t t, int64_t si
   return tensor.has_value() ? tensor->data_ptr<scalar_t>() + t * size : nullptr;
 }
 
+// The buffers of a forward loop over T steps (forward_step's, one per step), checked. Both
+// forward_sequence and forward_sequence_projected fill them.
+template <typename scalar_t>
+struct ForwardBuffers {
+  scalar_t* h;            // (T + 1, B, H)
+  scalar_t* c;            // (T + 1, B, H)
+  scalar_t* outputs;      // (T, B, H) or null (unmasked: the outputs are h[1:])
+  scalar_t* cumaxes;      // (T, B, 2, n)
+  scalar_t* activations;  // (T, B, G) or null (inference: one (B, G) buffer serves every step)
+  scalar_t* tanh_cells;   // (T, B, H) or null
+  scalar_t* gates_buffer; // (B, G) or null
+  const bool* masks;      // (T, B) or null
+};
+
+template <typename scalar_t>
+ForwardBuffers<scalar_t> forward_buffers(
+    int64_t steps, const StepShape& shape, const at::Tensor& like, const at::Tensor& hs,
+    const at::Tensor& cs, const std::optional<at::Tensor>& outputs, const at::Tensor& cumaxes,
+    const std::optional<at::Tensor>& activations, const std::optional<at::Tensor>& tanh_cells,
+    const std::optional<at::Tensor>& gates_buffer, const std::optional<at::Tensor>& step_mask) {
+  const int64_t batch = shape.batch, gates = shape.gates, hidden = shape.hidden;
+  check(hs, "hs", like, (steps + 1) * batch, hidden);
+  check(cs, "cs", like, (steps + 1) * batch, hidden);
+  check(cumaxes, "cumaxes", like, steps * batch, 2 * shape.n_chunk);
+  if (outputs.has_value()) check(*outputs, "outputs", like, steps * batch, hidden);
+  TORCH_CHECK(activations.has_value() == tanh_cells.has_value() &&
+                  activations.has_value() != gates_buffer.has_value(),
+              "give activations and tanh_cells, or gates_buffer");
+  if (activations.has_value()) {
+    check(*activations, "activations", like, steps * batch, gates);
+    check(*tanh_cells, "tanh_cells", like, steps * batch, hidden);
+  } else {
+    check(*gates_buffer, "gates_buffer", like, batch, gates);
+  }
+  return {hs.data_ptr<scalar_t>(), cs.data_ptr<scalar_t>(), optional_pointer<scalar_t>(outputs),
+          cumaxes.data_ptr<scalar_t>(), optional_pointer<scalar_t>(activations),
+          optional_pointer<scalar_t>(tanh_cells), optional_pointer<scalar_t>(gates_buffer),
+          mask_pointer(step_mask, steps * batch)};
+}
+
+// The loop both forward sequences share, in one parallel region: per step t, each thread runs
+// product(team, t, act) (its panels of the step's pre-activations act), a barrier, its rows'
+// elementwise work (forward_step's), then after_rows(team, t, rows_begin, rows_end) (preparing
+// its rows of the next step's product operand), a barrier.
+template <typename scalar_t, typename Product_, typename AfterRows>
+void forward_loop(int64_t steps, const StepShape& shape, const ForwardBuffers<scalar_t>& b,
+                  int64_t chunk_size, Product_&& product, AfterRows&& after_rows) {
+  const int64_t batch = shape.batch, gates = shape.gates, hidden = shape.hidden;
+  const int64_t n_chunk = shape.n_chunk;
+  in_parallel([&](const Team& team) {
+    const int64_t rb = team.row_begin(batch), re = team.row_end(batch);
+    for (int64_t t = 0; t < steps; ++t) {
+      scalar_t* act = b.activations != nullptr ? b.activations + t * batch * gates
+                                               : b.gates_buffer;
+      product(team, t, act);
+      team_barrier();
+      const ForwardArgs<scalar_t> args{
+          act, nullptr, nullptr, b.cumaxes + t * batch * 2 * n_chunk,
+          b.c + t * batch * hidden, b.h + t * batch * hidden, b.c + (t + 1) * batch * hidden,
+          b.h + (t + 1) * batch * hidden,
+          b.outputs == nullptr ? nullptr : b.outputs + t * batch * hidden,
+          b.tanh_cells == nullptr ? nullptr : b.tanh_cells + t * batch * hidden,
+          b.masks == nullptr ? nullptr : b.masks + t * batch, n_chunk, chunk_size};
+      if (rb < re) run_rows(args, rb, re);
+      after_rows(team, t, rb, re);
+      team_barrier();
+    }
+  });
+}
+
 // The forward loop of ONLSTMRecurrence over all T steps: per step, act = input_gates[t] +
 // hs[t] @ W^T (W packed by packed_gemm's ``pack``: float panels, or bf16 pairs, then the products
 // run in bf16 with float32 sums), then what forward_step does. Buffers as forward_step's, per step.
@@ -524,66 +606,174 @@ void forward_sequence(const at::Tensor& input_gates, const at::Tensor& packed,
   const int64_t steps = input_gates.size(0), batch = input_gates.size(1);
   if (steps == 0 || batch == 0) return;
   const StepShape shape = step_shape(input_gates, chunk_size);
-  const int64_t gates = shape.gates, n_chunk = shape.n_chunk, hidden = shape.hidden;
+  const int64_t gates = shape.gates, hidden = shape.hidden;
   check(input_gates, "input_gates", input_gates, steps * batch, gates);
-  check(hs, "hs", input_gates, (steps + 1) * batch, hidden);
-  check(cs, "cs", input_gates, (steps + 1) * batch, hidden);
-  check(cumaxes, "cumaxes", input_gates, steps * batch, 2 * n_chunk);
-  if (outputs.has_value()) check(*outputs, "outputs", input_gates, steps * batch, hidden);
-  TORCH_CHECK(activations.has_value() == tanh_cells.has_value() &&
-                  activations.has_value() != gates_buffer.has_value(),
-              "give activations and tanh_cells, or gates_buffer");
-  if (activations.has_value()) {
-    check(*activations, "activations", input_gates, steps * batch, gates);
-    check(*tanh_cells, "tanh_cells", input_gates, steps * batch, hidden);
-  } else {
-    check(*gates_buffer, "gates_buffer", input_gates, batch, gates);
-  }
-  const bool* masks = mask_pointer(step_mask, steps * batch);
   const bool bf16 = check_packed(packed, gates, hidden, input_gates);
   const int64_t chosen_isa = isa_for(isa);
   const int64_t pairs = (hidden + 1) / 2;
   std::vector<uint32_t> h_pairs(bf16 ? batch * pairs : 0);
   AT_DISPATCH_FLOATING_TYPES(input_gates.scalar_type(), "onlstm_forward_sequence", [&] {
-    scalar_t* h = hs.data_ptr<scalar_t>();
-    scalar_t* c = cs.data_ptr<scalar_t>();
+    const ForwardBuffers<scalar_t> b = forward_buffers<scalar_t>(
+        steps, shape, input_gates, hs, cs, outputs, cumaxes, activations, tanh_cells,
+        gates_buffer, step_mask);
     const scalar_t* added = input_gates.data_ptr<scalar_t>();
-    if (bf16) to_bf16_pairs(reinterpret_cast<const float*>(h), hidden, hidden, 0, batch,
+    if (bf16) to_bf16_pairs(reinterpret_cast<const float*>(b.h), hidden, hidden, 0, batch,
                             h_pairs.data());
-    in_parallel([&](const Team& team) {
+    auto product = [&](const Team& team, int64_t t, scalar_t* act) {
       const PanelRange mine = panel_share(gates, team.thread, team.threads);
-      const int64_t rb = team.row_begin(batch), re = team.row_end(batch);
-      for (int64_t t = 0; t < steps; ++t) {
-        scalar_t* act = activations.has_value() ? step_of<scalar_t>(activations, t, batch * gates)
-                                                : gates_buffer->data_ptr<scalar_t>();
-        const scalar_t* h_prev = h + t * batch * hidden;
-        if (bf16) {
-          const Product<uint32_t, uint32_t, float> m{
-              h_pairs.data(), pairs, batch, pairs,
-              reinterpret_cast<const uint32_t*>(packed.data_ptr<at::BFloat16>()), gates,
-              reinterpret_cast<float*>(act), gates,
-              reinterpret_cast<const float*>(added + t * batch * gates), gates};
-          product_panels_bf16(m, mine.begin, mine.end);
-        } else {
-          const Product<scalar_t, scalar_t, scalar_t> m{
-              h_prev, hidden, batch, hidden, packed.data_ptr<scalar_t>(), gates, act, gates,
-              added + t * batch * gates, gates};
-          product_panels(m, mine.begin, mine.end, chosen_isa);
-        }
-        team_barrier();
-        const ForwardArgs<scalar_t> args{
-            act, nullptr, nullptr, cumaxes.data_ptr<scalar_t>() + t * batch * 2 * n_chunk,
-            c + t * batch * hidden, h_prev, c + (t + 1) * batch * hidden,
-            h + (t + 1) * batch * hidden, step_of<scalar_t>(outputs, t, batch * hidden),
-            step_of<scalar_t>(tanh_cells, t, batch * hidden),
-            masks == nullptr ? nullptr : masks + t * batch, n_chunk, chunk_size};
-        if (rb < re) run_rows(args, rb, re);
-        if (bf16)
-          to_bf16_pairs(reinterpret_cast<const float*>(h + (t + 1) * batch * hidden), hidden,
-                        hidden, rb, re, h_pairs.data());
-        team_barrier();
+      if (bf16) {
+        const Product<uint32_t, uint32_t, float> m{
+            h_pairs.data(), pairs, batch, pairs,
+            reinterpret_cast<const uint32_t*>(packed.data_ptr<at::BFloat16>()), gates,
+            reinterpret_cast<float*>(act), gates,
+            reinterpret_cast<const float*>(added + t * batch * gates), gates};
+        product_panels_bf16(m, mine.begin, mine.end);
+      } else {
+        const Product<scalar_t, scalar_t, scalar_t> m{
+            b.h + t * batch * hidden, hidden, batch, hidden, packed.data_ptr<scalar_t>(), gates,
+            act, gates, added + t * batch * gates, gates};
+        product_panels(m, mine.begin, mine.end, chosen_isa);
+      }
+    };
+    auto after_rows = [&](const Team&, int64_t t, int64_t rb, int64_t re) {
+      if (bf16)
+        to_bf16_pairs(reinterpret_cast<const float*>(b.h + (t + 1) * batch * hidden), hidden,
+                      hidden, rb, re, h_pairs.data());
+    };
+    forward_loop<scalar_t>(steps, shape, b, chunk_size, product, after_rows);
+  });
+}
+
+// Rows [begin, end) of one step's product operand [x_t | h_t] (B, D + H), gathered from the
+// step's inputs x_t (rows ``x_row_stride`` apart) and states h_t (contiguous rows).
+template <typename scalar_t>
+void gather_operand(const scalar_t* x, int64_t x_row_stride, int64_t depth, const scalar_t* h,
+                    int64_t hidden, int64_t begin, int64_t end, scalar_t* operand) {
+  for (int64_t r = begin; r < end; ++r) {
+    scalar_t* row = operand + r * (depth + hidden);
+    std::memcpy(row, x + r * x_row_stride, depth * sizeof(scalar_t));
+    std::memcpy(row + depth, h + r * hidden, hidden * sizeof(scalar_t));
+  }
+}
+
+// [W_ih | scale * W_hh] (G x (D + H)) packed as packed_gemm's ``pack`` packs one weight, read
+// straight from the two contiguous weights (no concatenated copy first): the weight of
+// forward_sequence_projected, packed once per call (DropConnect gives each call its own).
+at::Tensor pack_projected(const at::Tensor& input_weight, const at::Tensor& recurrent_weight,
+                          double scale) {
+  TORCH_CHECK(input_weight.dim() == 2 && recurrent_weight.dim() == 2 &&
+                  input_weight.size(0) == recurrent_weight.size(0) &&
+                  input_weight.is_contiguous() && recurrent_weight.is_contiguous() &&
+                  input_weight.scalar_type() == recurrent_weight.scalar_type() &&
+                  input_weight.device().is_cpu() && recurrent_weight.device().is_cpu(),
+              "pack_projected: two contiguous CPU weights (G, D) and (G, H) of one dtype");
+  const int64_t outputs = input_weight.size(0), depth = input_weight.size(1);
+  const int64_t hidden = recurrent_weight.size(1), width = depth + hidden;
+  const int64_t panels = panels_of(outputs);
+  at::Tensor packed = at::empty({panels, width, kPanel}, input_weight.options());
+  AT_DISPATCH_FLOATING_TYPES(input_weight.scalar_type(), "onlstm_pack_projected", [&] {
+    const scalar_t* w_ih = input_weight.data_ptr<scalar_t>();
+    const scalar_t* w_hh = recurrent_weight.data_ptr<scalar_t>();
+    const scalar_t factor = static_cast<scalar_t>(scale);
+    scalar_t* out = packed.data_ptr<scalar_t>();
+    at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        scalar_t* panel = out + p * width * kPanel;
+        const int64_t valid = std::min(kPanel, outputs - p * kPanel);
+        if (valid < kPanel) std::fill(panel, panel + width * kPanel, scalar_t(0));
+        // along k, the panel's 16 outputs at a time: contiguous writes, 16 rows read in step
+        const scalar_t* rows_ih = w_ih + p * kPanel * depth;
+        const scalar_t* rows_hh = w_hh + p * kPanel * hidden;
+        for (int64_t k = 0; k < depth; ++k)
+          for (int64_t i = 0; i < valid; ++i) panel[k * kPanel + i] = rows_ih[i * depth + k];
+        for (int64_t k = 0; k < hidden; ++k)
+          for (int64_t i = 0; i < valid; ++i)
+            panel[(depth + k) * kPanel + i] = rows_hh[i * hidden + k] * factor;
       }
     });
+  });
+  return packed;
+}
+
+// forward_sequence with the input projection inside the loop (inference, float32 and float64
+// products): per step, act = bias + [x_t | h_t] @ [W_ih | W_hh]^T, one product over the inputs
+// and the states together (``packed``: the (G, D + H) weight packed by packed_gemm's ``pack``),
+// so that no (T, B, G) input projection is written and read back, and the projection runs on the
+// same panels, in the same threads, as the recurrent product. ``inputs`` (T, B, D) may have any
+// strides over T and B (e.g. a transposed batch-first tensor); its rows must be contiguous.
+//
+// Two more results, written by each thread for its rows while they are in its cache: given
+// ``batch_first`` (B, T, H), the outputs in batch-first order (a batch-first encoder then needs
+// no transposing copy); given ``distances`` (T, B, 2), the input and forget distances
+// 1 - sum(cumsum) / n (zero at padded steps).
+void forward_sequence_projected(const at::Tensor& inputs, const at::Tensor& bias,
+                                const at::Tensor& packed, const at::Tensor& hs,
+                                const at::Tensor& cs, const std::optional<at::Tensor>& outputs,
+                                const at::Tensor& cumaxes,
+                                const std::optional<at::Tensor>& activations,
+                                const std::optional<at::Tensor>& tanh_cells,
+                                const std::optional<at::Tensor>& gates_buffer,
+                                const std::optional<at::Tensor>& step_mask, int64_t chunk_size,
+                                const std::optional<at::Tensor>& batch_first,
+                                const std::optional<at::Tensor>& distances, int64_t isa) {
+  TORCH_CHECK(inputs.dim() == 3 && inputs.device().is_cpu() &&
+                  (inputs.size(2) <= 1 || inputs.stride(2) == 1),
+              "inputs must be a CPU (T, B, D) tensor with contiguous rows");
+  TORCH_CHECK(bias.dim() == 1, "bias must be (G,)");
+  const int64_t steps = inputs.size(0), batch = inputs.size(1), depth = inputs.size(2);
+  if (steps == 0 || batch == 0) return;
+  const StepShape shape = gate_shape(batch, bias.size(0), chunk_size, inputs.scalar_type());
+  const int64_t gates = shape.gates, hidden = shape.hidden;
+  check(bias, "bias", inputs, 1, gates);
+  TORCH_CHECK(!check_packed(packed, gates, depth + hidden, inputs),
+              "the projected forward loop runs float32 and float64 products only");
+  const int64_t chosen_isa = isa_for(isa);
+  const int64_t width = depth + hidden;
+  AT_DISPATCH_FLOATING_TYPES(inputs.scalar_type(), "onlstm_forward_sequence_projected", [&] {
+    const ForwardBuffers<scalar_t> b = forward_buffers<scalar_t>(
+        steps, shape, inputs, hs, cs, outputs, cumaxes, activations, tanh_cells, gates_buffer,
+        step_mask);
+    if (batch_first.has_value()) check(*batch_first, "batch_first", inputs, batch * steps, hidden);
+    if (distances.has_value()) check(*distances, "distances", inputs, steps * batch, 2);
+    scalar_t* first = optional_pointer<scalar_t>(batch_first);
+    scalar_t* distance = optional_pointer<scalar_t>(distances);
+    const int64_t n_chunk = shape.n_chunk;
+    const scalar_t* x = inputs.data_ptr<scalar_t>();
+    const int64_t step_stride = inputs.stride(0), row_stride = inputs.stride(1);
+    std::vector<scalar_t> operand(batch * width);
+    gather_operand(x, row_stride, depth, b.h, hidden, 0, batch, operand.data());
+    auto product = [&](const Team& team, int64_t, scalar_t* act) {
+      const PanelRange mine = panel_share(gates, team.thread, team.threads);
+      // ld_added 0: every row adds the bias. Tiles of 8 rows over the long operand rows (12
+      // rows of 2 KiB and two weight panels crowd a 32 KiB L1; measured 2-7 % faster)
+      const Product<scalar_t, scalar_t, scalar_t> m{
+          operand.data(), width, batch, width, packed.data_ptr<scalar_t>(), gates, act, gates,
+          bias.data_ptr<scalar_t>(), 0, width > 384 ? 8 : 12};
+      product_panels(m, mine.begin, mine.end, chosen_isa);
+    };
+    auto after_rows = [&](const Team&, int64_t t, int64_t rb, int64_t re) {
+      if (t + 1 < steps)
+        gather_operand(x + (t + 1) * step_stride, row_stride, depth,
+                       b.h + (t + 1) * batch * hidden, hidden, rb, re, operand.data());
+      const scalar_t* step_outputs = b.outputs != nullptr ? b.outputs + t * batch * hidden
+                                                          : b.h + (t + 1) * batch * hidden;
+      for (int64_t r = rb; r < re; ++r) {
+        if (first != nullptr)
+          std::memcpy(first + (r * steps + t) * hidden, step_outputs + r * hidden,
+                      hidden * sizeof(scalar_t));
+        if (distance != nullptr) {
+          const bool real = b.masks == nullptr || b.masks[t * batch + r];
+          const scalar_t* cumax = b.cumaxes + (t * batch + r) * 2 * n_chunk;
+          for (int64_t j = 0; j < 2; ++j) {
+            scalar_t total = 0;
+            for (int64_t k = 0; k < n_chunk; ++k) total += cumax[j * n_chunk + k];
+            distance[(t * batch + r) * 2 + j] =
+                real ? scalar_t(1) - total / static_cast<scalar_t>(n_chunk) : scalar_t(0);
+          }
+        }
+      }
+    };
+    forward_loop<scalar_t>(steps, shape, b, chunk_size, product, after_rows);
   });
 }
 
@@ -681,6 +871,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("cs"), pybind11::arg("outputs"), pybind11::arg("cumaxes"),
         pybind11::arg("activations"), pybind11::arg("tanh_cells"), pybind11::arg("gates_buffer"),
         pybind11::arg("step_mask"), pybind11::arg("chunk_size"), pybind11::arg("isa") = 0);
+  m.def("pack_projected", &pack_projected,
+        "[W_ih | scale * W_hh] packed as one weight for forward_sequence_projected.",
+        pybind11::arg("input_weight"), pybind11::arg("recurrent_weight"), pybind11::arg("scale"));
+  m.def("forward_sequence_projected", &forward_sequence_projected,
+        "The forward loop with the input projection inside it: one product per step over the "
+        "inputs and the states, then the elementwise work, in place.",
+        pybind11::arg("inputs"), pybind11::arg("bias"), pybind11::arg("packed"),
+        pybind11::arg("hs"), pybind11::arg("cs"), pybind11::arg("outputs"),
+        pybind11::arg("cumaxes"), pybind11::arg("activations"), pybind11::arg("tanh_cells"),
+        pybind11::arg("gates_buffer"), pybind11::arg("step_mask"), pybind11::arg("chunk_size"),
+        pybind11::arg("batch_first") = pybind11::none(),
+        pybind11::arg("distances") = pybind11::none(), pybind11::arg("isa") = 0);
   m.def("backward_sequence", &backward_sequence,
         "The reverse loop over all steps: elementwise work and packed products, in place.",
         pybind11::arg("packed_t"), pybind11::arg("activations"), pybind11::arg("cumaxes"),

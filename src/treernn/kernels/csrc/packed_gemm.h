@@ -146,6 +146,7 @@ struct Product {
   int64_t ldc;
   const C_t* added;      // or null; may equal c (in place)
   int64_t ld_added;
+  int64_t max_rows = 12;  // rows per register tile: fewer where long rows of A crowd the L1 cache
 };
 
 // Any type, any CPU: the reference copy (float64, and CPUs without AVX2).
@@ -260,7 +261,8 @@ TREERNN_INLINE void pairs_of_panels(const M& m, int64_t p0, int64_t p1, Tile&& t
   const int64_t panels = panels_of(m.n_outputs);
   for (int64_t p = p0; p < p1; p += 2) {
     const bool two = p + 1 < std::min(p1, panels);
-    row_blocks(m.rows, 12, [&](int64_t row, int64_t size) { tile(row, size, p, two); });
+    row_blocks(m.rows, std::min<int64_t>(m.max_rows, 12),
+               [&](int64_t row, int64_t size) { tile(row, size, p, two); });
   }
 }
 

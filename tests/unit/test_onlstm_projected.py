@@ -1,0 +1,173 @@
+"""The ON-LSTM forward loop with the input projection inside it (``fast_projected_recurrence``,
+the inference path of ``ONLSTMEncoder(impl="fast")`` on the ``treernn`` backend): one product per
+step over [x_t | h_t] gives what the projection over all steps followed by the recurrence gives,
+in float64 to rounding and in float32 for every instruction-set copy of the products, with
+batch-first (strided) inputs, padded steps, the eval DropConnect scale, and the kernel's
+batch-first outputs and distances."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from treernn.encoders.onlstm import ONLSTMEncoder
+from treernn.kernels import cpp_ext, gemm
+from treernn.kernels import onlstm as onlstm_kernel
+from treernn.kernels.onlstm import _fast_forward, fast_projected_recurrence, fast_recurrence
+
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+
+
+@pytest.fixture
+def extension(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The compiled kernel; it must build wherever the tests run (a failed build is a bug)."""
+    monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
+    kernel = cpp_ext.load_extension("onlstm_step")
+    assert kernel is not None, "the onlstm_step C++ extension did not build; see the log"
+    return kernel
+
+
+def _problem(dtype: torch.dtype, masked: bool, seed: int = 3):
+    """Batch-first inputs seen time-major (a strided view, as the encoder passes them), the two
+    weights, the summed bias, a carried state and an optional step mask."""
+    generator = torch.Generator().manual_seed(seed)
+    steps, batch, depth, hidden, chunk = 7, 14, 9, 20, 4
+    num_gates = 4 * hidden + 2 * (hidden // chunk)
+
+    def normal(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=generator) * scale).to(dtype)
+
+    inputs = normal(batch, steps, depth).transpose(0, 1)  # (T, B, D), rows T * D apart
+    input_weight, recurrent_weight = (
+        normal(num_gates, depth, scale=0.4),
+        normal(num_gates, hidden, scale=0.3),
+    )
+    bias = normal(num_gates)
+    h0, c0 = normal(batch, hidden), normal(batch, hidden)
+    step_mask = (torch.rand(steps, batch, generator=generator) < 0.7) if masked else None
+    return inputs, input_weight, bias, recurrent_weight, h0, c0, step_mask, chunk
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 0.55])
+def test_projected_path_equals_projection_then_recurrence_float64(
+    masked: bool, scale: float, extension, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk = _problem(torch.float64, masked)
+    taken = []
+    original = onlstm_kernel._projected_forward
+    monkeypatch.setattr(
+        onlstm_kernel, "_projected_forward", lambda *a: taken.append(1) or original(*a)
+    )
+    with torch.no_grad():
+        result = fast_projected_recurrence(
+            inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk, "treernn", recurrent_scale=scale
+        )
+        expected = fast_recurrence(
+            F.linear(inputs, w_ih, bias), w_hh * scale, h0, c0, step_mask, chunk, "aten"
+        )
+    assert taken == [1], "the projected loop did not run"
+    assert result[0].transpose(0, 1).is_contiguous()  # written batch-first by the kernel
+    for name, value, wanted in zip(("outputs", "h", "c", "forget", "input"), result, expected):
+        torch.testing.assert_close(value, wanted, rtol=1e-12, atol=1e-12, msg=name)
+    if masked:  # padded steps: zero outputs and distances
+        assert not result[0][~step_mask].any() and not result[3][~step_mask].any()
+
+
+def test_projected_path_runs_only_without_gradients(extension, monkeypatch) -> None:
+    """With a gradient to compute (training), the projection over all steps and the autograd
+    recurrence run instead, with the same results."""
+    inputs, w_ih, bias, w_hh, h0, c0, _, chunk = _problem(torch.float64, False)
+    taken = []
+    original = onlstm_kernel._projected_forward
+    monkeypatch.setattr(
+        onlstm_kernel, "_projected_forward", lambda *a: taken.append(1) or original(*a)
+    )
+    w_hh.requires_grad_(True)
+    outputs = fast_projected_recurrence(inputs, w_ih, bias, w_hh, h0, c0, None, chunk, "treernn")[0]
+    assert taken == [] and outputs.grad_fn is not None
+    with torch.no_grad():
+        again = fast_projected_recurrence(inputs, w_ih, bias, w_hh, h0, c0, None, chunk, "treernn")
+    assert taken == [1]
+    torch.testing.assert_close(again[0], outputs.detach(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("isa", [1, 2, 3])
+@pytest.mark.parametrize("masked", [False, True])
+def test_projected_loop_per_instruction_set(isa: int, masked: bool, extension) -> None:
+    """forward_sequence_projected with each copy of the products forced (portable C++, AVX2,
+    AVX-512; those this CPU lacks skipped) against the projection and the torch-ops steps, every
+    buffer the loop fills (the saving ones included) to float32 rounding, with more rows than
+    one register tile and a partial last panel."""
+    if isa > gemm.packed_kernels().isa():
+        pytest.skip("this CPU lacks that instruction set")
+    inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk = _problem(torch.float32, masked)
+    steps, batch, _ = inputs.shape
+    hidden = w_hh.size(1)
+    gates = F.linear(inputs, w_ih, bias)
+    outputs, _, _, distances, saved = _fast_forward(
+        gates, w_hh, h0, c0, step_mask, chunk, True, "aten", None
+    )
+    hs, cs = torch.empty(2, steps + 1, batch, hidden)
+    hs[0], cs[0] = h0, c0
+    buffers = dict(
+        cumaxes=torch.empty(steps, batch, 2, hidden // chunk),
+        activations=torch.empty_like(gates),
+        tanh_cells=torch.empty(steps, batch, hidden),
+    )
+    masked_outputs = torch.empty(steps, batch, hidden) if masked else None
+    batch_first, kernel_distances = torch.empty(batch, steps, hidden), torch.empty(steps, batch, 2)
+    extension.forward_sequence_projected(
+        inputs, bias, extension.pack_projected(w_ih, w_hh, 1.0), hs, cs, masked_outputs,
+        buffers["cumaxes"], buffers["activations"], buffers["tanh_cells"], None, step_mask, chunk,
+        batch_first, kernel_distances, isa,
+    )  # fmt: skip
+    for name, value in buffers.items():
+        torch.testing.assert_close(value, saved[name], **TOLERANCE, msg=name)
+    torch.testing.assert_close(hs, saved["hs"], **TOLERANCE)
+    torch.testing.assert_close(cs, saved["cs"], **TOLERANCE)
+    torch.testing.assert_close(batch_first, outputs.transpose(0, 1), **TOLERANCE)
+    torch.testing.assert_close(kernel_distances, distances, **TOLERANCE)
+
+
+def test_pack_projected_is_the_packed_concatenation(extension) -> None:
+    """[W_ih | scale * W_hh] packed in one pass: exactly the packing of the concatenated weight
+    (the last panel padded with zeros)."""
+    generator = torch.Generator().manual_seed(0)
+    w_ih, w_hh = torch.randn(2, 37, 5, generator=generator)  # 37 outputs: a partial panel
+    expected = gemm.packed_kernels().pack(torch.cat((w_ih, w_hh * 0.25), dim=1), False)
+    assert torch.equal(extension.pack_projected(w_ih, w_hh, 0.25), expected)
+    with pytest.raises(RuntimeError, match="two contiguous CPU weights"):
+        extension.pack_projected(w_ih, w_hh.t(), 1.0)
+
+
+def test_encoder_inference_on_the_projected_path_matches_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A two-layer encoder in eval (DropConnect as the scale 1 - p, padded batch) on the
+    projected path: the reference cell's outputs, states and distances."""
+    monkeypatch.setenv(gemm.ENV_VAR, "treernn")  # the backend the projected loop runs on
+    torch.manual_seed(4)
+    kwargs = dict(input_size=6, hidden_size=12, num_layers=2, chunk_size=3, weight_drop=0.4)
+    reference = ONLSTMEncoder(impl="reference", **kwargs).eval()
+    fast = ONLSTMEncoder(impl="fast", **kwargs).eval()
+    fast.load_state_dict(reference.state_dict())
+    taken = []
+    original = onlstm_kernel._projected_forward
+    monkeypatch.setattr(
+        onlstm_kernel, "_projected_forward", lambda *a: taken.append(1) or original(*a)
+    )
+    x = torch.randn(5, 8, 6)
+    mask = torch.ones(5, 8, dtype=torch.bool)
+    mask[2, 3:] = False
+    with torch.inference_mode():
+        expected, result = reference(x, mask), fast(x, mask)
+    assert len(taken) == 2  # both layers
+    torch.testing.assert_close(result.hidden, expected.hidden, **TOLERANCE)
+    torch.testing.assert_close(result.tree_signal.values, expected.tree_signal.values, **TOLERANCE)
+    for (h, c), (h_ref, c_ref) in zip(result.state, expected.state):
+        torch.testing.assert_close(h, h_ref, **TOLERANCE)
+        torch.testing.assert_close(c, c_ref, **TOLERANCE)
