@@ -1,8 +1,9 @@
 """The ON-LSTM forward loop with the input projection inside it (``fast_projected_recurrence``,
-the inference path of ``ONLSTMEncoder(impl="fast")`` on the ``treernn`` backend): one product per
-step over [x_t | h_t] gives what the projection over all steps followed by the recurrence gives,
-in float64 to rounding and in float32 for every instruction-set copy of the products, with
-batch-first (strided) inputs, padded steps, the eval DropConnect scale, and the kernel's
+the path of ``ONLSTMEncoder(impl="fast")`` on the ``treernn`` backend, in inference and as the
+autograd node ONLSTMProjectedRecurrence in training): one product per step over [x_t | h_t]
+gives what the projection over all steps followed by the recurrence gives, results and
+gradients, in float64 to rounding and in float32 for every instruction-set copy of the products,
+with batch-first (strided) inputs, padded steps, the eval DropConnect scale, and the kernel's
 batch-first outputs and distances."""
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import torch.nn.functional as F
 
 from treernn.encoders.onlstm import ONLSTMEncoder
 from treernn.kernels import cpp_ext, gemm
-from treernn.kernels import onlstm as onlstm_kernel
-from treernn.kernels.onlstm import _fast_forward, fast_projected_recurrence, fast_recurrence
+from treernn.kernels import onlstm_projected as onlstm_kernel
+from treernn.kernels.onlstm import _fast_forward, fast_recurrence
+from treernn.kernels.onlstm_projected import fast_projected_recurrence
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -77,22 +79,63 @@ def test_projected_path_equals_projection_then_recurrence_float64(
         assert not result[0][~step_mask].any() and not result[3][~step_mask].any()
 
 
-def test_projected_path_runs_only_without_gradients(extension, monkeypatch) -> None:
-    """With a gradient to compute (training), the projection over all steps and the autograd
-    recurrence run instead, with the same results."""
-    inputs, w_ih, bias, w_hh, h0, c0, _, chunk = _problem(torch.float64, False)
-    taken = []
-    original = onlstm_kernel._projected_forward
-    monkeypatch.setattr(
-        onlstm_kernel, "_projected_forward", lambda *a: taken.append(1) or original(*a)
+def _loss(result: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """A loss touching every result: outputs, last state, both distances."""
+    outputs, h, c, forget, input_distance = result
+    weights = torch.linspace(-1, 1, outputs.size(-1), dtype=outputs.dtype)
+    return (
+        (outputs * weights).sum() + (h * 0.3).sum() + (c * c).sum() + (forget * 0.7).sum()
+        - (input_distance**2).sum()
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 0.55])
+def test_projected_training_path_gradients_float64(masked: bool, scale: float, extension) -> None:
+    """With gradients to compute, the projected loop runs as one autograd node
+    (ONLSTMProjectedRecurrence): results and the gradients of the inputs, both weights, the bias
+    and the carried state equal those of the projection followed by the recurrence (float64,
+    to rounding), the eval scale included."""
+    inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk = _problem(torch.float64, masked)
+    leaves = [inputs, w_ih, bias, w_hh, h0, c0]
+    for leaf in leaves:
+        leaf.requires_grad_(True)
+    result = fast_projected_recurrence(
+        inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk, "treernn", recurrent_scale=scale
     )
-    w_hh.requires_grad_(True)
-    outputs = fast_projected_recurrence(inputs, w_ih, bias, w_hh, h0, c0, None, chunk, "treernn")[0]
-    assert taken == [] and outputs.grad_fn is not None
-    with torch.no_grad():
-        again = fast_projected_recurrence(inputs, w_ih, bias, w_hh, h0, c0, None, chunk, "treernn")
-    assert taken == [1]
-    torch.testing.assert_close(again[0], outputs.detach(), rtol=1e-12, atol=1e-12)
+    assert type(result[0].grad_fn).__name__ == "ONLSTMProjectedRecurrenceBackward"
+    expected = fast_recurrence(
+        F.linear(inputs, w_ih, bias), w_hh * scale, h0, c0, step_mask, chunk, "aten"
+    )
+    for name, value, wanted in zip(("outputs", "h", "c", "forget", "input"), result, expected):
+        torch.testing.assert_close(value, wanted, rtol=1e-12, atol=1e-12, msg=name)
+    grads = torch.autograd.grad(_loss(result), leaves)
+    wanted_grads = torch.autograd.grad(_loss(expected), leaves)
+    names = ("inputs", "input weight", "bias", "recurrent weight", "h0", "c0")
+    for name, grad, wanted in zip(names, grads, wanted_grads):
+        torch.testing.assert_close(grad, wanted, rtol=1e-11, atol=1e-11, msg=name)
+
+
+def test_projected_training_path_gradcheck(extension) -> None:
+    """Finite differences agree with the projected node's backward (float64, padded steps)."""
+    generator = torch.Generator().manual_seed(1)
+    steps, batch, depth, hidden, chunk = 3, 2, 3, 4, 2
+    num_gates = 4 * hidden + 2 * (hidden // chunk)
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64).requires_grad_(True)
+
+    leaves = (leaf(batch, steps, depth), leaf(num_gates, depth), leaf(num_gates),
+              leaf(num_gates, hidden), leaf(batch, hidden), leaf(batch, hidden))  # fmt: skip
+    step_mask = torch.tensor([[True, True], [True, False], [False, False]])
+
+    def run(x, w_ih, bias, w_hh, h0, c0):
+        return fast_projected_recurrence(
+            x.transpose(0, 1), w_ih, bias, w_hh, h0, c0, step_mask, chunk, "treernn",
+            recurrent_scale=0.7,
+        )  # fmt: skip
+
+    assert torch.autograd.gradcheck(run, leaves)
 
 
 @pytest.mark.parametrize("isa", [1, 2, 3])

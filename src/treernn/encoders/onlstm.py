@@ -48,7 +48,8 @@ from treernn.encoders.base import (
 from treernn.errors import ConfigValueError
 from treernn.kernels import gemm
 from treernn.kernels.gemm import GemmBackend, check_backend
-from treernn.kernels.onlstm import fast_projected_recurrence, fused_kernel, precision_runs
+from treernn.kernels.onlstm import fused_kernel, precision_runs
+from treernn.kernels.onlstm_projected import fast_projected_recurrence
 from treernn.kernels.weight_ops import dropconnect
 
 LayerState = tuple[Tensor, Tensor]  # (h, c), each (B, H)

@@ -25,11 +25,9 @@ only makes them fast:
   the incoming gradient for all steps at once; the kernel recomputes it per step from the saved
   gates (less memory traffic).
 
-Without autograd (``torch.no_grad``, parsing, evaluation) the forward loop saves nothing, and on
-the ``treernn`` backend the input projection moves inside it (:func:`fast_projected_recurrence`):
-one product per step over [x_t | h_t] instead of a (T, B, G) projection written to memory and
-read back, the outputs written batch-first by the kernel (measured on a 2-core AMD Zen 4: small
-single-layer inference from 0.79x to 0.90-0.94x nn.LSTM's speed).
+Without autograd (``torch.no_grad``, parsing, evaluation) the forward loop saves nothing. On the
+``treernn`` backend the encoder runs the input projection inside the loop instead
+(:mod:`treernn.kernels.onlstm_projected`), which shares this module's buffers and backward walk.
 """
 
 from __future__ import annotations
@@ -182,7 +180,7 @@ def _fast_forward(
     steps, batch, num_gates = input_gates.shape
     # h (B, H) -> h @ weight.T (B, G)
     recurrent = PackedLinear(weight, batch, gemm_backend, product_dtype)
-    buffers = _forward_buffers(input_gates, steps, num_gates, h0, c0, step_mask, chunk_size,
+    buffers = forward_buffers(input_gates, steps, num_gates, h0, c0, step_mask, chunk_size,
                                save_for_backward)  # fmt: skip
     hs, cs, outputs, cumaxes, activations, tanh_cells, gates_buffer = buffers
     if kernel is not None and recurrent.backend == "treernn":
@@ -197,7 +195,7 @@ def _fast_forward(
         _torch_forward_steps(input_gates, recurrent, *buffers, step_mask, chunk_size)
     else:
         _fused_forward_steps(kernel, input_gates, recurrent, *buffers, step_mask, chunk_size)
-    distances = _distances(cumaxes, step_mask)
+    distances = cumax_distances(cumaxes, step_mask)
     saved = {}
     if save_for_backward:
         saved = dict(
@@ -210,7 +208,7 @@ def _fast_forward(
     return outputs, hs[steps], cs[steps], distances, saved
 
 
-def _forward_buffers(
+def forward_buffers(
     like: Tensor,
     steps: int,
     num_gates: int,
@@ -241,7 +239,7 @@ def _forward_buffers(
     return hs, cs, outputs, cumaxes, activations, tanh_cells, gates_buffer
 
 
-def _distances(cumaxes: Tensor, step_mask: Tensor | None) -> Tensor:
+def cumax_distances(cumaxes: Tensor, step_mask: Tensor | None) -> Tensor:
     """(T, B, 2) = (input, forget) distances from the cumaxes (T, B, 2, n), zero at padded steps:
     input distance = sum(1 - cumsum_in) / n = 1 - sum(cumsum_in) / n; forget likewise."""
     distances = 1.0 - cumaxes.sum(-1) / cumaxes.size(-1)
@@ -288,54 +286,13 @@ class ONLSTMRecurrence(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_outputs, grad_h_last, grad_c_last, grad_distances):  # type: ignore[override]
         weight, step_mask, activations, cumaxes, tanh_cells, hs, cs = ctx.saved_tensors
-        steps, batch, num_gates = activations.shape
-        hidden = weight.size(1)
-        n_chunk = hidden // ctx.chunk_size
-        # (B, G) -> (B, H): grad_row @ weight
-        to_hidden = PackedLinear(weight.t(), batch, ctx.gemm_backend, ctx.product_dtype)
-        distance_grads = None
-        if grad_distances is not None:
-            # both distances are 1 - sum(cumsum) / n (zeroed at padded steps)
-            distance_grads = grad_distances / -n_chunk  # (T, B, 2)
-            if step_mask is not None:
-                distance_grads = distance_grads * step_mask.unsqueeze(-1)
-        grad_gates = torch.empty_like(activations)  # (T, B, G), also the input_gates gradient
-        # the gradients reaching the last state, updated step by step in reverse
-        grad_h = (
-            torch.zeros_like(hs[0]) if grad_h_last is None else grad_h_last.contiguous().clone()
+        saved = (activations, cumaxes, tanh_cells, hs, cs)
+        grad_gates, grad_h, grad_c = gate_gradients(
+            ctx, weight, step_mask, saved, grad_outputs, grad_h_last, grad_c_last, grad_distances
         )
-        grad_c = (
-            torch.zeros_like(cs[0]) if grad_c_last is None else grad_c_last.contiguous().clone()
-        )
-        saved = (activations, cumaxes, tanh_cells, cs)
-        gradients = (grad_outputs, distance_grads, grad_h, grad_c, grad_gates)
-        if ctx.kernel is not None and to_hidden.backend == "treernn":
-            # every step in one C++ call; grad_h and grad_c updated in place
-            ctx.kernel.backward_sequence(
-                to_hidden.packed, activations, cumaxes, tanh_cells, cs,
-                grad_outputs.contiguous(),
-                None if distance_grads is None else distance_grads.contiguous(),
-                grad_h, grad_c, grad_gates,
-                None if step_mask is None else step_mask.contiguous(), ctx.chunk_size,
-            )  # fmt: skip
-        elif ctx.kernel is None:
-            grad_h, grad_c = _torch_backward_steps(
-                *saved, *gradients, to_hidden, step_mask, ctx.chunk_size
-            )
-        else:
-            grad_h, grad_c = _fused_backward_steps(
-                ctx.kernel, *saved, *gradients, to_hidden, step_mask, ctx.chunk_size
-            )
-
         grad_weight = None
         if ctx.needs_input_grad[1]:
-            # One (G, T*B) x (T*B, H) product instead of T rank-B updates.
-            grad_weight = weight_gradient(
-                grad_gates.view(-1, num_gates),
-                hs[:-1].reshape(-1, hidden),
-                ctx.gemm_backend,
-                ctx.product_dtype,
-            )
+            grad_weight = recurrent_weight_gradient(ctx, grad_gates, hs)
         return (
             grad_gates if ctx.needs_input_grad[0] else None,
             grad_weight,
@@ -346,6 +303,72 @@ class ONLSTMRecurrence(torch.autograd.Function):
             None,
             None,
         )
+
+
+def gate_gradients(
+    ctx,
+    weight: Tensor,
+    step_mask: Tensor | None,
+    saved: tuple[Tensor, ...],
+    grad_outputs: Tensor,
+    grad_h_last: Tensor | None,
+    grad_c_last: Tensor | None,
+    grad_distances: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The reverse walk both recurrences' backward passes share: from the gradients of the
+    outputs, the last state and the distances to the pre-activation gradients grad_gates
+    (T, B, G) and the gradients of h0 and c0. ``weight`` is the recurrent weight the forward loop
+    multiplied by; ``saved`` = (activations, cumaxes, tanh_cells, hs, cs); ``ctx`` carries
+    chunk_size, gemm_backend, product_dtype and the kernel."""
+    activations, cumaxes, tanh_cells, hs, cs = saved
+    batch = activations.size(1)
+    n_chunk = weight.size(1) // ctx.chunk_size
+    # (B, G) -> (B, H): grad_row @ weight
+    to_hidden = PackedLinear(weight.t(), batch, ctx.gemm_backend, ctx.product_dtype)
+    distance_grads = None
+    if grad_distances is not None:
+        # both distances are 1 - sum(cumsum) / n (zeroed at padded steps)
+        distance_grads = grad_distances / -n_chunk  # (T, B, 2)
+        if step_mask is not None:
+            distance_grads = distance_grads * step_mask.unsqueeze(-1)
+    grad_gates = torch.empty_like(activations)  # (T, B, G), also the input_gates gradient
+    # the gradients reaching the last state, updated step by step in reverse
+    grad_h = torch.zeros_like(hs[0]) if grad_h_last is None else grad_h_last.contiguous().clone()
+    grad_c = torch.zeros_like(cs[0]) if grad_c_last is None else grad_c_last.contiguous().clone()
+    if grad_outputs is None:
+        grad_outputs = torch.zeros_like(hs[1:])
+    buffers = (activations, cumaxes, tanh_cells, cs)
+    gradients = (grad_outputs, distance_grads, grad_h, grad_c, grad_gates)
+    if ctx.kernel is not None and to_hidden.backend == "treernn":
+        # every step in one C++ call; grad_h and grad_c updated in place
+        ctx.kernel.backward_sequence(
+            to_hidden.packed, activations, cumaxes, tanh_cells, cs,
+            grad_outputs.contiguous(),
+            None if distance_grads is None else distance_grads.contiguous(),
+            grad_h, grad_c, grad_gates,
+            None if step_mask is None else step_mask.contiguous(), ctx.chunk_size,
+        )  # fmt: skip
+    elif ctx.kernel is None:
+        grad_h, grad_c = _torch_backward_steps(
+            *buffers, *gradients, to_hidden, step_mask, ctx.chunk_size
+        )
+    else:
+        grad_h, grad_c = _fused_backward_steps(
+            ctx.kernel, *buffers, *gradients, to_hidden, step_mask, ctx.chunk_size
+        )
+    return grad_gates, grad_h, grad_c
+
+
+def recurrent_weight_gradient(ctx, grad_gates: Tensor, hs: Tensor) -> Tensor:
+    """The recurrent weight's gradient: one (G, T*B) x (T*B, H) product instead of T rank-B
+    updates."""
+    num_gates, hidden = grad_gates.size(-1), hs.size(-1)
+    return weight_gradient(
+        grad_gates.view(-1, num_gates),
+        hs[:-1].reshape(-1, hidden),
+        ctx.gemm_backend,
+        ctx.product_dtype,
+    )
 
 
 def _torch_backward_steps(
@@ -546,99 +569,6 @@ def fast_recurrence(
                 product_dtype,
             )
     return outputs, h, c, distances[..., 1], distances[..., 0]
-
-
-def fast_projected_recurrence(
-    inputs: Tensor,
-    input_weight: Tensor,
-    bias: Tensor,
-    recurrent_weight: Tensor,
-    h0: Tensor,
-    c0: Tensor,
-    step_mask: Tensor | None,
-    chunk_size: int,
-    gemm_backend: str = "auto",
-    projection_dtype: torch.dtype | None = None,
-    product_dtype: torch.dtype | None = None,
-    recurrent_scale: float = 1.0,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """:func:`fast_recurrence` of the input projection ``inputs @ input_weight.T + bias``
-    (inputs (T, B, D), any strides; bias (G,) holding both biases) with the recurrent weight
-    ``recurrent_weight * recurrent_scale`` (DropConnect in eval), the same results.
-
-    Where no gradient is needed and the per-step products run in fp32 (or float64) on the
-    ``treernn`` backend with the compiled kernel (:func:`recurrence_backend` picks it on CPUs
-    where it is the fastest), the projection runs inside the step loop: one product per step over
-    [x_t | h_t] with [W_ih | W_hh] packed as one weight, so that no (T, B, G) projection is
-    written and read back, and a batch-first input is read where it lies. Otherwise the
-    projection is one product over all steps (:func:`gemm.linear`, in ``projection_dtype``) and
-    :func:`fast_recurrence` runs on it.
-    """
-    steps, batch, _ = inputs.shape
-    num_gates, hidden = recurrent_weight.shape
-    kernel = fused_kernel(inputs)
-    needs_grad = torch.is_grad_enabled() and any(
-        tensor.requires_grad for tensor in (inputs, input_weight, bias, recurrent_weight, h0, c0)
-    )
-    if (
-        not needs_grad
-        and kernel is not None
-        and projection_dtype is None
-        and product_dtype is None
-        and steps * batch > 0
-        and inputs.stride(-1) == 1
-        and "treernn" in gemm.candidates(inputs.device, inputs.dtype)
-    ):
-        shape = inputs.new_empty(0, batch, num_gates)  # what the probe reads: B, G, dtype
-        backend = recurrence_backend(gemm_backend, shape, hidden, chunk_size, kernel, None)
-        if backend == "treernn":
-            with torch.no_grad():
-                # [W_ih | scale * W_hh] packed as one weight, once per call
-                packed = kernel.pack_projected(
-                    input_weight.detach().contiguous(),
-                    recurrent_weight.detach().contiguous(),
-                    recurrent_scale,
-                )
-                outputs, h, c, distances = _projected_forward(
-                    kernel, inputs, packed, bias, h0, c0, step_mask, chunk_size
-                )
-            return outputs, h, c, distances[..., 1], distances[..., 0]
-    if recurrent_scale != 1.0:
-        recurrent_weight = recurrent_weight * recurrent_scale
-    input_gates = gemm.linear(inputs, input_weight, bias, gemm_backend, projection_dtype)
-    return fast_recurrence(
-        input_gates, recurrent_weight, h0, c0, step_mask, chunk_size, gemm_backend, product_dtype
-    )
-
-
-def _projected_forward(
-    kernel: ModuleType,
-    inputs: Tensor,
-    packed: Tensor,
-    bias: Tensor,
-    h0: Tensor,
-    c0: Tensor,
-    step_mask: Tensor | None,
-    chunk_size: int,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The forward loop of :func:`fast_projected_recurrence` in one call of the compiled kernel
-    (``forward_sequence_projected``) with the packed [W_ih | W_hh] (``pack_projected``).
-    Returns outputs (T, B, H), h_last, c_last (B, H) and the distances (T, B, 2) = (input,
-    forget)."""
-    steps, batch, _ = inputs.shape
-    num_gates, hidden = bias.size(0), h0.size(1)
-    buffers = _forward_buffers(inputs, steps, num_gates, h0, c0, step_mask, chunk_size, False)
-    hs, cs, outputs, cumaxes, _, _, gates_buffer = buffers
-    # the outputs written batch-first as well (a batch-first caller then copies nothing), and the
-    # distances, by the kernel while each row is in its cache
-    batch_first = inputs.new_empty(batch, steps, hidden)
-    distances = inputs.new_empty(steps, batch, 2)
-    kernel.forward_sequence_projected(
-        inputs, bias.to(inputs.dtype).contiguous(), packed, hs, cs,
-        None if step_mask is None else outputs, cumaxes, None, None, gates_buffer,
-        None if step_mask is None else step_mask.contiguous(), chunk_size, batch_first, distances,
-    )  # fmt: skip
-    return batch_first.transpose(0, 1), hs[steps], cs[steps], distances
 
 
 def recurrence_backend(

@@ -1,0 +1,221 @@
+"""The ON-LSTM recurrence with the input projection inside its step loop, on the ``treernn``
+backend: per step one product over [x_t | h_t] with [W_ih | W_hh] packed as one weight
+(``forward_sequence_projected`` and ``pack_projected`` in ``csrc/onlstm_step.cpp``), instead of
+a (T, B, G) projection over all steps written to memory and read back by
+:func:`treernn.kernels.onlstm.fast_recurrence`. Same numbers (tested against the projection
+followed by the recurrence, results and gradients, in float64); the outputs come back
+batch-first as the kernel writes them.
+
+Measured on a 2-core AMD Zen 4 at the benchmark's small size (one layer of 256, batch 32,
+BPTT 35), as ratios to nn.LSTM in one run: inference from 0.79x to 0.85-0.94x, training from
+0.87-0.92x to 0.96x (``scripts/benchmark_recurrence.py``).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from treernn.kernels import gemm
+from treernn.kernels.gemm import PackedLinear, weight_gradient
+from treernn.kernels.onlstm import (
+    fast_recurrence,
+    forward_buffers,
+    fused_kernel,
+    gate_gradients,
+    recurrence_backend,
+    recurrent_weight_gradient,
+)
+
+
+def fast_projected_recurrence(
+    inputs: Tensor,
+    input_weight: Tensor,
+    bias: Tensor,
+    recurrent_weight: Tensor,
+    h0: Tensor,
+    c0: Tensor,
+    step_mask: Tensor | None,
+    chunk_size: int,
+    gemm_backend: str = "auto",
+    projection_dtype: torch.dtype | None = None,
+    product_dtype: torch.dtype | None = None,
+    recurrent_scale: float = 1.0,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`fast_recurrence` of the input projection ``inputs @ input_weight.T + bias``
+    (inputs (T, B, D), any strides; bias (G,) holding both biases) with the recurrent weight
+    ``recurrent_weight * recurrent_scale`` (DropConnect in eval), the same results.
+
+    Where the per-step products run in fp32 (or float64) on the ``treernn`` backend with the
+    compiled kernel (:func:`recurrence_backend` picks it on CPUs where it is the fastest), the
+    projection runs inside the step loop: one product per step over [x_t | h_t] with
+    [W_ih | W_hh] packed as one weight, so that no (T, B, G) projection is written and read back,
+    and a batch-first input is read where it lies; with gradients to compute as the autograd node
+    :class:`ONLSTMProjectedRecurrence`. Otherwise (bf16 products, another backend, CUDA) the
+    projection is one product over all steps (:func:`gemm.linear`, in ``projection_dtype``) and
+    :func:`fast_recurrence` runs on it.
+    """
+    steps, batch, _ = inputs.shape
+    num_gates, hidden = recurrent_weight.shape
+    kernel = fused_kernel(inputs)
+    needs_grad = torch.is_grad_enabled() and any(
+        tensor.requires_grad for tensor in (inputs, input_weight, bias, recurrent_weight, h0, c0)
+    )
+    if (
+        kernel is not None
+        and projection_dtype is None
+        and product_dtype is None
+        and steps * batch > 0
+        and inputs.stride(-1) == 1
+        and "treernn" in gemm.candidates(inputs.device, inputs.dtype)
+    ):
+        shape = inputs.new_empty(0, batch, num_gates)  # what the probe reads: B, G, dtype
+        backend = recurrence_backend(gemm_backend, shape, hidden, chunk_size, kernel, None)
+        if backend == "treernn" and needs_grad:
+            outputs, h, c, distances = ONLSTMProjectedRecurrence.apply(
+                inputs, input_weight, bias, recurrent_weight, h0, c0, step_mask, chunk_size,
+                gemm_backend, recurrent_scale,
+            )  # fmt: skip
+            return outputs, h, c, distances[..., 1], distances[..., 0]
+        if backend == "treernn":
+            with torch.no_grad():
+                # [W_ih | scale * W_hh] packed as one weight, once per call
+                packed = kernel.pack_projected(
+                    input_weight.detach().contiguous(),
+                    recurrent_weight.detach().contiguous(),
+                    recurrent_scale,
+                )
+                outputs, h, c, distances = _projected_forward(
+                    kernel, inputs, packed, bias, h0, c0, step_mask, chunk_size
+                )
+            return outputs, h, c, distances[..., 1], distances[..., 0]
+    if recurrent_scale != 1.0:
+        recurrent_weight = recurrent_weight * recurrent_scale
+    input_gates = gemm.linear(inputs, input_weight, bias, gemm_backend, projection_dtype)
+    return fast_recurrence(
+        input_gates, recurrent_weight, h0, c0, step_mask, chunk_size, gemm_backend, product_dtype
+    )
+
+
+def _projected_forward(
+    kernel: ModuleType,
+    inputs: Tensor,
+    packed: Tensor,
+    bias: Tensor,
+    h0: Tensor,
+    c0: Tensor,
+    step_mask: Tensor | None,
+    chunk_size: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The forward loop of :func:`fast_projected_recurrence` in one call of the compiled kernel
+    (``forward_sequence_projected``) with the packed [W_ih | W_hh] (``pack_projected``).
+    Returns outputs (T, B, H), h_last, c_last (B, H) and the distances (T, B, 2) = (input,
+    forget)."""
+    steps, batch, _ = inputs.shape
+    num_gates, hidden = bias.size(0), h0.size(1)
+    buffers = forward_buffers(inputs, steps, num_gates, h0, c0, step_mask, chunk_size, False)
+    hs, cs, outputs, cumaxes, _, _, gates_buffer = buffers
+    # the outputs written batch-first as well (a batch-first caller then copies nothing), and the
+    # distances, by the kernel while each row is in its cache
+    batch_first = inputs.new_empty(batch, steps, hidden)
+    distances = inputs.new_empty(steps, batch, 2)
+    kernel.forward_sequence_projected(
+        inputs, bias.to(inputs.dtype).contiguous(), packed, hs, cs,
+        None if step_mask is None else outputs, cumaxes, None, None, gates_buffer,
+        None if step_mask is None else step_mask.contiguous(), chunk_size, batch_first, distances,
+    )  # fmt: skip
+    return batch_first.transpose(0, 1), hs[steps], cs[steps], distances
+
+
+class ONLSTMProjectedRecurrence(torch.autograd.Function):
+    """:class:`ONLSTMRecurrence` with the input projection inside its forward loop (the training
+    path of :func:`fast_projected_recurrence`): one product per step over [x_t | h_t] with
+    [W_ih | scale * W_hh] packed as one weight, the outputs written batch-first by the kernel.
+    The backward pass walks the steps as ONLSTMRecurrence's does, then turns the pre-activation
+    gradients into those of the inputs, W_ih and the bias with three products over all steps.
+
+    Inputs: inputs (T, B, D) (any strides, contiguous rows), input_weight (G, D), bias (G,)
+    (both biases), recurrent_weight (G, H), h0, c0 (B, H), step_mask (T, B) or None, then
+    chunk_size, gemm_backend (the products of the backward pass) and recurrent_scale (the weight
+    multiplied is recurrent_weight * recurrent_scale).
+    Outputs: outputs (T, B, H), h_last, c_last (B, H), distances (T, B, 2) = (input, forget).
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx, inputs, input_weight, bias, recurrent_weight, h0, c0, step_mask, chunk_size,
+        gemm_backend="auto", recurrent_scale=1.0,
+    ):  # fmt: skip
+        kernel = fused_kernel(inputs)
+        steps, batch, _ = inputs.shape
+        num_gates, hidden = recurrent_weight.shape
+        packed = kernel.pack_projected(
+            input_weight.contiguous(), recurrent_weight.contiguous(), recurrent_scale
+        )
+        buffers = forward_buffers(inputs, steps, num_gates, h0, c0, step_mask, chunk_size, True)
+        hs, cs, outputs, cumaxes, activations, tanh_cells, _ = buffers
+        batch_first = inputs.new_empty(batch, steps, hidden)
+        distances = inputs.new_empty(steps, batch, 2)
+        kernel.forward_sequence_projected(
+            inputs, bias.contiguous(), packed, hs, cs, None if step_mask is None else outputs,
+            cumaxes, activations, tanh_cells, None,
+            None if step_mask is None else step_mask.contiguous(), chunk_size, batch_first,
+            distances,
+        )  # fmt: skip
+        ctx.chunk_size, ctx.gemm_backend, ctx.recurrent_scale = (
+            chunk_size,
+            gemm_backend,
+            recurrent_scale,
+        )
+        ctx.product_dtype, ctx.kernel = None, kernel
+        ctx.save_for_backward(
+            inputs, input_weight, recurrent_weight, step_mask, activations, cumaxes, tanh_cells,
+            hs, cs,
+        )  # fmt: skip
+        return batch_first.transpose(0, 1), hs[steps].clone(), cs[steps].clone(), distances
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_outputs, grad_h_last, grad_c_last, grad_distances):  # type: ignore[override]
+        inputs, input_weight, recurrent_weight, step_mask, *saved = ctx.saved_tensors
+        scale = ctx.recurrent_scale
+        weight = recurrent_weight if scale == 1.0 else recurrent_weight * scale
+        grad_gates, grad_h, grad_c = gate_gradients(
+            ctx, weight, step_mask, tuple(saved), grad_outputs, grad_h_last, grad_c_last,
+            grad_distances,
+        )  # fmt: skip
+        steps, batch, num_gates = grad_gates.shape
+        depth = inputs.size(-1)
+        rows = grad_gates.view(-1, num_gates)
+        grad_inputs = grad_input_weight = grad_bias = grad_weight = None
+        if ctx.needs_input_grad[0]:
+            chosen = gemm.resolve(
+                ctx.gemm_backend, gemm.rows_bucket(rows.size(0)), num_gates, depth,
+                rows.device, rows.dtype,
+            )  # fmt: skip
+            to_inputs = PackedLinear(input_weight.t(), rows.size(0), chosen)
+            grad_inputs = to_inputs.mm(rows).view(steps, batch, depth)
+        if ctx.needs_input_grad[1]:
+            flat_inputs = inputs.reshape(-1, depth)  # (T * B, D) in the order of the rows
+            grad_input_weight = weight_gradient(rows, flat_inputs, ctx.gemm_backend)
+        if ctx.needs_input_grad[2]:
+            grad_bias = rows.sum(0)
+        if ctx.needs_input_grad[3]:
+            grad_weight = recurrent_weight_gradient(ctx, grad_gates, saved[3])
+            if scale != 1.0:
+                grad_weight = grad_weight * scale
+        return (
+            grad_inputs,
+            grad_input_weight,
+            grad_bias,
+            grad_weight,
+            grad_h if ctx.needs_input_grad[4] else None,
+            grad_c if ctx.needs_input_grad[5] else None,
+            None,
+            None,
+            None,
+            None,
+        )
