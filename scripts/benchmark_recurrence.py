@@ -10,9 +10,10 @@ In one run, times training steps (forward + backward) and inference of
 (``ON-LSTM fast:mkl``, ``:onednn``, ``:aten`` force the per-step GEMM backend of
 ``treernn.kernels.gemm``; plain ``ON-LSTM fast`` lets it probe; ``ON-LSTM fast/torch-ops`` runs
 the fast recurrence without its compiled per-step kernel, as ``TREERNN_CPP_EXT=0`` does, and
-``ON-LSTM fast/plain-projection`` with its input projection on ``F.linear`` instead of the probed
-backend, e.g. ``--models "nn.LSTM,ON-LSTM fast,ON-LSTM fast/torch-ops"`` for before and after in
-one run) for
+``ON-LSTM fast/separate-projection`` with its input projection as one product over all steps
+before the recurrence instead of inside its step loop (``TREERNN_ONLSTM_PROJECTION=separate``),
+e.g. ``--models "nn.LSTM,ON-LSTM fast,ON-LSTM fast/separate-projection"`` for before and after
+in one run) for
 the recurrent stack alone and
 for a full language-model step (10k embedding, the stack, a tied
 decoder, 10k softmax and cross-entropy), at the paper size (400-1150-1150-400, chunk 10, batch 20,
@@ -62,7 +63,7 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from treernn.encoders.onlstm import ONLSTMEncoder  # noqa: E402
-from treernn.kernels import cpp_ext, gemm  # noqa: E402
+from treernn.kernels import cpp_ext, gemm, onlstm_projected  # noqa: E402
 
 try:
     from treernn.encoders.lstm import LSTMEncoder  # noqa: E402
@@ -120,36 +121,40 @@ def cpp_extensions_off():
 
 
 @contextlib.contextmanager
-def plain_input_projection():
-    """ON-LSTM's input projection as ``F.linear`` (aten) for the duration, instead of the probed
-    GEMM backend of ``gemm.linear`` (the backward pass follows the forward's choice)."""
-    probed = gemm.linear
-    gemm.linear = lambda x, weight, bias=None, backend="auto": F.linear(x, weight, bias)
+def separate_input_projection():
+    """``TREERNN_ONLSTM_PROJECTION=separate`` for the duration: ON-LSTM's input projection as one
+    product over all steps before the recurrence (the path before the projection moved inside
+    the step loop, and the path of the other backends)."""
+    before = os.environ.get(onlstm_projected.ENV_VAR)
+    os.environ[onlstm_projected.ENV_VAR] = "separate"
     try:
         yield
     finally:
-        gemm.linear = probed
+        if before is None:
+            del os.environ[onlstm_projected.ENV_VAR]
+        else:
+            os.environ[onlstm_projected.ENV_VAR] = before
 
 
 class EncoderStack(nn.Module):
     """Wraps a treernn encoder so that it returns the (B, T, H) hidden states; ``torch_ops``
-    runs it without the compiled kernels, ``plain_projection`` with ``F.linear`` as the input
-    projection (the backward pass follows the forward's path)."""
+    runs it without the compiled kernels, ``separate_projection`` with the input projection over
+    all steps before the recurrence instead of inside its loop."""
 
     def __init__(
-        self, encoder: nn.Module, torch_ops: bool = False, plain_projection: bool = False
+        self, encoder: nn.Module, torch_ops: bool = False, separate_projection: bool = False
     ) -> None:
         super().__init__()
         self.encoder = encoder
         self.torch_ops = torch_ops
-        self.plain_projection = plain_projection
+        self.separate_projection = separate_projection
 
     def forward(self, x: Tensor) -> Tensor:
         with contextlib.ExitStack() as stack:
             if self.torch_ops:
                 stack.enter_context(cpp_extensions_off())
-            if self.plain_projection:
-                stack.enter_context(plain_input_projection())
+            if self.separate_projection:
+                stack.enter_context(separate_input_projection())
             return self.encoder(x).hidden
 
 
@@ -173,7 +178,9 @@ def build_stack(model: str, size: Size, dropout: float, weight_drop: float) -> n
         chunk_size=size.chunk_size, impl=impl, gemm_backend=backend or "auto", **common
     )
     return EncoderStack(
-        encoder, torch_ops=variant == "torch-ops", plain_projection=variant == "plain-projection"
+        encoder,
+        torch_ops=variant == "torch-ops",
+        separate_projection=variant == "separate-projection",
     )
 
 

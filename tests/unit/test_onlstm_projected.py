@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from treernn.encoders.onlstm import ONLSTMEncoder
+from treernn.errors import ConfigValueError
 from treernn.kernels import cpp_ext, gemm
 from treernn.kernels import onlstm_projected as onlstm_kernel
 from treernn.kernels.onlstm import _fast_forward, fast_recurrence
@@ -193,6 +194,7 @@ def test_encoder_inference_on_the_projected_path_matches_the_reference(
     """A two-layer encoder in eval (DropConnect as the scale 1 - p, padded batch) on the
     projected path: the reference cell's outputs, states and distances."""
     monkeypatch.setenv(gemm.ENV_VAR, "treernn")  # the backend the projected loop runs on
+    monkeypatch.setenv(onlstm_kernel.ENV_VAR, "loop")  # not the probe's choice at this shape
     torch.manual_seed(4)
     kwargs = dict(input_size=6, hidden_size=12, num_layers=2, chunk_size=3, weight_drop=0.4)
     reference = ONLSTMEncoder(impl="reference", **kwargs).eval()
@@ -214,3 +216,52 @@ def test_encoder_inference_on_the_projected_path_matches_the_reference(
     for (h, c), (h_ref, c_ref) in zip(result.state, expected.state):
         torch.testing.assert_close(h, h_ref, **TOLERANCE)
         torch.testing.assert_close(c, c_ref, **TOLERANCE)
+
+
+def test_the_placement_follows_the_environment_then_the_probe(extension, monkeypatch) -> None:
+    """``separate`` runs the projection over all steps first (same results), ``loop`` inside the
+    loop; unset, float32 asks the kept probe choice between the two; a wrong value is one error
+    naming the valid ones."""
+    inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk = _problem(torch.float32, True)
+    taken = []
+    original = onlstm_kernel._projected_forward
+    monkeypatch.setattr(
+        onlstm_kernel, "_projected_forward", lambda *a: taken.append(1) or original(*a)
+    )
+    results = {}
+    with torch.no_grad():
+        for placement in ("separate", "loop"):
+            monkeypatch.setenv(onlstm_kernel.ENV_VAR, placement)
+            results[placement] = fast_projected_recurrence(
+                inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk, "treernn"
+            )
+            assert len(taken) == (placement == "loop")
+    for loop_value, separate_value in zip(results["loop"], results["separate"]):
+        torch.testing.assert_close(loop_value, separate_value, **TOLERANCE)
+    asked = []
+    monkeypatch.delenv(onlstm_kernel.ENV_VAR)
+    monkeypatch.setattr(
+        gemm, "kept_choice", lambda key, usable, probe: asked.append(usable) or "loop"
+    )
+    assert onlstm_kernel.projection_placement(14, 9, 20, 4, extension, torch.float32) == "loop"
+    assert asked == [["loop", "separate"]]
+    assert onlstm_kernel.projection_placement(14, 9, 20, 4, extension, torch.float64) == "loop"
+    monkeypatch.setenv(onlstm_kernel.ENV_VAR, "inside")
+    with pytest.raises(ConfigValueError, match="'inside' is not one of auto, loop, separate"):
+        onlstm_kernel.projection_placement(14, 9, 20, 4, extension, torch.float32)
+
+
+def test_the_placement_probe_times_both_and_picks_the_faster(extension, monkeypatch) -> None:
+    timed = {}
+    real_timing = gemm.time_in_turns
+
+    def fake_timing(products, flops, *args, **kwargs):
+        if set(products) != {"loop", "separate"}:  # the GEMM probes inside keep their timing
+            return real_timing(products, flops, *args, **kwargs)
+        timed.update({name: product() for name, product in products.items()})
+        return {"loop": 2.0, "separate": 1.0}
+
+    monkeypatch.setattr(gemm, "time_in_turns", fake_timing)
+    assert onlstm_kernel._probe_placement(4, 6, 8, 2, extension) == "separate"
+    loop_outputs, separate_outputs = timed["loop"][0], timed["separate"][0]
+    torch.testing.assert_close(loop_outputs, separate_outputs, **TOLERANCE)  # both really ran

@@ -6,22 +6,29 @@ a (T, B, G) projection over all steps written to memory and read back by
 followed by the recurrence, results and gradients, in float64); the outputs come back
 batch-first as the kernel writes them.
 
-Measured on a 2-core AMD Zen 4 at the benchmark's small size (one layer of 256, batch 32,
-BPTT 35), as ratios to nn.LSTM in one run: inference from 0.79x to 0.85-0.94x, training from
-0.87-0.92x to 0.96x (``scripts/benchmark_recurrence.py``).
+Which is faster depends on the shape and the machine, so a probe decides per layer shape
+(:func:`projection_placement`). Measured on a 2-core AMD Zen 4 (``scripts/benchmark_recurrence.py``,
+ratios to nn.LSTM in one run): at one layer of 256 (batch 32, BPTT 35) the loop took inference
+from 0.79x to 0.91x and training from 0.92x to 0.99x; at the paper's 400-1150-400 (batch 20) it
+was slower (training 1.01x against 1.05x, inference 0.97x against 1.05x), its [W_ih | W_hh]
+(G x 1550 floats) streamed from memory at every step.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from types import ModuleType
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from treernn.errors import ConfigValueError
 from treernn.kernels import gemm
 from treernn.kernels.gemm import PackedLinear, weight_gradient
 from treernn.kernels.onlstm import (
+    PROBE_STEPS,
     fast_recurrence,
     forward_buffers,
     fused_kernel,
@@ -29,6 +36,74 @@ from treernn.kernels.onlstm import (
     recurrence_backend,
     recurrent_weight_gradient,
 )
+
+log = logging.getLogger(__name__)
+
+#: where ON-LSTM's input projection runs on the ``treernn`` backend: ``auto`` (unset) as a probe
+#: finds faster here at the layer's shape, ``loop`` inside the step loop, ``separate`` as one
+#: product over all steps first (read at each call; the benchmark's before-and-after switch)
+ENV_VAR = "TREERNN_ONLSTM_PROJECTION"
+PLACEMENTS = ("auto", "loop", "separate")
+
+
+def projection_placement(
+    batch: int, depth: int, hidden: int, chunk_size: int, kernel: ModuleType, dtype: torch.dtype
+) -> str:
+    """``"loop"`` or ``"separate"``: where the input projection of a layer with these sizes runs
+    on the ``treernn`` backend. ``TREERNN_ONLSTM_PROJECTION`` decides when set; otherwise float32
+    is probed once per shape and machine (kept like the GEMM choices): on a 2-core AMD Zen 4 the
+    loop won at one layer of 256 (batch 32) and lost at the paper's 400-1150-400 (batch 20),
+    whose [W_ih | W_hh] no longer fits a core's cache. Float64 (the tests) takes the loop."""
+    value = os.environ.get(ENV_VAR, "auto") or "auto"
+    if value not in PLACEMENTS:
+        raise ConfigValueError(f"{ENV_VAR}={value!r} is not one of {', '.join(PLACEMENTS)}.")
+    if value != "auto":
+        return value
+    if dtype != torch.float32:
+        return "loop"
+    num_gates = 4 * hidden + 2 * (hidden // chunk_size)
+    label = f"ON-LSTM input projection from {depth}"
+    key = (batch, hidden, num_gates, label, torch.get_num_threads())
+    usable = ["loop", "separate"]
+    return gemm.kept_choice(
+        key, usable, lambda: _probe_placement(batch, depth, hidden, chunk_size, kernel)
+    )
+
+
+def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kernel) -> str:
+    """Times both placements on random data (forward loops of :data:`PROBE_STEPS` steps, the
+    weights packed per call as in training) and returns the faster."""
+    num_gates = 4 * hidden + 2 * (hidden // chunk_size)
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(PROBE_STEPS, batch, depth, generator=generator)
+    input_weight = torch.randn(num_gates, depth, generator=generator) / depth**0.5
+    recurrent_weight = torch.randn(num_gates, hidden, generator=generator) / hidden**0.5
+    bias = torch.zeros(num_gates)
+    state = torch.zeros(batch, hidden)
+
+    def loop():
+        packed = kernel.pack_projected(input_weight, recurrent_weight, 1.0)
+        return _projected_forward(kernel, inputs, packed, bias, state, state, None, chunk_size)
+
+    def separate():
+        gates = gemm.linear(inputs, input_weight, bias)
+        return fast_recurrence(gates, recurrent_weight, state, state, None, chunk_size, "treernn")
+
+    flops = 2.0 * PROBE_STEPS * batch * (depth + hidden) * num_gates
+    seconds = gemm.time_in_turns({"loop": loop, "separate": separate}, flops)
+    choice = min(seconds, key=seconds.get)
+    log.info(
+        "ON-LSTM input projection for batch %d, %d -> %d (chunk %d), %d threads: %s "
+        "(GFLOP/s, loop included: %s)",
+        batch,
+        depth,
+        hidden,
+        chunk_size,
+        torch.get_num_threads(),
+        "inside the step loop" if choice == "loop" else "over all steps first",
+        ", ".join(f"{name} {flops / value / 1e9:.0f}" for name, value in seconds.items()),
+    )
+    return choice
 
 
 def fast_projected_recurrence(
@@ -74,13 +149,17 @@ def fast_projected_recurrence(
     ):
         shape = inputs.new_empty(0, batch, num_gates)  # what the probe reads: B, G, dtype
         backend = recurrence_backend(gemm_backend, shape, hidden, chunk_size, kernel, None)
-        if backend == "treernn" and needs_grad:
+        in_loop = backend == "treernn" and (
+            projection_placement(batch, inputs.size(-1), hidden, chunk_size, kernel, inputs.dtype)
+            == "loop"
+        )
+        if in_loop and needs_grad:
             outputs, h, c, distances = ONLSTMProjectedRecurrence.apply(
                 inputs, input_weight, bias, recurrent_weight, h0, c0, step_mask, chunk_size,
                 gemm_backend, recurrent_scale,
             )  # fmt: skip
             return outputs, h, c, distances[..., 1], distances[..., 0]
-        if backend == "treernn":
+        if in_loop:
             with torch.no_grad():
                 # [W_ih | scale * W_hh] packed as one weight, once per call
                 packed = kernel.pack_projected(
