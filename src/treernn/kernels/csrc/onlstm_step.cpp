@@ -740,21 +740,23 @@ void forward_sequence_projected(const at::Tensor& inputs, const at::Tensor& bias
     const int64_t n_chunk = shape.n_chunk;
     const scalar_t* x = inputs.data_ptr<scalar_t>();
     const int64_t step_stride = inputs.stride(0), row_stride = inputs.stride(1);
-    std::vector<scalar_t> operand(batch * width);
-    gather_operand(x, row_stride, depth, b.h, hidden, 0, batch, operand.data());
+    // [x_t | h_t], one row per batch row (a tensor: 64-byte aligned rows start)
+    const at::Tensor operand_rows = at::empty({batch, width}, inputs.options());
+    scalar_t* operand = operand_rows.data_ptr<scalar_t>();
+    gather_operand(x, row_stride, depth, b.h, hidden, 0, batch, operand);
     auto product = [&](const Team& team, int64_t, scalar_t* act) {
       const PanelRange mine = panel_share(gates, team.thread, team.threads);
       // ld_added 0: every row adds the bias. Tiles of 8 rows over the long operand rows (12
       // rows of 2 KiB and two weight panels crowd a 32 KiB L1; measured 2-7 % faster)
       const Product<scalar_t, scalar_t, scalar_t> m{
-          operand.data(), width, batch, width, packed.data_ptr<scalar_t>(), gates, act, gates,
+          operand, width, batch, width, packed.data_ptr<scalar_t>(), gates, act, gates,
           bias.data_ptr<scalar_t>(), 0, width > 384 ? 8 : 12};
       product_panels(m, mine.begin, mine.end, chosen_isa);
     };
     auto after_rows = [&](const Team&, int64_t t, int64_t rb, int64_t re) {
       if (t + 1 < steps)
         gather_operand(x + (t + 1) * step_stride, row_stride, depth,
-                       b.h + (t + 1) * batch * hidden, hidden, rb, re, operand.data());
+                       b.h + (t + 1) * batch * hidden, hidden, rb, re, operand);
       const scalar_t* step_outputs = b.outputs != nullptr ? b.outputs + t * batch * hidden
                                                           : b.h + (t + 1) * batch * hidden;
       for (int64_t r = rb; r < re; ++r) {
