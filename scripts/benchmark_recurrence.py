@@ -488,7 +488,15 @@ def header() -> str:
 
 
 def precision_summary(args: argparse.Namespace, device: torch.device) -> None:
-    """Which products ran in which precision under bf16-mixed in this run."""
+    """Where ON-LSTM's input projection ran in fp32, and which products ran in which precision
+    under bf16-mixed, in this run."""
+    if onlstm_projected.DECISIONS:
+        print(
+            "\nON-LSTM's input projection in fp32 on the treernn backend (probed per layer shape):"
+        )
+        for (batch, depth, hidden), placement in sorted(onlstm_projected.DECISIONS.items()):
+            where = "inside the step loop" if placement == "loop" else "over all steps first"
+            print(f"  batch {batch:4d}, {depth:5d} -> {hidden:5d}: {where}")
     if "bf16-mixed" not in args.precisions.split(","):
         return
     print("\nUnder bf16-mixed, our models' products (bf16 where the probe found bf16 at least 10%")

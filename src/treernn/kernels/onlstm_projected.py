@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 #: product over all steps first (read at each call; the benchmark's before-and-after switch)
 ENV_VAR = "TREERNN_ONLSTM_PROJECTION"
 PLACEMENTS = ("auto", "loop", "separate")
+#: this process's placements, (batch, depth, hidden) -> "loop" or "separate" (the benchmark
+#: prints them)
+DECISIONS: dict[tuple[int, int, int], str] = {}
 
 
 def projection_placement(
@@ -57,17 +60,18 @@ def projection_placement(
     value = os.environ.get(ENV_VAR, "auto") or "auto"
     if value not in PLACEMENTS:
         raise ConfigValueError(f"{ENV_VAR}={value!r} is not one of {', '.join(PLACEMENTS)}.")
-    if value != "auto":
-        return value
-    if dtype != torch.float32:
-        return "loop"
-    num_gates = 4 * hidden + 2 * (hidden // chunk_size)
-    label = f"ON-LSTM input projection from {depth}"
-    key = (batch, hidden, num_gates, label, torch.get_num_threads())
-    usable = ["loop", "separate"]
-    return gemm.kept_choice(
-        key, usable, lambda: _probe_placement(batch, depth, hidden, chunk_size, kernel)
-    )
+    if value == "auto" and dtype != torch.float32:
+        value = "loop"
+    elif value == "auto":
+        num_gates = 4 * hidden + 2 * (hidden // chunk_size)
+        label = f"ON-LSTM input projection from {depth}"
+        key = (batch, hidden, num_gates, label, torch.get_num_threads())
+        value = gemm.kept_choice(
+            key, ["loop", "separate"],
+            lambda: _probe_placement(batch, depth, hidden, chunk_size, kernel),
+        )  # fmt: skip
+    DECISIONS[(batch, depth, hidden)] = value
+    return value
 
 
 def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kernel) -> str:
