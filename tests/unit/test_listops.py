@@ -20,6 +20,7 @@ from treernn.data.listops_generator import (
     generate_tree,
     render,
     tree_value,
+    write_examples,
 )
 
 
@@ -168,3 +169,15 @@ def test_without_the_training_file_the_error_names_the_generate_switch(tmp_path,
     message = str(error.value)
     assert "train_d20s.tsv" in message and "\n" not in message
     assert message.endswith("with task.datamodule.train_source=generate.")
+
+
+def test_writing_a_standin_leaves_another_writers_temporary_file_alone(tmp_path):
+    """Two jobs of a sweep generate the same stand-in at once: each writes through a temporary
+    file of its own (the old shared ``.tsv.tmp`` name made one job's rename fail)."""
+    path = tmp_path / "standin.tsv"
+    other = tmp_path / "standin.tsv.tmp"  # another process's temporary file, mid-write
+    other.write_text("partial")
+    write_examples(path, [(3, "( [MAX 1 3 )"), (1, "1")])
+    assert path.read_text(encoding="utf-8") == "3\t( [MAX 1 3 )\n1\t1\n"
+    assert other.read_text() == "partial"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["standin.tsv", "standin.tsv.tmp"]

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
+from treernn.checkpoints import atomic_write
+
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 CLOSE = "]"
 DIGITS = tuple(str(d) for d in range(10))
@@ -170,15 +172,13 @@ def generate_examples(
 
 
 def write_examples(path: str | Path, examples: Iterable[tuple[int, str]]) -> Path:
-    """Write ``label<TAB>expression`` lines (the released format)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        for label, text in examples:
-            handle.write(f"{label}\t{text}\n")
-    tmp.replace(path)
-    return path
+    """Write ``label<TAB>expression`` lines (the released format) atomically, through a temporary
+    file of this process's own: the jobs of a sweep that draw the same stand-in at the same time
+    each write theirs and rename it into place (the same contents; a shared temporary name made
+    one job's rename fail)."""
+    text = "".join(f"{label}\t{expression}\n" for label, expression in examples)
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+    return Path(path)
 
 
 def standin_file_name(num_examples: int, seed: int, min_tokens: int, max_tokens: int | None) -> str:
