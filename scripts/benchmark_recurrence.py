@@ -495,7 +495,7 @@ def precision_summary(args: argparse.Namespace, device: torch.device) -> None:
             "\nON-LSTM's input projection in fp32 on the treernn backend (probed per layer shape):"
         )
         for (batch, depth, hidden), placement in sorted(onlstm_projected.DECISIONS.items()):
-            where = "inside the step loop" if placement == "loop" else "over all steps first"
+            where = onlstm_projected.WHERE[placement]
             print(f"  batch {batch:4d}, {depth:5d} -> {hidden:5d}: {where}")
     if "bf16-mixed" not in args.precisions.split(","):
         return

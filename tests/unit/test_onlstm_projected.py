@@ -141,11 +141,15 @@ def test_projected_training_path_gradcheck(extension) -> None:
 
 @pytest.mark.parametrize("isa", [1, 2, 3])
 @pytest.mark.parametrize("masked", [False, True])
-def test_projected_loop_per_instruction_set(isa: int, masked: bool, extension) -> None:
+@pytest.mark.parametrize("own_rows", [False, True])
+def test_projected_loop_per_instruction_set(
+    isa: int, masked: bool, own_rows: bool, extension
+) -> None:
     """forward_sequence_projected with each copy of the products forced (portable C++, AVX2,
-    AVX-512; those this CPU lacks skipped) against the projection and the torch-ops steps, every
-    buffer the loop fills (the saving ones included) to float32 rounding, with more rows than
-    one register tile and a partial last panel."""
+    AVX-512; those this CPU lacks skipped), the threads sharing each step or each running its own
+    batch rows, against the projection and the torch-ops steps: every buffer the loop fills (the
+    saving ones included) to float32 rounding, with more rows than one register tile and a partial
+    last panel."""
     if isa > gemm.packed_kernels().isa():
         pytest.skip("this CPU lacks that instruction set")
     inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk = _problem(torch.float32, masked)
@@ -167,7 +171,7 @@ def test_projected_loop_per_instruction_set(isa: int, masked: bool, extension) -
     extension.forward_sequence_projected(
         inputs, bias, extension.pack_projected(w_ih, w_hh, 1.0), hs, cs, masked_outputs,
         buffers["cumaxes"], buffers["activations"], buffers["tanh_cells"], None, step_mask, chunk,
-        batch_first, kernel_distances, isa,
+        batch_first, kernel_distances, own_rows, isa,
     )  # fmt: skip
     for name, value in buffers.items():
         torch.testing.assert_close(value, saved[name], **TOLERANCE, msg=name)
@@ -230,38 +234,40 @@ def test_the_placement_follows_the_environment_then_the_probe(extension, monkeyp
     )
     results = {}
     with torch.no_grad():
-        for placement in ("separate", "loop"):
+        for placement in ("separate", "loop", "rows"):
             monkeypatch.setenv(onlstm_kernel.ENV_VAR, placement)
             results[placement] = fast_projected_recurrence(
                 inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk, "treernn"
             )
-            assert len(taken) == (placement == "loop")
-    for loop_value, separate_value in zip(results["loop"], results["separate"]):
-        torch.testing.assert_close(loop_value, separate_value, **TOLERANCE)
+            assert len(taken) == {"separate": 0, "loop": 1, "rows": 2}[placement]
+    for placement in ("loop", "rows"):
+        for value, separate_value in zip(results[placement], results["separate"]):
+            torch.testing.assert_close(value, separate_value, **TOLERANCE)
     asked = []
     monkeypatch.delenv(onlstm_kernel.ENV_VAR)
     monkeypatch.setattr(
         gemm, "kept_choice", lambda key, usable, probe: asked.append(usable) or "loop"
     )
     assert onlstm_kernel.projection_placement(14, 9, 20, 4, extension, torch.float32) == "loop"
-    assert asked == [["loop", "separate"]]
+    assert asked == [["loop", "rows", "separate"]]
     assert onlstm_kernel.projection_placement(14, 9, 20, 4, extension, torch.float64) == "loop"
     monkeypatch.setenv(onlstm_kernel.ENV_VAR, "inside")
-    with pytest.raises(ConfigValueError, match="'inside' is not one of auto, loop, separate"):
+    with pytest.raises(ConfigValueError, match="'inside' is not one of auto, loop, rows, separate"):
         onlstm_kernel.projection_placement(14, 9, 20, 4, extension, torch.float32)
 
 
-def test_the_placement_probe_times_both_and_picks_the_faster(extension, monkeypatch) -> None:
+def test_the_placement_probe_times_all_three_and_picks_the_fastest(extension, monkeypatch) -> None:
     timed = {}
     real_timing = gemm.time_in_turns
+    placements = {"loop", "rows", "separate"}
 
     def fake_timing(products, flops, *args, **kwargs):
-        if set(products) != {"loop", "separate"}:  # the GEMM probes inside keep their timing
+        if set(products) != placements:  # the GEMM probes inside keep their timing
             return real_timing(products, flops, *args, **kwargs)
         timed.update({name: product() for name, product in products.items()})
-        return {"loop": 2.0, "separate": 1.0}
+        return {"loop": 2.0, "rows": 1.5, "separate": 3.0}
 
     monkeypatch.setattr(gemm, "time_in_turns", fake_timing)
-    assert onlstm_kernel._probe_placement(4, 6, 8, 2, extension) == "separate"
-    loop_outputs, separate_outputs = timed["loop"][0], timed["separate"][0]
-    torch.testing.assert_close(loop_outputs, separate_outputs, **TOLERANCE)  # both really ran
+    assert onlstm_kernel._probe_placement(4, 6, 8, 2, extension) == "rows"
+    for placement in ("loop", "rows"):  # all three really ran, with the same outputs
+        torch.testing.assert_close(timed[placement][0], timed["separate"][0], **TOLERANCE)

@@ -40,23 +40,31 @@ from treernn.kernels.onlstm import (
 log = logging.getLogger(__name__)
 
 #: where ON-LSTM's input projection runs on the ``treernn`` backend: ``auto`` (unset) as a probe
-#: finds faster here at the layer's shape, ``loop`` inside the step loop, ``separate`` as one
-#: product over all steps first (read at each call; the benchmark's before-and-after switch)
+#: finds faster here at the layer's shape; ``loop`` inside the step loop, the threads sharing
+#: each step's outputs (two barriers a step); ``rows`` inside the loop, each thread running its
+#: own batch rows through every step (no barrier; each reads the whole weight); ``separate`` as
+#: one product over all steps first (read at each call; the benchmark's before-and-after switch)
 ENV_VAR = "TREERNN_ONLSTM_PROJECTION"
-PLACEMENTS = ("auto", "loop", "separate")
-#: this process's placements, (batch, depth, hidden) -> "loop" or "separate" (the benchmark
-#: prints them)
+PLACEMENTS = ("auto", "loop", "rows", "separate")
+IN_LOOP = ("loop", "rows")
+#: this process's placements, (batch, depth, hidden) -> one of loop, rows, separate (the
+#: benchmark prints them)
 DECISIONS: dict[tuple[int, int, int], str] = {}
+#: each placement in words
+WHERE = {
+    "loop": "inside the step loop, threads sharing each step",
+    "rows": "inside the step loop, each thread its own batch rows",
+    "separate": "over all steps first",
+}
 
 
 def projection_placement(
     batch: int, depth: int, hidden: int, chunk_size: int, kernel: ModuleType, dtype: torch.dtype
 ) -> str:
-    """``"loop"`` or ``"separate"``: where the input projection of a layer with these sizes runs
-    on the ``treernn`` backend. ``TREERNN_ONLSTM_PROJECTION`` decides when set; otherwise float32
-    is probed once per shape and machine (kept like the GEMM choices): on a 2-core AMD Zen 4 the
-    loop won at one layer of 256 (batch 32) and lost at the paper's 400-1150-400 (batch 20),
-    whose [W_ih | W_hh] no longer fits a core's cache. Float64 (the tests) takes the loop."""
+    """``"loop"``, ``"rows"`` or ``"separate"`` (:data:`ENV_VAR`): where the input projection of a
+    layer with these sizes runs on the ``treernn`` backend. ``TREERNN_ONLSTM_PROJECTION`` decides
+    when set; otherwise float32 is probed once per shape and machine (kept like the GEMM
+    choices). Float64 (the tests) takes the loop."""
     value = os.environ.get(ENV_VAR, "auto") or "auto"
     if value not in PLACEMENTS:
         raise ConfigValueError(f"{ENV_VAR}={value!r} is not one of {', '.join(PLACEMENTS)}.")
@@ -67,7 +75,7 @@ def projection_placement(
         label = f"ON-LSTM input projection from {depth}"
         key = (batch, hidden, num_gates, label, torch.get_num_threads())
         value = gemm.kept_choice(
-            key, ["loop", "separate"],
+            key, ["loop", "rows", "separate"],
             lambda: _probe_placement(batch, depth, hidden, chunk_size, kernel),
         )  # fmt: skip
     DECISIONS[(batch, depth, hidden)] = value
@@ -75,8 +83,8 @@ def projection_placement(
 
 
 def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kernel) -> str:
-    """Times both placements on random data (forward loops of :data:`PROBE_STEPS` steps, the
-    weights packed per call as in training) and returns the faster."""
+    """Times the placements on random data (forward loops of :data:`PROBE_STEPS` steps, the
+    weights packed per call as in training) and returns the fastest."""
     num_gates = 4 * hidden + 2 * (hidden // chunk_size)
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(PROBE_STEPS, batch, depth, generator=generator)
@@ -85,16 +93,19 @@ def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kerne
     bias = torch.zeros(num_gates)
     state = torch.zeros(batch, hidden)
 
-    def loop():
+    def in_loop(placement):
         packed = kernel.pack_projected(input_weight, recurrent_weight, 1.0)
-        return _projected_forward(kernel, inputs, packed, bias, state, state, None, chunk_size)
+        return _projected_forward(
+            kernel, inputs, packed, bias, state, state, None, chunk_size, placement == "rows"
+        )
 
     def separate():
         gates = gemm.linear(inputs, input_weight, bias)
         return fast_recurrence(gates, recurrent_weight, state, state, None, chunk_size, "treernn")
 
     flops = 2.0 * PROBE_STEPS * batch * (depth + hidden) * num_gates
-    seconds = gemm.time_in_turns({"loop": loop, "separate": separate}, flops)
+    runs = {"loop": lambda: in_loop("loop"), "rows": lambda: in_loop("rows"), "separate": separate}
+    seconds = gemm.time_in_turns(runs, flops)
     choice = min(seconds, key=seconds.get)
     log.info(
         "ON-LSTM input projection for batch %d, %d -> %d (chunk %d), %d threads: %s "
@@ -104,7 +115,7 @@ def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kerne
         hidden,
         chunk_size,
         torch.get_num_threads(),
-        "inside the step loop" if choice == "loop" else "over all steps first",
+        WHERE[choice],
         ", ".join(f"{name} {flops / value / 1e9:.0f}" for name, value in seconds.items()),
     )
     return choice
@@ -153,14 +164,15 @@ def fast_projected_recurrence(
     ):
         shape = inputs.new_empty(0, batch, num_gates)  # what the probe reads: B, G, dtype
         backend = recurrence_backend(gemm_backend, shape, hidden, chunk_size, kernel, None)
-        in_loop = backend == "treernn" and (
-            projection_placement(batch, inputs.size(-1), hidden, chunk_size, kernel, inputs.dtype)
-            == "loop"
-        )
+        placement = "separate"
+        if backend == "treernn":
+            depth = inputs.size(-1)
+            placement = projection_placement(batch, depth, hidden, chunk_size, kernel, inputs.dtype)
+        in_loop, own_rows = placement in IN_LOOP, placement == "rows"
         if in_loop and needs_grad:
             outputs, h, c, distances = ONLSTMProjectedRecurrence.apply(
                 inputs, input_weight, bias, recurrent_weight, h0, c0, step_mask, chunk_size,
-                gemm_backend, recurrent_scale,
+                gemm_backend, recurrent_scale, own_rows,
             )  # fmt: skip
             return outputs, h, c, distances[..., 1], distances[..., 0]
         if in_loop:
@@ -172,7 +184,7 @@ def fast_projected_recurrence(
                     recurrent_scale,
                 )
                 outputs, h, c, distances = _projected_forward(
-                    kernel, inputs, packed, bias, h0, c0, step_mask, chunk_size
+                    kernel, inputs, packed, bias, h0, c0, step_mask, chunk_size, own_rows
                 )
             return outputs, h, c, distances[..., 1], distances[..., 0]
     if recurrent_scale != 1.0:
@@ -192,9 +204,11 @@ def _projected_forward(
     c0: Tensor,
     step_mask: Tensor | None,
     chunk_size: int,
+    own_rows: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The forward loop of :func:`fast_projected_recurrence` in one call of the compiled kernel
-    (``forward_sequence_projected``) with the packed [W_ih | W_hh] (``pack_projected``).
+    (``forward_sequence_projected``) with the packed [W_ih | W_hh] (``pack_projected``); with
+    ``own_rows`` each thread runs its own batch rows (the ``rows`` placement).
     Returns outputs (T, B, H), h_last, c_last (B, H) and the distances (T, B, 2) = (input,
     forget)."""
     steps, batch, _ = inputs.shape
@@ -209,6 +223,7 @@ def _projected_forward(
         inputs, bias.to(inputs.dtype).contiguous(), packed, hs, cs,
         None if step_mask is None else outputs, cumaxes, None, None, gates_buffer,
         None if step_mask is None else step_mask.contiguous(), chunk_size, batch_first, distances,
+        own_rows,
     )  # fmt: skip
     return batch_first.transpose(0, 1), hs[steps], cs[steps], distances
 
@@ -222,15 +237,15 @@ class ONLSTMProjectedRecurrence(torch.autograd.Function):
 
     Inputs: inputs (T, B, D) (any strides, contiguous rows), input_weight (G, D), bias (G,)
     (both biases), recurrent_weight (G, H), h0, c0 (B, H), step_mask (T, B) or None, then
-    chunk_size, gemm_backend (the products of the backward pass) and recurrent_scale (the weight
-    multiplied is recurrent_weight * recurrent_scale).
+    chunk_size, gemm_backend (the products of the backward pass), recurrent_scale (the weight
+    multiplied is recurrent_weight * recurrent_scale) and own_rows (the ``rows`` placement).
     Outputs: outputs (T, B, H), h_last, c_last (B, H), distances (T, B, 2) = (input, forget).
     """
 
     @staticmethod
     def forward(  # type: ignore[override]
         ctx, inputs, input_weight, bias, recurrent_weight, h0, c0, step_mask, chunk_size,
-        gemm_backend="auto", recurrent_scale=1.0,
+        gemm_backend="auto", recurrent_scale=1.0, own_rows=False,
     ):  # fmt: skip
         kernel = fused_kernel(inputs)
         steps, batch, _ = inputs.shape
@@ -246,7 +261,7 @@ class ONLSTMProjectedRecurrence(torch.autograd.Function):
             inputs, bias.contiguous(), packed, hs, cs, None if step_mask is None else outputs,
             cumaxes, activations, tanh_cells, None,
             None if step_mask is None else step_mask.contiguous(), chunk_size, batch_first,
-            distances,
+            distances, own_rows,
         )  # fmt: skip
         ctx.chunk_size, ctx.gemm_backend, ctx.recurrent_scale = (
             chunk_size,
@@ -297,6 +312,7 @@ class ONLSTMProjectedRecurrence(torch.autograd.Function):
             grad_weight,
             grad_h if ctx.needs_input_grad[4] else None,
             grad_c if ctx.needs_input_grad[5] else None,
+            None,
             None,
             None,
             None,

@@ -565,9 +565,15 @@ ForwardBuffers<scalar_t> forward_buffers(
 // product(team, t, act) (its panels of the step's pre-activations act), a barrier, its rows'
 // elementwise work (forward_step's), then after_rows(team, t, rows_begin, rows_end) (preparing
 // its rows of the next step's product operand), a barrier.
+//
+// With ``own_rows`` each thread's product covers all the outputs of its own batch rows instead
+// (product(team, t, act) then computes rows [rows_begin, rows_end)): the batch rows are
+// independent sequences, so the threads never wait for each other, at the price of each
+// reading the whole weight at every step.
 template <typename scalar_t, typename Product_, typename AfterRows>
 void forward_loop(int64_t steps, const StepShape& shape, const ForwardBuffers<scalar_t>& b,
-                  int64_t chunk_size, Product_&& product, AfterRows&& after_rows) {
+                  int64_t chunk_size, Product_&& product, AfterRows&& after_rows,
+                  bool own_rows = false) {
   const int64_t batch = shape.batch, gates = shape.gates, hidden = shape.hidden;
   const int64_t n_chunk = shape.n_chunk;
   in_parallel([&](const Team& team) {
@@ -576,7 +582,7 @@ void forward_loop(int64_t steps, const StepShape& shape, const ForwardBuffers<sc
       scalar_t* act = b.activations != nullptr ? b.activations + t * batch * gates
                                                : b.gates_buffer;
       product(team, t, act);
-      team_barrier();
+      if (!own_rows) team_barrier();
       const ForwardArgs<scalar_t> args{
           act, nullptr, nullptr, b.cumaxes + t * batch * 2 * n_chunk,
           b.c + t * batch * hidden, b.h + t * batch * hidden, b.c + (t + 1) * batch * hidden,
@@ -586,7 +592,7 @@ void forward_loop(int64_t steps, const StepShape& shape, const ForwardBuffers<sc
           b.masks == nullptr ? nullptr : b.masks + t * batch, n_chunk, chunk_size};
       if (rb < re) run_rows(args, rb, re);
       after_rows(team, t, rb, re);
-      team_barrier();
+      if (!own_rows) team_barrier();
     }
   });
 }
@@ -715,7 +721,8 @@ void forward_sequence_projected(const at::Tensor& inputs, const at::Tensor& bias
                                 const std::optional<at::Tensor>& gates_buffer,
                                 const std::optional<at::Tensor>& step_mask, int64_t chunk_size,
                                 const std::optional<at::Tensor>& batch_first,
-                                const std::optional<at::Tensor>& distances, int64_t isa) {
+                                const std::optional<at::Tensor>& distances, bool own_rows,
+                                int64_t isa) {
   TORCH_CHECK(inputs.dim() == 3 && inputs.device().is_cpu() &&
                   (inputs.size(2) <= 1 || inputs.stride(2) == 1),
               "inputs must be a CPU (T, B, D) tensor with contiguous rows");
@@ -745,12 +752,22 @@ void forward_sequence_projected(const at::Tensor& inputs, const at::Tensor& bias
     scalar_t* operand = operand_rows.data_ptr<scalar_t>();
     gather_operand(x, row_stride, depth, b.h, hidden, 0, batch, operand);
     auto product = [&](const Team& team, int64_t, scalar_t* act) {
-      const PanelRange mine = panel_share(gates, team.thread, team.threads);
       // ld_added 0: every row adds the bias. Tiles of 8 rows over the long operand rows (12
       // rows of 2 KiB and two weight panels crowd a 32 KiB L1; measured 2-7 % faster)
+      const int64_t max_rows = width > 384 ? 8 : 12;
+      if (own_rows) {
+        const int64_t rb = team.row_begin(batch), re = team.row_end(batch);
+        if (rb == re) return;
+        const Product<scalar_t, scalar_t, scalar_t> m{
+            operand + rb * width, width, re - rb, width, packed.data_ptr<scalar_t>(), gates,
+            act + rb * gates, gates, bias.data_ptr<scalar_t>(), 0, max_rows};
+        product_panels(m, 0, panels_of(gates), chosen_isa);
+        return;
+      }
+      const PanelRange mine = panel_share(gates, team.thread, team.threads);
       const Product<scalar_t, scalar_t, scalar_t> m{
           operand, width, batch, width, packed.data_ptr<scalar_t>(), gates, act, gates,
-          bias.data_ptr<scalar_t>(), 0, width > 384 ? 8 : 12};
+          bias.data_ptr<scalar_t>(), 0, max_rows};
       product_panels(m, mine.begin, mine.end, chosen_isa);
     };
     auto after_rows = [&](const Team&, int64_t t, int64_t rb, int64_t re) {
@@ -775,7 +792,7 @@ void forward_sequence_projected(const at::Tensor& inputs, const at::Tensor& bias
         }
       }
     };
-    forward_loop<scalar_t>(steps, shape, b, chunk_size, product, after_rows);
+    forward_loop<scalar_t>(steps, shape, b, chunk_size, product, after_rows, own_rows);
   });
 }
 
@@ -884,7 +901,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("cumaxes"), pybind11::arg("activations"), pybind11::arg("tanh_cells"),
         pybind11::arg("gates_buffer"), pybind11::arg("step_mask"), pybind11::arg("chunk_size"),
         pybind11::arg("batch_first") = pybind11::none(),
-        pybind11::arg("distances") = pybind11::none(), pybind11::arg("isa") = 0);
+        pybind11::arg("distances") = pybind11::none(), pybind11::arg("own_rows") = false,
+        pybind11::arg("isa") = 0);
   m.def("backward_sequence", &backward_sequence,
         "The reverse loop over all steps: elementwise work and packed products, in place.",
         pybind11::arg("packed_t"), pybind11::arg("activations"), pybind11::arg("cumaxes"),
