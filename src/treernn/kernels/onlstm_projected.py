@@ -47,8 +47,8 @@ log = logging.getLogger(__name__)
 ENV_VAR = "TREERNN_ONLSTM_PROJECTION"
 PLACEMENTS = ("auto", "loop", "rows", "separate")
 IN_LOOP = ("loop", "rows")
-#: this process's placements, (batch, depth, hidden) -> one of loop, rows, separate (the
-#: benchmark prints them)
+#: this process's probed placements (not those forced by :data:`ENV_VAR`), (batch, depth,
+#: hidden) -> one of loop, rows, separate (the benchmark prints them)
 DECISIONS: dict[tuple[int, int, int], str] = {}
 #: each placement in words
 WHERE = {
@@ -68,16 +68,17 @@ def projection_placement(
     value = os.environ.get(ENV_VAR, "auto") or "auto"
     if value not in PLACEMENTS:
         raise ConfigValueError(f"{ENV_VAR}={value!r} is not one of {', '.join(PLACEMENTS)}.")
-    if value == "auto" and dtype != torch.float32:
-        value = "loop"
-    elif value == "auto":
-        num_gates = 4 * hidden + 2 * (hidden // chunk_size)
-        label = f"ON-LSTM input projection from {depth}"
-        key = (batch, hidden, num_gates, label, torch.get_num_threads())
-        value = gemm.kept_choice(
-            key, ["loop", "rows", "separate"],
-            lambda: _probe_placement(batch, depth, hidden, chunk_size, kernel),
-        )  # fmt: skip
+    if value != "auto":
+        return value
+    if dtype != torch.float32:
+        return "loop"
+    num_gates = 4 * hidden + 2 * (hidden // chunk_size)
+    label = f"ON-LSTM input projection from {depth}"
+    key = (batch, hidden, num_gates, label, torch.get_num_threads())
+    value = gemm.kept_choice(
+        key, ["loop", "rows", "separate"],
+        lambda: _probe_placement(batch, depth, hidden, chunk_size, kernel),
+    )  # fmt: skip
     DECISIONS[(batch, depth, hidden)] = value
     return value
 
