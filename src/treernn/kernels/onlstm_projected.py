@@ -6,12 +6,13 @@ a (T, B, G) projection over all steps written to memory and read back by
 followed by the recurrence, results and gradients, in float64); the outputs come back
 batch-first as the kernel writes them.
 
-Which is faster depends on the shape and the machine, so a probe decides per layer shape
-(:func:`projection_placement`). Measured on a 2-core AMD Zen 4 (``scripts/benchmark_recurrence.py``,
-ratios to nn.LSTM in one run): at one layer of 256 (batch 32, BPTT 35) the loop took inference
-from 0.79x to 0.91x and training from 0.92x to 0.99x; at the paper's 400-1150-400 (batch 20) it
-was slower (training 1.01x against 1.05x, inference 0.97x against 1.05x), its [W_ih | W_hh]
-(G x 1550 floats) streamed from memory at every step.
+Which is faster depends on the shape and the machine, and so does how the threads share the
+loop (``loop``: each step's outputs split between them; ``rows``: each its own batch rows), so a
+probe decides per layer shape (:func:`projection_placement`). On a 2-core AMD Zen 4
+(``scripts/benchmark_recurrence.py``, ratios to nn.LSTM in one run, medians of five) it took one
+layer of 256 (batch 32, BPTT 35) from 0.74x to 0.92x in inference and from 0.90x to 0.97x in
+training; at the paper's middle layer (1150 -> 1150, batch 20) the projection over all steps
+stays faster: [W_ih | W_hh] (4830 x 2300 floats) streams from memory at every step.
 """
 
 from __future__ import annotations
