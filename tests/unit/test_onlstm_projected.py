@@ -181,13 +181,18 @@ def test_projected_loop_per_instruction_set(
     torch.testing.assert_close(kernel_distances, distances, **TOLERANCE)
 
 
-def test_pack_projected_is_the_packed_concatenation(extension) -> None:
+@pytest.mark.parametrize("depth, hidden", [(5, 5), (37, 52), (32, 16)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_pack_projected_is_the_packed_concatenation(depth, hidden, dtype, extension) -> None:
     """[W_ih | scale * W_hh] packed in one pass: exactly the packing of the concatenated weight
-    (the last panel padded with zeros)."""
+    (37 outputs: two full panels, packed in 16 x 16 blocks on AVX-512 in float32, and a partial
+    one padded with zeros; depths below, above and at multiples of 16)."""
     generator = torch.Generator().manual_seed(0)
-    w_ih, w_hh = torch.randn(2, 37, 5, generator=generator)  # 37 outputs: a partial panel
+    w_ih = torch.randn(37, depth, generator=generator, dtype=dtype)
+    w_hh = torch.randn(37, hidden, generator=generator, dtype=dtype)
     expected = gemm.packed_kernels().pack(torch.cat((w_ih, w_hh * 0.25), dim=1), False)
     assert torch.equal(extension.pack_projected(w_ih, w_hh, 0.25), expected)
+    w_ih, w_hh = w_ih[:, :5], w_hh[:, :5]
     with pytest.raises(RuntimeError, match="two contiguous CPU weights"):
         extension.pack_projected(w_ih, w_hh.t(), 1.0)
 
