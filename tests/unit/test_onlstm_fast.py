@@ -13,6 +13,7 @@ from types import ModuleType
 import pytest
 import torch
 
+from tests.fixtures.compiled import compiled_extension
 from tests.fixtures.precision import fp32_and_bf16_runs
 from treernn.encoders.onlstm import ONLSTMEncoder
 from treernn.kernels import cpp_ext, gemm
@@ -33,10 +34,7 @@ PATHS = ["fused", "torch"]
 def extension(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """The compiled per-step kernel. It must build wherever the tests run (a C++ compiler and
     ninja are installed): a failed build is a bug to fix, never a skip."""
-    monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
-    kernel = cpp_ext.load_extension("onlstm_step")
-    assert kernel is not None, "the onlstm_step C++ extension did not build; see the log"
-    return kernel
+    return compiled_extension("onlstm_step", monkeypatch)
 
 
 def _use_path(path: str, monkeypatch: pytest.MonkeyPatch) -> None:

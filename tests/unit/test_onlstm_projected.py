@@ -14,9 +14,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.fixtures.compiled import compiled_extension
 from treernn.encoders.onlstm import ONLSTMEncoder
 from treernn.errors import ConfigValueError
-from treernn.kernels import cpp_ext, gemm
+from treernn.kernels import gemm
 from treernn.kernels import onlstm_projected as onlstm_kernel
 from treernn.kernels.onlstm import _fast_forward, fast_recurrence
 from treernn.kernels.onlstm_projected import fast_projected_recurrence
@@ -27,10 +28,7 @@ TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 @pytest.fixture
 def extension(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """The compiled kernel; it must build wherever the tests run (a failed build is a bug)."""
-    monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
-    kernel = cpp_ext.load_extension("onlstm_step")
-    assert kernel is not None, "the onlstm_step C++ extension did not build; see the log"
-    return kernel
+    return compiled_extension("onlstm_step", monkeypatch)
 
 
 def _problem(dtype: torch.dtype, masked: bool, seed: int = 3):

@@ -10,6 +10,7 @@ from types import ModuleType
 import pytest
 import torch
 
+from tests.fixtures.compiled import compiled_extension
 from treernn.kernels import cpp_ext, weight_ops
 from treernn.kernels.weight_ops import dropconnect, keep_mask, philox, transposed
 
@@ -29,10 +30,7 @@ KNOWN_ANSWERS = [
 @pytest.fixture
 def kernel(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """The compiled weight_ops kernel; it must build where the tests run (never a skip)."""
-    monkeypatch.delenv(cpp_ext.ENV_VAR, raising=False)
-    module = cpp_ext.load_extension("weight_ops")
-    assert module is not None, "the weight_ops C++ extension did not build; see the log"
-    return module
+    return compiled_extension("weight_ops", monkeypatch)
 
 
 @pytest.mark.parametrize(("counter", "key", "expected"), KNOWN_ANSWERS)

@@ -185,8 +185,8 @@ class ONLSTMLayer(nn.Module):
 
     def scaled_recurrent_weight(self) -> tuple[Tensor, float]:
         """(weight, scale) with :meth:`recurrent_weight` = weight * scale: in eval the parameter
-        itself and 1 - p (so that a kernel can keep it packed from one call to the next), while
-        training the DropConnect-ed weight and 1."""
+        itself and 1 - p (the fast kernel folds the scale into its packing of the weight instead
+        of copying a scaled weight first), while training the DropConnect-ed weight and 1."""
         weight = self.hh.weight
         if self.weight_drop == 0.0:
             return weight, 1.0

@@ -567,6 +567,19 @@ def linear(
     return _Linear.apply(x, weight, bias, backend, dtype)
 
 
+def input_gradient(
+    grad: Tensor, weight: Tensor, backend: str = "auto", dtype: torch.dtype | None = None
+) -> Tensor:
+    """``grad @ weight``: the (R, K) input gradient of a linear map with weight (N, K) from its
+    (R, N) output gradients, one product on the backend chosen for that shape (probed at
+    :func:`rows_bucket` rows; in ``dtype`` when given, the result in ``grad``'s dtype)."""
+    rows, out_features = grad.shape
+    chosen = resolve(
+        backend, rows_bucket(rows), out_features, weight.size(1), grad.device, dtype or grad.dtype
+    )
+    return PackedLinear(weight.t(), rows, chosen, dtype).mm(grad)
+
+
 class _Linear(torch.autograd.Function):
     """:func:`linear` off aten or in another dtype: the backward's input gradient on the backend
     chosen for its own shape (rows x out_features) @ (out_features x in_features)."""
@@ -587,16 +600,10 @@ class _Linear(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):  # type: ignore[override]
         flat, weight = ctx.saved_tensors
-        in_features, out_features = weight.size(1), weight.size(0)
-        grad = grad.reshape(-1, out_features)
-        rows = grad.size(0)
-        run_dtype = ctx.dtype or grad.dtype
+        grad = grad.reshape(-1, weight.size(0))
         grad_x = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
-            chosen = resolve(
-                ctx.backend, rows_bucket(rows), out_features, in_features, grad.device, run_dtype
-            )
-            grad_x = PackedLinear(weight.t(), rows, chosen, ctx.dtype).mm(grad).view(ctx.shape)
+            grad_x = input_gradient(grad, weight, ctx.backend, ctx.dtype).view(ctx.shape)
         if ctx.needs_input_grad[1]:
             grad_weight = weight_gradient(grad, flat, ctx.backend, ctx.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:

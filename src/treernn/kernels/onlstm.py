@@ -47,6 +47,12 @@ from treernn.kernels.gemm import PackedLinear, weight_gradient
 log = logging.getLogger(__name__)
 
 
+def gate_count(hidden: int, chunk_size: int) -> int:
+    """G = 2n + 4H pre-activations per step: two master gates over n = H / chunk_size chunks,
+    then the output, candidate, input and forget gates."""
+    return 4 * hidden + 2 * (hidden // chunk_size)
+
+
 def fused_kernel(like: Tensor) -> ModuleType | None:
     """The compiled per-step kernel (``csrc/onlstm_step.cpp``) where it can run tensors like
     ``like`` (CPU, float32 or float64) and the extension is built; None otherwise (the torch-ops
@@ -335,8 +341,6 @@ def gate_gradients(
     # the gradients reaching the last state, updated step by step in reverse
     grad_h = torch.zeros_like(hs[0]) if grad_h_last is None else grad_h_last.contiguous().clone()
     grad_c = torch.zeros_like(cs[0]) if grad_c_last is None else grad_c_last.contiguous().clone()
-    if grad_outputs is None:
-        grad_outputs = torch.zeros_like(hs[1:])
     buffers = (activations, cumaxes, tanh_cells, cs)
     gradients = (grad_outputs, distance_grads, grad_h, grad_c, grad_gates)
     if ctx.kernel is not None and to_hidden.backend == "treernn":
@@ -606,7 +610,7 @@ PROBE_STEPS = 32
 
 def _probe_loop(batch, hidden, chunk_size, kernel, backend, product_dtype):
     """A forward loop of :data:`PROBE_STEPS` steps on random data (a closure) and its FLOPs."""
-    num_gates = 4 * hidden + 2 * (hidden // chunk_size)
+    num_gates = gate_count(hidden, chunk_size)
     generator = torch.Generator().manual_seed(0)
     gates = torch.randn(PROBE_STEPS, batch, num_gates, generator=generator)
     weight = torch.randn(num_gates, hidden, generator=generator) / hidden**0.5
@@ -626,7 +630,7 @@ def precision_runs(batch: int, hidden: int, chunk_size: int, kernel: ModuleType 
     def runs():
         loops = {}
         for name, dtype in (("float32", None), ("bfloat16", torch.bfloat16)):
-            gates = torch.zeros(1, batch, 4 * hidden + 2 * (hidden // chunk_size))
+            gates = torch.zeros(1, batch, gate_count(hidden, chunk_size))
             backend = recurrence_backend("auto", gates, hidden, chunk_size, kernel, dtype)
             loops[name], flops = _probe_loop(batch, hidden, chunk_size, kernel, backend, dtype)
         return loops, flops

@@ -27,12 +27,13 @@ from torch.autograd.function import once_differentiable
 
 from treernn.errors import ConfigValueError
 from treernn.kernels import gemm
-from treernn.kernels.gemm import PackedLinear, weight_gradient
+from treernn.kernels.gemm import input_gradient, weight_gradient
 from treernn.kernels.onlstm import (
     PROBE_STEPS,
     fast_recurrence,
     forward_buffers,
     fused_kernel,
+    gate_count,
     gate_gradients,
     recurrence_backend,
     recurrent_weight_gradient,
@@ -73,7 +74,7 @@ def projection_placement(
         return value
     if dtype != torch.float32:
         return "loop"
-    num_gates = 4 * hidden + 2 * (hidden // chunk_size)
+    num_gates = gate_count(hidden, chunk_size)
     label = f"ON-LSTM input projection from {depth}"
     key = (batch, hidden, num_gates, label, torch.get_num_threads())
     value = gemm.kept_choice(
@@ -87,7 +88,7 @@ def projection_placement(
 def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kernel) -> str:
     """Times the placements on random data (forward loops of :data:`PROBE_STEPS` steps, the
     weights packed per call as in training) and returns the fastest."""
-    num_gates = 4 * hidden + 2 * (hidden // chunk_size)
+    num_gates = gate_count(hidden, chunk_size)
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(PROBE_STEPS, batch, depth, generator=generator)
     input_weight = torch.randn(num_gates, depth, generator=generator) / depth**0.5
@@ -96,7 +97,7 @@ def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kerne
     state = torch.zeros(batch, hidden)
 
     def in_loop(placement):
-        packed = kernel.pack_projected(input_weight, recurrent_weight, 1.0)
+        packed = _pack(kernel, input_weight, recurrent_weight, 1.0)
         return _projected_forward(
             kernel, inputs, packed, bias, state, state, None, chunk_size, placement == "rows"
         )
@@ -179,13 +180,8 @@ def fast_projected_recurrence(
             return outputs, h, c, distances[..., 1], distances[..., 0]
         if in_loop:
             with torch.no_grad():
-                # [W_ih | scale * W_hh] packed as one weight, once per call
-                packed = kernel.pack_projected(
-                    input_weight.detach().contiguous(),
-                    recurrent_weight.detach().contiguous(),
-                    recurrent_scale,
-                )
-                outputs, h, c, distances = _projected_forward(
+                packed = _pack(kernel, input_weight, recurrent_weight, recurrent_scale)
+                outputs, h, c, distances, _ = _projected_forward(
                     kernel, inputs, packed, bias, h0, c0, step_mask, chunk_size, own_rows
                 )
             return outputs, h, c, distances[..., 1], distances[..., 0]
@@ -195,6 +191,16 @@ def fast_projected_recurrence(
     return fast_recurrence(
         input_gates, recurrent_weight, h0, c0, step_mask, chunk_size, gemm_backend, product_dtype
     )
+
+
+def _pack(
+    kernel: ModuleType, input_weight: Tensor, recurrent_weight: Tensor, scale: float
+) -> Tensor:
+    """[W_ih | scale * W_hh] packed as one weight (``pack_projected``), once per call: in
+    training DropConnect gives each call its own recurrent weight, and a packing kept across
+    eval calls could go stale silently (a ``.data`` write does not bump the version counter)."""
+    weights = (input_weight.detach().contiguous(), recurrent_weight.detach().contiguous())
+    return kernel.pack_projected(*weights, scale)
 
 
 def _projected_forward(
@@ -207,27 +213,30 @@ def _projected_forward(
     step_mask: Tensor | None,
     chunk_size: int,
     own_rows: bool = False,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    save_for_backward: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
     """The forward loop of :func:`fast_projected_recurrence` in one call of the compiled kernel
-    (``forward_sequence_projected``) with the packed [W_ih | W_hh] (``pack_projected``); with
+    (``forward_sequence_projected``) with the packed [W_ih | W_hh] (:func:`_pack`); with
     ``own_rows`` each thread runs its own batch rows (the ``rows`` placement).
-    Returns outputs (T, B, H), h_last, c_last (B, H) and the distances (T, B, 2) = (input,
-    forget)."""
+    Returns outputs (T, B, H), h_last, c_last (B, H), the distances (T, B, 2) = (input, forget)
+    and the buffers of :func:`forward_buffers` (what the backward pass reads when saving)."""
     steps, batch, _ = inputs.shape
     num_gates, hidden = bias.size(0), h0.size(1)
-    buffers = forward_buffers(inputs, steps, num_gates, h0, c0, step_mask, chunk_size, False)
-    hs, cs, outputs, cumaxes, _, _, gates_buffer = buffers
+    buffers = forward_buffers(
+        inputs, steps, num_gates, h0, c0, step_mask, chunk_size, save_for_backward
+    )
+    hs, cs, outputs, cumaxes, activations, tanh_cells, gates_buffer = buffers
     # the outputs written batch-first as well (a batch-first caller then copies nothing), and the
     # distances, by the kernel while each row is in its cache
     batch_first = inputs.new_empty(batch, steps, hidden)
     distances = inputs.new_empty(steps, batch, 2)
     kernel.forward_sequence_projected(
         inputs, bias.to(inputs.dtype).contiguous(), packed, hs, cs,
-        None if step_mask is None else outputs, cumaxes, None, None, gates_buffer,
+        None if step_mask is None else outputs, cumaxes, activations, tanh_cells, gates_buffer,
         None if step_mask is None else step_mask.contiguous(), chunk_size, batch_first, distances,
         own_rows,
     )  # fmt: skip
-    return batch_first.transpose(0, 1), hs[steps], cs[steps], distances
+    return batch_first.transpose(0, 1), hs[steps], cs[steps], distances, buffers
 
 
 class ONLSTMProjectedRecurrence(torch.autograd.Function):
@@ -250,37 +259,26 @@ class ONLSTMProjectedRecurrence(torch.autograd.Function):
         gemm_backend="auto", recurrent_scale=1.0, own_rows=False,
     ):  # fmt: skip
         kernel = fused_kernel(inputs)
-        steps, batch, _ = inputs.shape
-        num_gates, hidden = recurrent_weight.shape
-        packed = kernel.pack_projected(
-            input_weight.contiguous(), recurrent_weight.contiguous(), recurrent_scale
+        packed = _pack(kernel, input_weight, recurrent_weight, recurrent_scale)
+        outputs, h_last, c_last, distances, buffers = _projected_forward(
+            kernel, inputs, packed, bias, h0, c0, step_mask, chunk_size, own_rows, True
         )
-        buffers = forward_buffers(inputs, steps, num_gates, h0, c0, step_mask, chunk_size, True)
-        hs, cs, outputs, cumaxes, activations, tanh_cells, _ = buffers
-        batch_first = inputs.new_empty(batch, steps, hidden)
-        distances = inputs.new_empty(steps, batch, 2)
-        kernel.forward_sequence_projected(
-            inputs, bias.contiguous(), packed, hs, cs, None if step_mask is None else outputs,
-            cumaxes, activations, tanh_cells, None,
-            None if step_mask is None else step_mask.contiguous(), chunk_size, batch_first,
-            distances, own_rows,
-        )  # fmt: skip
-        ctx.chunk_size, ctx.gemm_backend, ctx.recurrent_scale = (
-            chunk_size,
-            gemm_backend,
-            recurrent_scale,
-        )
-        ctx.product_dtype, ctx.kernel = None, kernel
+        hs, cs, _, cumaxes, activations, tanh_cells, _ = buffers
+        # what gate_gradients reads from ctx, and the scale of the recurrent weight
+        ctx.chunk_size, ctx.gemm_backend, ctx.product_dtype = chunk_size, gemm_backend, None
+        ctx.kernel, ctx.recurrent_scale = kernel, recurrent_scale
         ctx.save_for_backward(
             inputs, input_weight, recurrent_weight, step_mask, activations, cumaxes, tanh_cells,
             hs, cs,
         )  # fmt: skip
-        return batch_first.transpose(0, 1), hs[steps].clone(), cs[steps].clone(), distances
+        # the outputs are not views of the saved buffers; the last state is (hs[T], cs[T])
+        return outputs, h_last.clone(), c_last.clone(), distances
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_outputs, grad_h_last, grad_c_last, grad_distances):  # type: ignore[override]
         inputs, input_weight, recurrent_weight, step_mask, *saved = ctx.saved_tensors
+        hs = saved[3]  # saved = (activations, cumaxes, tanh_cells, hs, cs)
         scale = ctx.recurrent_scale
         weight = recurrent_weight if scale == 1.0 else recurrent_weight * scale
         grad_gates, grad_h, grad_c = gate_gradients(
@@ -292,19 +290,15 @@ class ONLSTMProjectedRecurrence(torch.autograd.Function):
         rows = grad_gates.view(-1, num_gates)
         grad_inputs = grad_input_weight = grad_bias = grad_weight = None
         if ctx.needs_input_grad[0]:
-            chosen = gemm.resolve(
-                ctx.gemm_backend, gemm.rows_bucket(rows.size(0)), num_gates, depth,
-                rows.device, rows.dtype,
-            )  # fmt: skip
-            to_inputs = PackedLinear(input_weight.t(), rows.size(0), chosen)
-            grad_inputs = to_inputs.mm(rows).view(steps, batch, depth)
+            grad_inputs = input_gradient(rows, input_weight, ctx.gemm_backend)
+            grad_inputs = grad_inputs.view(steps, batch, depth)
         if ctx.needs_input_grad[1]:
             flat_inputs = inputs.reshape(-1, depth)  # (T * B, D) in the order of the rows
             grad_input_weight = weight_gradient(rows, flat_inputs, ctx.gemm_backend)
         if ctx.needs_input_grad[2]:
             grad_bias = rows.sum(0)
         if ctx.needs_input_grad[3]:
-            grad_weight = recurrent_weight_gradient(ctx, grad_gates, saved[3])
+            grad_weight = recurrent_weight_gradient(ctx, grad_gates, hs)
             if scale != 1.0:
                 grad_weight = grad_weight * scale
         return (

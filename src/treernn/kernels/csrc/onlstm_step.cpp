@@ -19,7 +19,7 @@
 // back into Python or torch's dispatcher per step; bf16 panels run the products in bf16 (the
 // states converted to bf16 pairs by the rows' owners), everything else stays float32.
 //
-// forward_sequence_projected: the same loop with the input projection inside it (inference):
+// forward_sequence_projected: the same loop with the input projection inside it:
 // per step one product over [x_t | h_t] with [W_ih | W_hh] packed as one weight (pack_projected),
 // so that the (T, B, G) projection is never written and read back; it also writes the outputs
 // batch-first and the distances, while each row is in its thread's cache.
