@@ -58,11 +58,7 @@ def test_projected_path_equals_projection_then_recurrence_float64(
     masked: bool, scale: float, extension, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk = _problem(torch.float64, masked)
-    taken = []
-    original = onlstm_kernel._projected_forward
-    monkeypatch.setattr(
-        onlstm_kernel, "_projected_forward", lambda *a: taken.append(1) or original(*a)
-    )
+    taken = _spy_on_inference(extension, monkeypatch)
     with torch.no_grad():
         result = fast_projected_recurrence(
             inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk, "treernn", recurrent_scale=scale
@@ -76,6 +72,58 @@ def test_projected_path_equals_projection_then_recurrence_float64(
         torch.testing.assert_close(value, wanted, rtol=1e-12, atol=1e-12, msg=name)
     if masked:  # padded steps: zero outputs and distances
         assert not result[0][~step_mask].any() and not result[3][~step_mask].any()
+
+
+def _spy_on_inference(extension: ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one at each call of the kernel's one-call inference entry."""
+    taken: list[int] = []
+    original = extension.infer_projected
+    monkeypatch.setattr(extension, "infer_projected", lambda *a: taken.append(1) or original(*a))
+    return taken
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("own_rows", [False, True])
+@pytest.mark.parametrize("steps", [1, 2, 7])
+def test_one_call_inference_equals_the_loop_on_full_buffers(
+    dtype, masked, own_rows, steps, extension
+) -> None:
+    """``infer_projected`` (biases added, weights packed, zero or given states, the states kept
+    as a ring of two) gives bit for bit what the loop on caller-made full buffers gives
+    (``_projected_forward``, the training node's forward), at odd and even step counts (the
+    last state's slot), with and without padded steps, in both thread splits."""
+    inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk = _problem(dtype, masked)
+    inputs = inputs[:steps]
+    step_mask = None if step_mask is None else step_mask[:steps].contiguous()
+    recurrent_bias = torch.linspace(-1, 1, bias.numel(), dtype=dtype)
+    packed = onlstm_kernel._pack(extension, w_ih, w_hh, 0.55)
+    for start in ((h0, c0), (None, None)):
+        wanted_start = start if start[0] is not None else (torch.zeros_like(h0),) * 2
+        expected = onlstm_kernel._projected_forward(
+            extension, inputs, packed, bias + recurrent_bias, *wanted_start, step_mask, chunk,
+            own_rows,
+        )[:4]  # fmt: skip
+        outputs, h, c, distances = extension.infer_projected(
+            inputs, w_ih, w_hh, 0.55, bias, recurrent_bias, *start, step_mask, chunk, own_rows
+        )
+        assert outputs.shape == (inputs.size(1), steps, h0.size(1)) and outputs.is_contiguous()
+        for name, value, wanted in zip(
+            ("outputs", "h", "c", "distances"), (outputs.transpose(0, 1), h, c, distances), expected
+        ):
+            assert torch.equal(value, wanted), name
+
+
+def test_one_call_inference_says_what_is_wrong(extension) -> None:
+    """Weights of the wrong shape or dtype, and a state of the wrong shape, are one error each
+    naming the expected sizes, not a read past the end of a buffer."""
+    inputs, w_ih, bias, w_hh, h0, c0, _, chunk = _problem(torch.float64, False)
+    with pytest.raises(RuntimeError, match=r"weights \(G, D\) = \(90, 9\)"):
+        extension.infer_projected(inputs, w_ih[:, :-1], w_hh, 1.0, bias, None, h0, c0, None, chunk)
+    with pytest.raises(RuntimeError, match="of the inputs' dtype"):
+        extension.infer_projected(inputs, w_ih.float(), w_hh, 1.0, bias, None, h0, c0, None, chunk)
+    with pytest.raises(RuntimeError, match=r"h0 must be \(B, H\) = \(14, 20\)"):
+        extension.infer_projected(inputs, w_ih, w_hh, 1.0, bias, None, h0[1:], c0, None, chunk)
 
 
 def _loss(result: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -207,12 +255,8 @@ def test_encoder_inference_on_the_projected_path_matches_the_reference(
     reference = ONLSTMEncoder(impl="reference", **kwargs).eval()
     fast = ONLSTMEncoder(impl="fast", **kwargs).eval()
     fast.load_state_dict(reference.state_dict())
-    taken = []
-    original = onlstm_kernel._projected_forward
-    monkeypatch.setattr(
-        onlstm_kernel, "_projected_forward", lambda *a: taken.append(1) or original(*a)
-    )
     x = torch.randn(5, 8, 6)
+    taken = _spy_on_inference(compiled_extension("onlstm_step", monkeypatch), monkeypatch)
     mask = torch.ones(5, 8, dtype=torch.bool)
     mask[2, 3:] = False
     with torch.inference_mode():
@@ -230,11 +274,7 @@ def test_the_placement_follows_the_environment_then_the_probe(extension, monkeyp
     loop; unset, float32 asks the kept probe choice between the two; a wrong value is one error
     naming the valid ones."""
     inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk = _problem(torch.float32, True)
-    taken = []
-    original = onlstm_kernel._projected_forward
-    monkeypatch.setattr(
-        onlstm_kernel, "_projected_forward", lambda *a: taken.append(1) or original(*a)
-    )
+    taken = _spy_on_inference(extension, monkeypatch)
     results = {}
     with torch.no_grad():
         for placement in ("separate", "loop", "rows"):

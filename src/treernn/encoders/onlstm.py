@@ -247,6 +247,26 @@ class ONLSTMEncoder(Encoder):
         zeros = [like.new_zeros(batch_size, layer.hidden_size) for layer in self.layers]
         return [(h, h.clone()) for h in zeros]
 
+    def _fast_layer(
+        self,
+        layer: ONLSTMLayer,
+        layer_input: Tensor,
+        weight: Tensor,
+        weight_scale: float,
+        h0: Tensor | None,
+        c0: Tensor | None,
+        step_mask: Tensor | None,
+        projection_dtype: torch.dtype | None = None,
+        step_dtype: torch.dtype | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """One layer on the fast recurrence (both biases are constant over time: they are added
+        once, to the input projection)."""
+        return fast_projected_recurrence(
+            layer_input, layer.ih.weight, layer.ih.bias, weight, h0, c0, step_mask,
+            layer.chunk_size, self.gemm_backend, projection_dtype, step_dtype, weight_scale,
+            layer.hh.bias,
+        )  # fmt: skip
+
     def forward(
         self, x: Tensor, mask: Tensor | None = None, state: Any = None, **kwargs: Any
     ) -> EncoderOutput:
@@ -259,8 +279,8 @@ class ONLSTMEncoder(Encoder):
             raise ValueError(
                 f"mask has shape {tuple(mask.shape)}; expected (B, T) = {(batch, steps)}."
             )
-        if state is None:
-            state = self.initial_state(batch, x)
+        if state is None:  # zero states (the fast kernel makes its own)
+            state = [(None, None)] * self.num_layers
         elif len(state) != self.num_layers:
             raise ValueError(f"state has {len(state)} layers; this encoder has {self.num_layers}.")
         step_mask = None if mask is None else mask.t().bool()  # (T, B)
@@ -270,7 +290,7 @@ class ONLSTMEncoder(Encoder):
         for index, (layer, (h0, c0)) in enumerate(zip(self.layers, state)):
             # one DropConnect mask for the whole call (in eval: the weight and its scale)
             weight, weight_scale = layer.scaled_recurrent_weight()
-            if self.impl == "fast":
+            if self.impl == "fast" and torch.is_autocast_enabled(x.device.type):
                 # Under autocast with bf16 (bf16-mixed) the input projection and the recurrence's
                 # products (per step, and its weight gradient) each run in bf16, with fp32
                 # accumulation, where a probe finds that faster on this machine at their shapes
@@ -289,26 +309,19 @@ class ONLSTMEncoder(Encoder):
                 with torch.autocast(x.device.type, enabled=False):
                     if layer_input.dtype in (torch.float16, torch.bfloat16):
                         layer_input = layer_input.float()
-                    # Both biases are constant over time: fold b_hh into the input projection,
-                    # one large product over all steps on the machine's fastest GEMM library.
-                    bias = layer.ih.bias + layer.hh.bias
-                    outputs, h, c, forget_distance, input_distance = fast_projected_recurrence(
-                        layer_input,
-                        layer.ih.weight,
-                        bias,
-                        weight,
-                        h0,
-                        c0,
-                        step_mask,
-                        layer.chunk_size,
-                        self.gemm_backend,
-                        projection_dtype,
-                        step_dtype,
-                        weight_scale,
-                    )
+                    outputs, h, c, forget_distance, input_distance = self._fast_layer(
+                        layer, layer_input, weight, weight_scale, h0, c0, step_mask,
+                        projection_dtype, step_dtype,
+                    )  # fmt: skip
+            elif self.impl == "fast":
+                outputs, h, c, forget_distance, input_distance = self._fast_layer(
+                    layer, layer_input, weight, weight_scale, h0, c0, step_mask
+                )
             else:
                 if weight_scale != 1.0:
                     weight = weight * weight_scale
+                if h0 is None:
+                    h0, c0 = (layer_input.new_zeros(batch, layer.hidden_size) for _ in range(2))
                 input_gates = F.linear(layer_input, layer.ih.weight, layer.ih.bias)  # (T, B, G)
                 outputs, h, c, forget_distance, input_distance = reference_recurrence(
                     input_gates, weight, layer.hh.bias, h0, c0, step_mask, layer.chunk_size

@@ -154,20 +154,21 @@ def kept_choice(
     """The choice for ``key`` on ``device``: this process's, else the file's where it is one of
     ``usable``, else ``probe()``'s (then written to the file). The file's key names the choices
     too: a backend added later (or one that now builds) is probed, not passed over."""
+    process_key = (*key, device.type, *usable)
+    if process_key in _CHOICES:  # the common case, at every forward call: nothing else to build
+        return _CHOICES[process_key]
     name = f"{_machine_key(*key, device.type)} | of {' '.join(usable)}"
-    key = (*key, device.type, *usable)
-    if key not in _CHOICES:
-        stored = _stored_choices()
-        if stored.get(name) in usable:
-            _CHOICES[key] = stored[name]
+    stored = _stored_choices()
+    if stored.get(name) in usable:
+        _CHOICES[process_key] = stored[name]
+    else:
+        _CHOICES[process_key] = probe()
+        busy = machine_busy()
+        if busy:  # the figures may be the other processes': probe again next time
+            log.info("%s; this choice holds for this process only", busy)
         else:
-            _CHOICES[key] = probe()
-            busy = machine_busy()
-            if busy:  # the figures may be the other processes': probe again next time
-                log.info("%s; this choice holds for this process only", busy)
-            else:
-                _store_choice(name, _CHOICES[key])
-    return _CHOICES[key]
+            _store_choice(name, _CHOICES[process_key])
+    return _CHOICES[process_key]
 
 
 def machine_busy() -> str | None:

@@ -129,18 +129,20 @@ def fast_projected_recurrence(
     input_weight: Tensor,
     bias: Tensor,
     recurrent_weight: Tensor,
-    h0: Tensor,
-    c0: Tensor,
+    h0: Tensor | None,
+    c0: Tensor | None,
     step_mask: Tensor | None,
     chunk_size: int,
     gemm_backend: str = "auto",
     projection_dtype: torch.dtype | None = None,
     product_dtype: torch.dtype | None = None,
     recurrent_scale: float = 1.0,
+    recurrent_bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """:func:`fast_recurrence` of the input projection ``inputs @ input_weight.T + bias``
-    (inputs (T, B, D), any strides; bias (G,) holding both biases) with the recurrent weight
-    ``recurrent_weight * recurrent_scale`` (DropConnect in eval), the same results.
+    (inputs (T, B, D), any strides; bias (G,), plus ``recurrent_bias`` if given) with the
+    recurrent weight ``recurrent_weight * recurrent_scale`` (DropConnect in eval), from h0 and c0
+    (B, H) (None: zeros), the same results.
 
     Where the per-step products run in fp32 (or float64) on the ``treernn`` backend with the
     compiled kernel (:func:`recurrence_backend` picks it on CPUs where it is the fastest), the
@@ -150,13 +152,20 @@ def fast_projected_recurrence(
     :class:`ONLSTMProjectedRecurrence`. Otherwise (bf16 products, another backend, CUDA) the
     projection is one product over all steps (:func:`gemm.linear`, in ``projection_dtype``) and
     :func:`fast_recurrence` runs on it.
+
+    Inference (nothing to differentiate) inside the loop is one call of the compiled
+    ``infer_projected``: biases added, weights packed, zero states and buffers made there, only
+    the last state kept. At the small sizes the dozen small torch ops it replaces cost as much as
+    the packing, each run from caches the step loop has just flushed.
     """
     steps, batch, _ = inputs.shape
     num_gates, hidden = recurrent_weight.shape
     kernel = fused_kernel(inputs)
+    tensors = (inputs, input_weight, bias, recurrent_weight, h0, c0, recurrent_bias)
     needs_grad = torch.is_grad_enabled() and any(
-        tensor.requires_grad for tensor in (inputs, input_weight, bias, recurrent_weight, h0, c0)
+        tensor is not None and tensor.requires_grad for tensor in tensors
     )
+    placement = "separate"
     if (
         kernel is not None
         and projection_dtype is None
@@ -167,24 +176,28 @@ def fast_projected_recurrence(
     ):
         shape = inputs.new_empty(0, batch, num_gates)  # what the probe reads: B, G, dtype
         backend = recurrence_backend(gemm_backend, shape, hidden, chunk_size, kernel, None)
-        placement = "separate"
         if backend == "treernn":
             depth = inputs.size(-1)
             placement = projection_placement(batch, depth, hidden, chunk_size, kernel, inputs.dtype)
-        in_loop, own_rows = placement in IN_LOOP, placement == "rows"
-        if in_loop and needs_grad:
-            outputs, h, c, distances = ONLSTMProjectedRecurrence.apply(
-                inputs, input_weight, bias, recurrent_weight, h0, c0, step_mask, chunk_size,
-                gemm_backend, recurrent_scale, own_rows,
-            )  # fmt: skip
-            return outputs, h, c, distances[..., 1], distances[..., 0]
-        if in_loop:
-            with torch.no_grad():
-                packed = _pack(kernel, input_weight, recurrent_weight, recurrent_scale)
-                outputs, h, c, distances, _ = _projected_forward(
-                    kernel, inputs, packed, bias, h0, c0, step_mask, chunk_size, own_rows
-                )
-            return outputs, h, c, distances[..., 1], distances[..., 0]
+    own_rows = placement == "rows"
+    if placement in IN_LOOP and not needs_grad:
+        mask = None if step_mask is None else step_mask.contiguous()
+        batch_first, h, c, distances = kernel.infer_projected(
+            inputs, input_weight, recurrent_weight, recurrent_scale, bias, recurrent_bias, h0, c0,
+            mask, chunk_size, own_rows,
+        )  # fmt: skip
+        return batch_first.transpose(0, 1), h, c, distances[..., 1], distances[..., 0]
+    if h0 is None or c0 is None:
+        zeros = inputs.new_zeros(batch, hidden)
+        h0, c0 = (zeros if h0 is None else h0), (zeros.clone() if c0 is None else c0)
+    if recurrent_bias is not None:
+        bias = bias + recurrent_bias
+    if placement in IN_LOOP:
+        outputs, h, c, distances = ONLSTMProjectedRecurrence.apply(
+            inputs, input_weight, bias, recurrent_weight, h0, c0, step_mask, chunk_size,
+            gemm_backend, recurrent_scale, own_rows,
+        )  # fmt: skip
+        return outputs, h, c, distances[..., 1], distances[..., 0]
     if recurrent_scale != 1.0:
         recurrent_weight = recurrent_weight * recurrent_scale
     input_gates = gemm.linear(inputs, input_weight, bias, gemm_backend, projection_dtype)

@@ -34,6 +34,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/add.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -525,14 +526,19 @@ scalar_t* step_of(const std::optional<at::Tensor>& tensor, int64_t t, int64_t si
 // forward_sequence and forward_sequence_projected fill them.
 template <typename scalar_t>
 struct ForwardBuffers {
-  scalar_t* h;            // (T + 1, B, H)
-  scalar_t* c;            // (T + 1, B, H)
-  scalar_t* outputs;      // (T, B, H) or null (unmasked: the outputs are h[1:])
-  scalar_t* cumaxes;      // (T, B, 2, n)
+  scalar_t* h;            // (T + 1, B, H), or a ring of state_slots states
+  scalar_t* c;            // (T + 1, B, H), or a ring of state_slots states
+  scalar_t* outputs;      // (T, B, H) or null (unmasked: the outputs are h[1:]), or a ring
+  scalar_t* cumaxes;      // (T, B, 2, n), or a ring of step_slots steps
   scalar_t* activations;  // (T, B, G) or null (inference: one (B, G) buffer serves every step)
   scalar_t* tanh_cells;   // (T, B, H) or null
   scalar_t* gates_buffer; // (B, G) or null
   const bool* masks;      // (T, B) or null
+  // T + 1 and T: every state and step kept; 2 and 1 (infer_projected): a ring that keeps the
+  // last state and the step being written only
+  int64_t state_slots, step_slots;
+  int64_t state(int64_t s) const { return s % state_slots; }  // state s's slot (s in [0, T])
+  int64_t step(int64_t t) const { return t % step_slots; }    // step t's slot
 };
 
 template <typename scalar_t>
@@ -558,7 +564,7 @@ ForwardBuffers<scalar_t> forward_buffers(
   return {hs.data_ptr<scalar_t>(), cs.data_ptr<scalar_t>(), optional_pointer<scalar_t>(outputs),
           cumaxes.data_ptr<scalar_t>(), optional_pointer<scalar_t>(activations),
           optional_pointer<scalar_t>(tanh_cells), optional_pointer<scalar_t>(gates_buffer),
-          mask_pointer(step_mask, steps * batch)};
+          mask_pointer(step_mask, steps * batch), steps + 1, steps};
 }
 
 // The loop both forward sequences share, in one parallel region: per step t, each thread runs
@@ -584,10 +590,10 @@ void forward_loop(int64_t steps, const StepShape& shape, const ForwardBuffers<sc
       product(team, t, act);
       if (!own_rows) team_barrier();
       const ForwardArgs<scalar_t> args{
-          act, nullptr, nullptr, b.cumaxes + t * batch * 2 * n_chunk,
-          b.c + t * batch * hidden, b.h + t * batch * hidden, b.c + (t + 1) * batch * hidden,
-          b.h + (t + 1) * batch * hidden,
-          b.outputs == nullptr ? nullptr : b.outputs + t * batch * hidden,
+          act, nullptr, nullptr, b.cumaxes + b.step(t) * batch * 2 * n_chunk,
+          b.c + b.state(t) * batch * hidden, b.h + b.state(t) * batch * hidden,
+          b.c + b.state(t + 1) * batch * hidden, b.h + b.state(t + 1) * batch * hidden,
+          b.outputs == nullptr ? nullptr : b.outputs + b.step(t) * batch * hidden,
           b.tanh_cells == nullptr ? nullptr : b.tanh_cells + t * batch * hidden,
           b.masks == nullptr ? nullptr : b.masks + t * batch, n_chunk, chunk_size};
       if (rb < re) run_rows(args, rb, re);
@@ -759,17 +765,83 @@ at::Tensor pack_projected(const at::Tensor& input_weight, const at::Tensor& recu
   return packed;
 }
 
-// forward_sequence with the input projection inside the loop (inference, float32 and float64
-// products): per step, act = bias + [x_t | h_t] @ [W_ih | W_hh]^T, one product over the inputs
-// and the states together (``packed``: the (G, D + H) weight packed by packed_gemm's ``pack``),
-// so that no (T, B, G) input projection is written and read back, and the projection runs on the
-// same panels, in the same threads, as the recurrent product. ``inputs`` (T, B, D) may have any
-// strides over T and B (e.g. a transposed batch-first tensor); its rows must be contiguous.
+// The forward loop with the input projection inside it, on checked buffers ``b`` (full or ring):
+// per step, act = bias + [x_t | h_t] @ [W_ih | W_hh]^T, one product over the inputs and the
+// states together (``packed``: the (G, D + H) weight packed by pack_projected), so that no
+// (T, B, G) input projection is written and read back, and the projection runs on the same
+// panels, in the same threads, as the recurrent product. ``x`` (T, B, D) may have any strides
+// over T and B (``step_stride``, ``row_stride``; e.g. a transposed batch-first tensor).
 //
 // Two more results, written by each thread for its rows while they are in its cache: given
-// ``batch_first`` (B, T, H), the outputs in batch-first order (a batch-first encoder then needs
-// no transposing copy); given ``distances`` (T, B, 2), the input and forget distances
+// ``first`` (B, T, H), the outputs in batch-first order (a batch-first encoder then needs no
+// transposing copy); given ``distance`` (T, B, 2), the input and forget distances
 // 1 - sum(cumsum) / n (zero at padded steps).
+template <typename scalar_t>
+void projected_loop(const scalar_t* x, int64_t step_stride, int64_t row_stride, int64_t steps,
+                    int64_t depth, const scalar_t* bias, const scalar_t* packed,
+                    const StepShape& shape, const ForwardBuffers<scalar_t>& b,
+                    int64_t chunk_size, scalar_t* first, scalar_t* distance, bool own_rows,
+                    int64_t isa) {
+  const int64_t batch = shape.batch, gates = shape.gates, hidden = shape.hidden;
+  const int64_t n_chunk = shape.n_chunk, width = depth + hidden;
+  // [x_t | h_t], one row per batch row (a tensor: 64-byte aligned rows start)
+  const at::Tensor operand_rows =
+      at::empty({batch, width}, at::TensorOptions().dtype(c10::CppTypeToScalarType<scalar_t>::value));
+  scalar_t* operand = operand_rows.data_ptr<scalar_t>();
+  gather_operand(x, row_stride, depth, b.h, hidden, 0, batch, operand);
+  auto product = [&](const Team& team, int64_t, scalar_t* act) {
+    // ld_added 0: every row adds the bias. Tiles of 8 rows over the long operand rows (12
+    // rows of 2 KiB and two weight panels crowd a 32 KiB L1; measured 2-7 % faster)
+    const int64_t max_rows = width > 384 ? 8 : 12;
+    if (own_rows) {
+      const int64_t rb = team.row_begin(batch), re = team.row_end(batch);
+      if (rb == re) return;
+      const Product<scalar_t, scalar_t, scalar_t> m{
+          operand + rb * width, width, re - rb, width, packed, gates, act + rb * gates, gates,
+          bias, 0, max_rows};
+      product_panels(m, 0, panels_of(gates), isa);
+      return;
+    }
+    const PanelRange mine = panel_share(gates, team.thread, team.threads);
+    const Product<scalar_t, scalar_t, scalar_t> m{
+        operand, width, batch, width, packed, gates, act, gates, bias, 0, max_rows};
+    product_panels(m, mine.begin, mine.end, isa);
+  };
+  auto after_rows = [&](const Team&, int64_t t, int64_t rb, int64_t re) {
+    if (t + 1 < steps)
+      gather_operand(x + (t + 1) * step_stride, row_stride, depth,
+                     b.h + b.state(t + 1) * batch * hidden, hidden, rb, re, operand);
+    const scalar_t* step_outputs = b.outputs != nullptr
+                                       ? b.outputs + b.step(t) * batch * hidden
+                                       : b.h + b.state(t + 1) * batch * hidden;
+    for (int64_t r = rb; r < re; ++r) {
+      if (first != nullptr)
+        std::memcpy(first + (r * steps + t) * hidden, step_outputs + r * hidden,
+                    hidden * sizeof(scalar_t));
+      if (distance != nullptr) {
+        const bool real = b.masks == nullptr || b.masks[t * batch + r];
+        const scalar_t* cumax = b.cumaxes + (b.step(t) * batch + r) * 2 * n_chunk;
+        for (int64_t j = 0; j < 2; ++j) {
+          scalar_t total = 0;
+          for (int64_t k = 0; k < n_chunk; ++k) total += cumax[j * n_chunk + k];
+          distance[(t * batch + r) * 2 + j] =
+              real ? scalar_t(1) - total / static_cast<scalar_t>(n_chunk) : scalar_t(0);
+        }
+      }
+    }
+  };
+  forward_loop<scalar_t>(steps, shape, b, chunk_size, product, after_rows, own_rows);
+}
+
+void check_inputs(const at::Tensor& inputs) {
+  TORCH_CHECK(inputs.dim() == 3 && inputs.device().is_cpu() &&
+                  (inputs.size(2) <= 1 || inputs.stride(2) == 1),
+              "inputs must be a CPU (T, B, D) tensor with contiguous rows");
+}
+
+// projected_loop on the caller's buffers (the training node's forward pass, and the tests):
+// ``packed`` from pack_projected, the buffers as forward_sequence's; ``batch_first`` and
+// ``distances`` as projected_loop's ``first`` and ``distance``.
 void forward_sequence_projected(const at::Tensor& inputs, const at::Tensor& bias,
                                 const at::Tensor& packed, const at::Tensor& hs,
                                 const at::Tensor& cs, const std::optional<at::Tensor>& outputs,
@@ -781,77 +853,95 @@ void forward_sequence_projected(const at::Tensor& inputs, const at::Tensor& bias
                                 const std::optional<at::Tensor>& batch_first,
                                 const std::optional<at::Tensor>& distances, bool own_rows,
                                 int64_t isa) {
-  TORCH_CHECK(inputs.dim() == 3 && inputs.device().is_cpu() &&
-                  (inputs.size(2) <= 1 || inputs.stride(2) == 1),
-              "inputs must be a CPU (T, B, D) tensor with contiguous rows");
+  check_inputs(inputs);
   TORCH_CHECK(bias.dim() == 1, "bias must be (G,)");
   const int64_t steps = inputs.size(0), batch = inputs.size(1), depth = inputs.size(2);
   if (steps == 0 || batch == 0) return;
   const StepShape shape = gate_shape(batch, bias.size(0), chunk_size, inputs.scalar_type());
-  const int64_t gates = shape.gates, hidden = shape.hidden;
-  check(bias, "bias", inputs, 1, gates);
-  TORCH_CHECK(!check_packed(packed, gates, depth + hidden, inputs),
+  const int64_t hidden = shape.hidden;
+  check(bias, "bias", inputs, 1, shape.gates);
+  TORCH_CHECK(!check_packed(packed, shape.gates, depth + hidden, inputs),
               "the projected forward loop runs float32 and float64 products only");
-  const int64_t chosen_isa = isa_for(isa);
-  const int64_t width = depth + hidden;
   AT_DISPATCH_FLOATING_TYPES(inputs.scalar_type(), "onlstm_forward_sequence_projected", [&] {
     const ForwardBuffers<scalar_t> b = forward_buffers<scalar_t>(
         steps, shape, inputs, hs, cs, outputs, cumaxes, activations, tanh_cells, gates_buffer,
         step_mask);
     if (batch_first.has_value()) check(*batch_first, "batch_first", inputs, batch * steps, hidden);
     if (distances.has_value()) check(*distances, "distances", inputs, steps * batch, 2);
-    scalar_t* first = optional_pointer<scalar_t>(batch_first);
-    scalar_t* distance = optional_pointer<scalar_t>(distances);
-    const int64_t n_chunk = shape.n_chunk;
-    const scalar_t* x = inputs.data_ptr<scalar_t>();
-    const int64_t step_stride = inputs.stride(0), row_stride = inputs.stride(1);
-    // [x_t | h_t], one row per batch row (a tensor: 64-byte aligned rows start)
-    const at::Tensor operand_rows = at::empty({batch, width}, inputs.options());
-    scalar_t* operand = operand_rows.data_ptr<scalar_t>();
-    gather_operand(x, row_stride, depth, b.h, hidden, 0, batch, operand);
-    auto product = [&](const Team& team, int64_t, scalar_t* act) {
-      // ld_added 0: every row adds the bias. Tiles of 8 rows over the long operand rows (12
-      // rows of 2 KiB and two weight panels crowd a 32 KiB L1; measured 2-7 % faster)
-      const int64_t max_rows = width > 384 ? 8 : 12;
-      if (own_rows) {
-        const int64_t rb = team.row_begin(batch), re = team.row_end(batch);
-        if (rb == re) return;
-        const Product<scalar_t, scalar_t, scalar_t> m{
-            operand + rb * width, width, re - rb, width, packed.data_ptr<scalar_t>(), gates,
-            act + rb * gates, gates, bias.data_ptr<scalar_t>(), 0, max_rows};
-        product_panels(m, 0, panels_of(gates), chosen_isa);
-        return;
-      }
-      const PanelRange mine = panel_share(gates, team.thread, team.threads);
-      const Product<scalar_t, scalar_t, scalar_t> m{
-          operand, width, batch, width, packed.data_ptr<scalar_t>(), gates, act, gates,
-          bias.data_ptr<scalar_t>(), 0, max_rows};
-      product_panels(m, mine.begin, mine.end, chosen_isa);
-    };
-    auto after_rows = [&](const Team&, int64_t t, int64_t rb, int64_t re) {
-      if (t + 1 < steps)
-        gather_operand(x + (t + 1) * step_stride, row_stride, depth,
-                       b.h + (t + 1) * batch * hidden, hidden, rb, re, operand);
-      const scalar_t* step_outputs = b.outputs != nullptr ? b.outputs + t * batch * hidden
-                                                          : b.h + (t + 1) * batch * hidden;
-      for (int64_t r = rb; r < re; ++r) {
-        if (first != nullptr)
-          std::memcpy(first + (r * steps + t) * hidden, step_outputs + r * hidden,
-                      hidden * sizeof(scalar_t));
-        if (distance != nullptr) {
-          const bool real = b.masks == nullptr || b.masks[t * batch + r];
-          const scalar_t* cumax = b.cumaxes + (t * batch + r) * 2 * n_chunk;
-          for (int64_t j = 0; j < 2; ++j) {
-            scalar_t total = 0;
-            for (int64_t k = 0; k < n_chunk; ++k) total += cumax[j * n_chunk + k];
-            distance[(t * batch + r) * 2 + j] =
-                real ? scalar_t(1) - total / static_cast<scalar_t>(n_chunk) : scalar_t(0);
-          }
-        }
-      }
-    };
-    forward_loop<scalar_t>(steps, shape, b, chunk_size, product, after_rows, own_rows);
+    projected_loop<scalar_t>(inputs.data_ptr<scalar_t>(), inputs.stride(0), inputs.stride(1),
+                             steps, depth, bias.data_ptr<scalar_t>(),
+                             packed.data_ptr<scalar_t>(), shape, b, chunk_size,
+                             optional_pointer<scalar_t>(batch_first),
+                             optional_pointer<scalar_t>(distances), own_rows, isa_for(isa));
   });
+}
+
+// Inference in one call: bias (+ recurrent_bias), [W_ih | scale * W_hh] packed, the buffers
+// allocated here (the states and the step's cumsums as rings: only the last state is kept, so
+// nothing of size T x B x H is written but the batch-first outputs), then projected_loop. h0 and
+// c0 default to zeros. Returns (outputs (B, T, H), h_last, c_last (B, H), distances (T, B, 2) =
+// (input, forget)).
+std::vector<at::Tensor> infer_projected(
+    const at::Tensor& inputs, const at::Tensor& input_weight, const at::Tensor& recurrent_weight,
+    double scale, const at::Tensor& bias, const std::optional<at::Tensor>& recurrent_bias,
+    const std::optional<at::Tensor>& h0, const std::optional<at::Tensor>& c0,
+    const std::optional<at::Tensor>& step_mask, int64_t chunk_size, bool own_rows, int64_t isa) {
+  check_inputs(inputs);
+  const int64_t steps = inputs.size(0), batch = inputs.size(1), depth = inputs.size(2);
+  TORCH_CHECK(bias.dim() == 1, "bias must be (G,)");
+  const StepShape shape = gate_shape(batch, bias.size(0), chunk_size, inputs.scalar_type());
+  const int64_t hidden = shape.hidden, gates = shape.gates;
+  const at::TensorOptions options = inputs.options();
+  // both biases in one (G,) vector of the inputs' dtype
+  at::Tensor biases = bias.to(inputs.scalar_type()).contiguous();
+  check(biases, "bias", inputs, 1, gates);
+  if (recurrent_bias.has_value()) {
+    TORCH_CHECK(recurrent_bias->dim() == 1 && recurrent_bias->size(0) == gates,
+                "recurrent_bias must be (G,) = (", gates, ",)");
+    biases = at::add(biases, recurrent_bias->to(inputs.scalar_type()));
+  }
+  const at::Tensor states = at::empty({2, 2, batch, hidden}, options);  // (h, c) x two slots
+  for (int64_t i = 0; i < 2; ++i) {
+    const std::optional<at::Tensor>& given = i == 0 ? h0 : c0;
+    if (given.has_value()) {
+      TORCH_CHECK(given->dim() == 2 && given->size(0) == batch && given->size(1) == hidden,
+                  i == 0 ? "h0" : "c0", " must be (B, H) = (", batch, ", ", hidden, "), got ",
+                  given->sizes());
+      states[i][0].copy_(*given);
+    } else {
+      states[i][0].zero_();
+    }
+  }
+  at::Tensor outputs = at::empty({batch, steps, hidden}, options);
+  at::Tensor distances = at::empty({steps, batch, 2}, options);
+  const int64_t last = steps % 2;
+  if (steps == 0 || batch == 0) return {outputs, states[0][last], states[1][last], distances};
+  const bool* mask = mask_pointer(step_mask, steps * batch);
+  TORCH_CHECK(input_weight.scalar_type() == inputs.scalar_type() &&
+                  input_weight.size(0) == gates && input_weight.size(1) == depth &&
+                  recurrent_weight.size(0) == gates && recurrent_weight.size(1) == hidden,
+              "infer_projected: weights (G, D) = (", gates, ", ", depth, ") and (G, H) = (", gates,
+              ", ", hidden, ") of the inputs' dtype");
+  const at::Tensor packed =
+      pack_projected(input_weight.contiguous(), recurrent_weight.contiguous(), scale);
+  const at::Tensor cumaxes = at::empty({batch, 2 * shape.n_chunk}, options);
+  const at::Tensor gates_buffer = at::empty({batch, gates}, options);
+  // masked: each step's outputs (zero at padded steps) before they are copied batch-first
+  const at::Tensor step_outputs = at::empty({mask != nullptr ? batch : 0, hidden}, options);
+  AT_DISPATCH_FLOATING_TYPES(inputs.scalar_type(), "onlstm_infer_projected", [&] {
+    scalar_t* h = states.data_ptr<scalar_t>();
+    const ForwardBuffers<scalar_t> b{
+        h, h + 2 * batch * hidden,
+        mask != nullptr ? step_outputs.data_ptr<scalar_t>() : nullptr,
+        cumaxes.data_ptr<scalar_t>(), nullptr, nullptr, gates_buffer.data_ptr<scalar_t>(),
+        mask, 2, 1};
+    projected_loop<scalar_t>(inputs.data_ptr<scalar_t>(), inputs.stride(0), inputs.stride(1),
+                             steps, depth, biases.data_ptr<scalar_t>(),
+                             packed.data_ptr<scalar_t>(), shape, b, chunk_size,
+                             outputs.data_ptr<scalar_t>(), distances.data_ptr<scalar_t>(),
+                             own_rows, isa_for(isa));
+  });
+  return {outputs, states[0][last], states[1][last], distances};
 }
 
 // The reverse loop of ONLSTMRecurrence.backward over all T steps: per step, what backward_step
@@ -960,6 +1050,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("gates_buffer"), pybind11::arg("step_mask"), pybind11::arg("chunk_size"),
         pybind11::arg("batch_first") = pybind11::none(),
         pybind11::arg("distances") = pybind11::none(), pybind11::arg("own_rows") = false,
+        pybind11::arg("isa") = 0);
+  m.def("infer_projected", &infer_projected,
+        "Inference in one call: the weights packed, the projected forward loop on its own "
+        "buffers; returns (outputs (B, T, H), h_last, c_last, distances (T, B, 2)).",
+        pybind11::arg("inputs"), pybind11::arg("input_weight"),
+        pybind11::arg("recurrent_weight"), pybind11::arg("scale"), pybind11::arg("bias"),
+        pybind11::arg("recurrent_bias"), pybind11::arg("h0"), pybind11::arg("c0"),
+        pybind11::arg("step_mask"),
+        pybind11::arg("chunk_size"), pybind11::arg("own_rows") = false,
         pybind11::arg("isa") = 0);
   m.def("backward_sequence", &backward_sequence,
         "The reverse loop over all steps: elementwise work and packed products, in place.",
