@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.fixtures.compiled import compiled_extension
+from treernn.encoders import onlstm as encoders_onlstm
 from treernn.encoders.onlstm import ONLSTMEncoder
 from treernn.errors import ConfigValueError
 from treernn.kernels import gemm
@@ -267,6 +268,44 @@ def test_encoder_inference_on_the_projected_path_matches_the_reference(
     for (h, c), (h_ref, c_ref) in zip(result.state, expected.state):
         torch.testing.assert_close(h, h_ref, **TOLERANCE)
         torch.testing.assert_close(c, c_ref, **TOLERANCE)
+
+
+@pytest.mark.parametrize("placement", ["loop", "rows", "separate"])
+def test_eval_inference_is_one_kernel_call_per_layer(placement, extension, monkeypatch) -> None:
+    """In eval without autograd, an encoder whose layers all run the projection inside the loop
+    calls ``infer_projected`` once per layer and nothing of the general path; its outputs,
+    states and distances are bit for bit those of the general path (eval with autograd: the
+    training node's forward), from zero and from given states, with padding. A layer placed
+    ``separate`` sends the call down the general path."""
+    monkeypatch.setenv(gemm.ENV_VAR, "treernn")
+    monkeypatch.setenv(onlstm_kernel.ENV_VAR, placement)
+    torch.manual_seed(5)
+    encoder = ONLSTMEncoder(6, 12, num_layers=2, chunk_size=3, weight_drop=0.3).eval()
+    x = torch.randn(4, 7, 6)
+    mask = torch.ones(4, 7, dtype=torch.bool)
+    mask[1, 4:] = False
+    state = [(torch.randn(4, 12), torch.randn(4, 12)) for _ in range(2)]
+    general = []
+    original = encoders_onlstm.fast_projected_recurrence
+    monkeypatch.setattr(
+        encoders_onlstm,
+        "fast_projected_recurrence",
+        lambda *a, **k: general.append(1) or original(*a, **k),
+    )
+    for given in (None, state):
+        expected = encoder(x, mask, given)  # autograd on: the general path
+        taken = _spy_on_inference(extension, monkeypatch)
+        general.clear()
+        with torch.no_grad():
+            result = encoder(x, mask, given)
+        in_loop = placement != "separate"
+        assert (len(taken), len(general)) == ((2, 0) if in_loop else (0, 2))
+        for name in ("hidden", "pooled"):
+            assert torch.equal(getattr(result, name), getattr(expected, name)), name
+        assert torch.equal(result.tree_signal.values, expected.tree_signal.values)
+        assert torch.equal(result.extras["input_distances"], expected.extras["input_distances"])
+        for (h, c), (h_ref, c_ref) in zip(result.state, expected.state):
+            assert torch.equal(h, h_ref) and torch.equal(c, c_ref)
 
 
 def test_the_placement_follows_the_environment_then_the_probe(extension, monkeypatch) -> None:

@@ -171,6 +171,15 @@ def kept_choice(
     return _CHOICES[process_key]
 
 
+def remembered(key: tuple, decide: Callable[[], str]) -> str:
+    """``decide()``, remembered for this process beside the probed choices (it is derived from
+    them and from the environment, which ``key`` must name): whatever resets the choices (tests
+    do) forgets it too. For decisions taken at every forward call."""
+    if key not in _CHOICES:
+        _CHOICES[key] = decide()
+    return _CHOICES[key]
+
+
 def machine_busy() -> str | None:
     """Why a probe just taken may not speak for this machine (more runnable processes than CPUs:
     a 1-minute load average above the CPU count plus one half), or None."""

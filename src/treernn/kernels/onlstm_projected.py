@@ -26,7 +26,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from treernn.errors import ConfigValueError
-from treernn.kernels import gemm
+from treernn.kernels import cpp_ext, gemm
 from treernn.kernels.gemm import input_gradient, weight_gradient
 from treernn.kernels.onlstm import (
     PROBE_STEPS,
@@ -83,6 +83,38 @@ def projection_placement(
     )  # fmt: skip
     DECISIONS[(batch, depth, hidden)] = value
     return value
+
+
+def loop_placement(
+    batch: int,
+    depth: int,
+    hidden: int,
+    chunk_size: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    gemm_backend: str,
+    kernel: ModuleType,
+) -> str:
+    """Where the input projection of a layer of these sizes runs (``loop``, ``rows`` or
+    ``separate``, as :func:`projection_placement`) when its products are the inputs' dtype:
+    inside the loop only on the ``treernn`` backend (:func:`recurrence_backend`). Decided once
+    per process, shape and environment (:func:`gemm.remembered`): the forward calls of a model
+    ask it at every step of training and inference."""
+    env = tuple(os.environ.get(name) for name in (ENV_VAR, gemm.ENV_VAR, cpp_ext.ENV_VAR))
+    threads = torch.get_num_threads()
+    sizes = (batch, depth, hidden, chunk_size, dtype, device, gemm_backend)
+    key = ("ON-LSTM placement", *sizes[:-2], device.type, gemm_backend, threads, *env)
+    return gemm.remembered(key, lambda: _decide_placement(*sizes, kernel))
+
+
+def _decide_placement(batch, depth, hidden, chunk_size, dtype, device, gemm_backend, kernel):
+    if "treernn" not in gemm.candidates(device, dtype):
+        return "separate"
+    num_gates = gate_count(hidden, chunk_size)
+    shape = torch.empty(0, batch, num_gates, dtype=dtype, device=device)  # what the probe reads
+    if recurrence_backend(gemm_backend, shape, hidden, chunk_size, kernel, None) != "treernn":
+        return "separate"
+    return projection_placement(batch, depth, hidden, chunk_size, kernel, dtype)
 
 
 def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kernel) -> str:
@@ -159,7 +191,7 @@ def fast_projected_recurrence(
     the packing, each run from caches the step loop has just flushed.
     """
     steps, batch, _ = inputs.shape
-    num_gates, hidden = recurrent_weight.shape
+    hidden = recurrent_weight.size(1)
     kernel = fused_kernel(inputs)
     tensors = (inputs, input_weight, bias, recurrent_weight, h0, c0, recurrent_bias)
     needs_grad = torch.is_grad_enabled() and any(
@@ -172,13 +204,11 @@ def fast_projected_recurrence(
         and product_dtype is None
         and steps * batch > 0
         and inputs.stride(-1) == 1
-        and "treernn" in gemm.candidates(inputs.device, inputs.dtype)
     ):
-        shape = inputs.new_empty(0, batch, num_gates)  # what the probe reads: B, G, dtype
-        backend = recurrence_backend(gemm_backend, shape, hidden, chunk_size, kernel, None)
-        if backend == "treernn":
-            depth = inputs.size(-1)
-            placement = projection_placement(batch, depth, hidden, chunk_size, kernel, inputs.dtype)
+        placement = loop_placement(
+            batch, inputs.size(-1), hidden, chunk_size, inputs.dtype, inputs.device, gemm_backend,
+            kernel,
+        )  # fmt: skip
     own_rows = placement == "rows"
     if placement in IN_LOOP and not needs_grad:
         mask = None if step_mask is None else step_mask.contiguous()
