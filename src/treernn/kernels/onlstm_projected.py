@@ -10,8 +10,9 @@ Which is faster depends on the shape and the machine, and so does how the thread
 loop (``loop``: each step's outputs split between them; ``rows``: each its own batch rows), so a
 probe decides per layer shape (:func:`projection_placement`). On a 2-core AMD Zen 4
 (``scripts/benchmark_recurrence.py``, ratios to nn.LSTM in one run, medians of five) it took one
-layer of 256 (batch 32, BPTT 35) from 0.74x to 0.93x in inference and from 0.90x to 0.97x in
-training; at the paper's middle layer (1150 -> 1150, batch 20) the projection over all steps
+layer of 256 (batch 32, BPTT 35) from 0.74x to 0.93x in inference (0.95x with the encoder's
+one call per layer, ``infer_projected``) and from 0.90x to 0.97x in training; at the paper's
+middle layer (1150 -> 1150, batch 20) the projection over all steps
 stays faster: [W_ih | W_hh] (4830 x 2300 floats) streams from memory at every step.
 """
 
