@@ -49,10 +49,13 @@ from treernn.errors import ConfigValueError
 from treernn.kernels import gemm
 from treernn.kernels.gemm import GemmBackend, check_backend
 from treernn.kernels.onlstm import fused_kernel, precision_runs
-from treernn.kernels.onlstm_projected import IN_LOOP, fast_projected_recurrence, loop_placement
+from treernn.kernels.onlstm_projected import (
+    IN_LOOP,
+    fast_projected_recurrence,
+    infer_in_loop,
+    loop_placement,
+)
 from treernn.kernels.weight_ops import dropconnect
-
-LayerState = tuple[Tensor, Tensor]  # (h, c), each (B, H)
 
 
 def cumax(logits: Tensor, dim: int = -1) -> Tensor:
@@ -242,11 +245,6 @@ class ONLSTMEncoder(Encoder):
         )
         self.locked_dropout = LockedDropout(dropout)
 
-    def initial_state(self, batch_size: int, like: Tensor) -> list[LayerState]:
-        """Zero (h, c) per layer, with ``like``'s dtype and device."""
-        zeros = [like.new_zeros(batch_size, layer.hidden_size) for layer in self.layers]
-        return [(h, h.clone()) for h in zeros]
-
     def _fast_layer(
         self,
         layer: ONLSTMLayer,
@@ -296,15 +294,13 @@ class ONLSTMEncoder(Encoder):
             if placement not in IN_LOOP:
                 return None
             own_rows.append(placement == "rows")
-        if step_mask is not None:
-            step_mask = step_mask.contiguous()
         layer_input = x.transpose(0, 1)  # (T, B, D); eval: no dropout between the layers
         outputs, new_state, forget_distances, input_distances = [], [], [], []
         for layer, (h0, c0), rows in zip(self.layers, state, own_rows):
             weight, scale = layer.scaled_recurrent_weight()
-            output, h, c, distances = kernel.infer_projected(
-                layer_input, layer.ih.weight, weight, scale, layer.ih.bias, layer.hh.bias, h0, c0,
-                step_mask, layer.chunk_size, rows,
+            output, h, c, distances = infer_in_loop(
+                kernel, layer_input, layer.ih.weight, layer.ih.bias, weight, h0, c0, step_mask,
+                layer.chunk_size, rows, scale, layer.hh.bias,
             )  # fmt: skip
             outputs.append(output)  # (B, T, H) contiguous
             new_state.append((h, c))

@@ -102,10 +102,13 @@ def loop_placement(
     per process, shape and environment (:func:`gemm.remembered`): the forward calls of a model
     ask it at every step of training and inference."""
     env = tuple(os.environ.get(name) for name in (ENV_VAR, gemm.ENV_VAR, cpp_ext.ENV_VAR))
-    threads = torch.get_num_threads()
-    sizes = (batch, depth, hidden, chunk_size, dtype, device, gemm_backend)
-    key = ("ON-LSTM placement", *sizes[:-2], device.type, gemm_backend, threads, *env)
-    return gemm.remembered(key, lambda: _decide_placement(*sizes, kernel))
+    key = ("ON-LSTM placement", batch, depth, hidden, chunk_size, dtype, device.type, gemm_backend)
+
+    def decide() -> str:
+        sizes = (batch, depth, hidden, chunk_size, dtype)
+        return _decide_placement(*sizes, device, gemm_backend, kernel)
+
+    return gemm.remembered((*key, torch.get_num_threads(), *env), decide)
 
 
 def _decide_placement(batch, depth, hidden, chunk_size, dtype, device, gemm_backend, kernel):
@@ -212,15 +215,13 @@ def fast_projected_recurrence(
         )  # fmt: skip
     own_rows = placement == "rows"
     if placement in IN_LOOP and not needs_grad:
-        mask = None if step_mask is None else step_mask.contiguous()
-        batch_first, h, c, distances = kernel.infer_projected(
-            inputs, input_weight, recurrent_weight, recurrent_scale, bias, recurrent_bias, h0, c0,
-            mask, chunk_size, own_rows,
+        batch_first, h, c, distances = infer_in_loop(
+            kernel, inputs, input_weight, bias, recurrent_weight, h0, c0, step_mask, chunk_size,
+            own_rows, recurrent_scale, recurrent_bias,
         )  # fmt: skip
         return batch_first.transpose(0, 1), h, c, distances[..., 1], distances[..., 0]
-    if h0 is None or c0 is None:
-        zeros = inputs.new_zeros(batch, hidden)
-        h0, c0 = (zeros if h0 is None else h0), (zeros.clone() if c0 is None else c0)
+    h0 = inputs.new_zeros(batch, hidden) if h0 is None else h0
+    c0 = inputs.new_zeros(batch, hidden) if c0 is None else c0
     if recurrent_bias is not None:
         bias = bias + recurrent_bias
     if placement in IN_LOOP:
@@ -235,6 +236,29 @@ def fast_projected_recurrence(
     return fast_recurrence(
         input_gates, recurrent_weight, h0, c0, step_mask, chunk_size, gemm_backend, product_dtype
     )
+
+
+def infer_in_loop(
+    kernel: ModuleType,
+    inputs: Tensor,
+    input_weight: Tensor,
+    bias: Tensor,
+    recurrent_weight: Tensor,
+    h0: Tensor | None,
+    c0: Tensor | None,
+    step_mask: Tensor | None,
+    chunk_size: int,
+    own_rows: bool,
+    recurrent_scale: float = 1.0,
+    recurrent_bias: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Inference with the projection inside the loop in one call of the compiled
+    ``infer_projected`` (arguments as :func:`fast_projected_recurrence`'s). Returns the outputs
+    batch-first (B, T, H), h_last, c_last (B, H) and the distances (T, B, 2) = (input, forget)."""
+    return kernel.infer_projected(
+        inputs, input_weight, recurrent_weight, recurrent_scale, bias, recurrent_bias, h0, c0,
+        None if step_mask is None else step_mask.contiguous(), chunk_size, own_rows,
+    )  # fmt: skip
 
 
 def _pack(
