@@ -35,6 +35,7 @@ from treernn.callbacks.graceful_stop import (
     restore_handlers,
 )
 from treernn.callbacks.progress import ProgressBar
+from treernn.callbacks.unvalidated_tail import UnvalidatedTail
 from treernn.checkpoints import RunInfo, build_task, is_full_disk
 from treernn.config_checks import check_config
 from treernn.datamodules import prepared_datamodule
@@ -174,7 +175,8 @@ def _train(
             callbacks.append(last)
         requeue = launch.requeue_signum(cfg.get("requeue_signal"))
         stop = GracefulStop(last, requeue, launch.slurm_job_id())
-        callbacks += [launch.ProcessGroupTeardown(), stop]
+        tail = UnvalidatedTail()
+        callbacks += [launch.ProcessGroupTeardown(), stop, tail]
         trainer: pl.Trainer = hydra.utils.instantiate(
             cfg.trainer,
             callbacks=callbacks,
@@ -193,6 +195,10 @@ def _train(
                     stop.pending,
                 )
             metrics.update(_floats(trainer.callback_metrics))
+            untested = tail.message(trainer.global_step)
+            tests_best = cfg.mode == "fit+test" and cfg.test_ckpt != "last"
+            if untested and tests_best and _test_checkpoint(trainer, cfg, last):
+                rank_zero_only(log.warning)(untested)
         if cfg.mode in ("fit+test", "test"):
             if cfg.mode == "test":
                 results = trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)
