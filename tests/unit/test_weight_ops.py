@@ -5,6 +5,8 @@ seed, independent of the thread count) and the tiled transpose."""
 
 from __future__ import annotations
 
+import platform
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -43,6 +45,32 @@ def test_torch_philox_matches_the_known_answers() -> None:
     counter, key, expected = KNOWN_ANSWERS[0]
     words = philox(torch.tensor([0]), key[0] | key[1] << 32)
     assert tuple(words[0].tolist()) == expected
+
+
+@pytest.mark.parametrize("counter", [0, 123_456_789, 2**32 - 5, 2**33 - 60, 2**40 + 3])
+def test_simd_words_are_the_scalar_words(kernel, counter) -> None:
+    """The AVX2 and AVX-512 generators (counters side by side in the lanes, the words transposed
+    back into element order) give the scalar loop's words, also for blocks whose counters carry
+    into the high word inside a register; each counter's words are philox_block's."""
+    key = [0xA4093822, 0x299F31D0]
+    scalar = kernel.block_words(counter, key, "scalar")
+    assert len(scalar) == 4 * 64
+    for i in (0, 1, 4, 63):
+        block = kernel.philox_block([(counter + i) & 0xFFFFFFFF, (counter + i) >> 32, 0, 0], key)
+        assert scalar[4 * i : 4 * i + 4] == list(block)
+    ran = 0
+    for isa in ("avx2", "avx512"):
+        try:
+            words = kernel.block_words(counter, key, isa)
+        except RuntimeError as error:  # this CPU lacks it: the message says so
+            assert "does not run on this CPU" in str(error)
+            continue
+        assert words == scalar, isa
+        ran += 1
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = set(cpuinfo.read_text().split()) if platform.machine() == "x86_64" else set()
+    expected = {"avx2", "fma"} <= flags, {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags
+    assert ran >= sum(expected)  # what the CPU has runs
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
