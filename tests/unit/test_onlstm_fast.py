@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 
 import pytest
@@ -526,6 +528,16 @@ def test_a_build_leaves_the_flags_of_later_builds_alone(monkeypatch: pytest.Monk
     assert cpp_ext.build_directory("weight_ops", source) == before
 
 
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("isa", [1, 2, 3])
 @pytest.mark.parametrize("masked", [False, True])
 def test_sequence_loops_per_instruction_set(isa: int, masked: bool, extension) -> None:
@@ -568,6 +580,7 @@ def test_sequence_loops_per_instruction_set(isa: int, masked: bool, extension) -
     for name, kernel in (("torch", None), ("sequence", extension)):
         grad_h, grad_c = torch.randn(2, batch, hidden, generator=torch.Generator().manual_seed(9))
         grad_gates = torch.empty_like(gates)
+        grad_bias = torch.full((gates.size(-1),), float("nan"), dtype=gates.dtype)
         if kernel is None:
             to_hidden = gemm.PackedLinear(weight.t(), batch, "aten")
             grad_h, grad_c = onlstm_kernel._torch_backward_steps(
@@ -576,11 +589,21 @@ def test_sequence_loops_per_instruction_set(isa: int, masked: bool, extension) -
                 chunk,
             )  # fmt: skip
         else:
-            kernel.backward_sequence(
-                kernels.pack(weight.t(), False), saved["activations"], saved["cumaxes"],
-                saved["tanh_cells"], saved["cs"], grad_outputs, distance_grads, grad_h, grad_c,
-                grad_gates, step_mask, chunk, isa,
-            )  # fmt: skip
+            sums = []
+            for threads in (1, 2):  # the last run's grad_h, grad_c and grad_gates are compared
+                h, c, grad_bias = grad_h.clone(), grad_c.clone(), grad_bias.clone()
+                with torch_threads(threads):
+                    kernel.backward_sequence(
+                        kernels.pack(weight.t(), False), saved["activations"], saved["cumaxes"],
+                        saved["tanh_cells"], saved["cs"], grad_outputs, distance_grads, h, c,
+                        grad_gates, step_mask, chunk, grad_bias, isa,
+                    )  # fmt: skip
+                sums.append(grad_bias)
+            grad_h, grad_c = h, c
+            # the bias's gradient, summed inside the loop: every step and row of grad_gates, the
+            # same bits on 1 and 2 threads
+            torch.testing.assert_close(sums[1], grad_gates.sum((0, 1)), **TOLERANCE)
+            assert torch.equal(sums[0], sums[1])
         grads[name] = (grad_h, grad_c, grad_gates)
     for value_torch, value_sequence in zip(grads["torch"], grads["sequence"]):
         torch.testing.assert_close(value_sequence, value_torch, **TOLERANCE)

@@ -293,7 +293,7 @@ class ONLSTMRecurrence(torch.autograd.Function):
     def backward(ctx, grad_outputs, grad_h_last, grad_c_last, grad_distances):  # type: ignore[override]
         weight, step_mask, activations, cumaxes, tanh_cells, hs, cs = ctx.saved_tensors
         saved = (activations, cumaxes, tanh_cells, hs, cs)
-        grad_gates, grad_h, grad_c = gate_gradients(
+        grad_gates, grad_h, grad_c, _ = gate_gradients(
             ctx, weight, step_mask, saved, grad_outputs, grad_h_last, grad_c_last, grad_distances
         )
         grad_weight = None
@@ -320,12 +320,15 @@ def gate_gradients(
     grad_h_last: Tensor | None,
     grad_c_last: Tensor | None,
     grad_distances: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
+    bias_gradient: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """The reverse walk both recurrences' backward passes share: from the gradients of the
     outputs, the last state and the distances to the pre-activation gradients grad_gates
-    (T, B, G) and the gradients of h0 and c0. ``weight`` is the recurrent weight the forward loop
-    multiplied by; ``saved`` = (activations, cumaxes, tanh_cells, hs, cs); ``ctx`` carries
-    chunk_size, gemm_backend, product_dtype and the kernel."""
+    (T, B, G), the gradients of h0 and c0, and with ``bias_gradient`` the sum of grad_gates over
+    steps and rows (a bias's gradient; the one-call kernel adds it up while the rows are in cache)
+    or else None. ``weight`` is the recurrent weight the forward loop multiplied by; ``saved`` =
+    (activations, cumaxes, tanh_cells, hs, cs); ``ctx`` carries chunk_size, gemm_backend,
+    product_dtype and the kernel."""
     activations, cumaxes, tanh_cells, hs, cs = saved
     batch = activations.size(1)
     n_chunk = weight.size(1) // ctx.chunk_size
@@ -343,14 +346,16 @@ def gate_gradients(
     grad_c = torch.zeros_like(cs[0]) if grad_c_last is None else grad_c_last.contiguous().clone()
     buffers = (activations, cumaxes, tanh_cells, cs)
     gradients = (grad_outputs, distance_grads, grad_h, grad_c, grad_gates)
+    grad_bias = None
     if ctx.kernel is not None and to_hidden.backend == "treernn":
         # every step in one C++ call; grad_h and grad_c updated in place
+        grad_bias = grad_gates.new_empty(grad_gates.size(-1)) if bias_gradient else None
         ctx.kernel.backward_sequence(
             to_hidden.packed, activations, cumaxes, tanh_cells, cs,
             grad_outputs.contiguous(),
             None if distance_grads is None else distance_grads.contiguous(),
             grad_h, grad_c, grad_gates,
-            None if step_mask is None else step_mask.contiguous(), ctx.chunk_size,
+            None if step_mask is None else step_mask.contiguous(), ctx.chunk_size, grad_bias,
         )  # fmt: skip
     elif ctx.kernel is None:
         grad_h, grad_c = _torch_backward_steps(
@@ -360,7 +365,9 @@ def gate_gradients(
         grad_h, grad_c = _fused_backward_steps(
             ctx.kernel, *buffers, *gradients, to_hidden, step_mask, ctx.chunk_size
         )
-    return grad_gates, grad_h, grad_c
+    if bias_gradient and grad_bias is None:
+        grad_bias = grad_gates.sum((0, 1))
+    return grad_gates, grad_h, grad_c, grad_bias
 
 
 def recurrent_weight_gradient(ctx, grad_gates: Tensor, hs: Tensor) -> Tensor:

@@ -349,22 +349,20 @@ class ONLSTMProjectedRecurrence(torch.autograd.Function):
         hs = saved[3]  # saved = (activations, cumaxes, tanh_cells, hs, cs)
         scale = ctx.recurrent_scale
         weight = recurrent_weight if scale == 1.0 else recurrent_weight * scale
-        grad_gates, grad_h, grad_c = gate_gradients(
+        grad_gates, grad_h, grad_c, grad_bias = gate_gradients(
             ctx, weight, step_mask, tuple(saved), grad_outputs, grad_h_last, grad_c_last,
-            grad_distances,
+            grad_distances, bias_gradient=ctx.needs_input_grad[2],
         )  # fmt: skip
         steps, batch, num_gates = grad_gates.shape
         depth = inputs.size(-1)
         rows = grad_gates.view(-1, num_gates)
-        grad_inputs = grad_input_weight = grad_bias = grad_weight = None
+        grad_inputs = grad_input_weight = grad_weight = None
         if ctx.needs_input_grad[0]:
             grad_inputs = input_gradient(rows, input_weight, ctx.gemm_backend)
             grad_inputs = grad_inputs.view(steps, batch, depth)
         if ctx.needs_input_grad[1]:
             flat_inputs = inputs.reshape(-1, depth)  # (T * B, D) in the order of the rows
             grad_input_weight = weight_gradient(rows, flat_inputs, ctx.gemm_backend)
-        if ctx.needs_input_grad[2]:
-            grad_bias = rows.sum(0)
         if ctx.needs_input_grad[3]:
             grad_weight = recurrent_weight_gradient(ctx, grad_gates, hs)
             if scale != 1.0:

@@ -948,13 +948,17 @@ std::vector<at::Tensor> infer_projected(
 // does, then grad_h = grad_gates[t] @ W (+ the part of grad_h that skips a padded step), with
 // W^T (H x G) packed by packed_gemm's ``pack`` (bf16 pairs: the products in bf16). grad_h and
 // grad_c (B, H) come in as the gradients reaching the last state and leave as those of h0, c0.
+// grad_bias (G,), when given, receives the sum of grad_gates over steps and rows (the bias's
+// gradient), added while each step's rows are still in cache: every thread sums its own gates
+// over all rows, steps from last to first and rows in order, so the sums do not depend on the
+// thread count.
 void backward_sequence(const at::Tensor& packed_t, const at::Tensor& activations,
                        const at::Tensor& cumaxes, const at::Tensor& tanh_cells,
                        const at::Tensor& cs, const at::Tensor& grad_outputs,
                        const std::optional<at::Tensor>& distance_grads, const at::Tensor& grad_h,
                        const at::Tensor& grad_c, const at::Tensor& grad_gates,
                        const std::optional<at::Tensor>& step_mask, int64_t chunk_size,
-                       int64_t isa) {
+                       const std::optional<at::Tensor>& grad_bias, int64_t isa) {
   TORCH_CHECK(activations.dim() == 3, "activations must be (T, B, G)");
   const int64_t steps = activations.size(0), batch = activations.size(1);
   if (steps == 0 || batch == 0) return;
@@ -970,6 +974,10 @@ void backward_sequence(const at::Tensor& packed_t, const at::Tensor& activations
   check(grad_c, "grad_c", activations, batch, hidden);
   if (distance_grads.has_value())
     check(*distance_grads, "distance_grads", activations, steps * batch, 2);
+  if (grad_bias.has_value()) {
+    check(*grad_bias, "grad_bias", activations, 1, gates);
+    grad_bias->zero_();
+  }
   const bool* masks = mask_pointer(step_mask, steps * batch);
   const bool bf16 = check_packed(packed_t, hidden, gates, activations);
   const int64_t chosen_isa = isa_for(isa);
@@ -977,9 +985,11 @@ void backward_sequence(const at::Tensor& packed_t, const at::Tensor& activations
   std::vector<uint32_t> row_pairs(bf16 ? batch * pairs : 0);
   AT_DISPATCH_FLOATING_TYPES(activations.scalar_type(), "onlstm_backward_sequence", [&] {
     scalar_t* grad_hidden = grad_h.data_ptr<scalar_t>();
+    scalar_t* bias_sum = grad_bias.has_value() ? grad_bias->data_ptr<scalar_t>() : nullptr;
     in_parallel([&](const Team& team) {
       const PanelRange mine = panel_share(hidden, team.thread, team.threads);
       const int64_t rb = team.row_begin(batch), re = team.row_end(batch);
+      const int64_t gb = team.row_begin(gates), ge = team.row_end(gates);  // this thread's gates
       for (int64_t t = steps - 1; t >= 0; --t) {
         scalar_t* grad_row = grad_gates.data_ptr<scalar_t>() + t * batch * gates;
         const BackwardArgs<scalar_t> args{
@@ -996,6 +1006,11 @@ void backward_sequence(const at::Tensor& packed_t, const at::Tensor& activations
           to_bf16_pairs(reinterpret_cast<const float*>(grad_row), gates, gates, rb, re,
                         row_pairs.data());
         team_barrier();
+        if (bias_sum != nullptr)
+          for (int64_t r = 0; r < batch; ++r) {
+            const scalar_t* row = grad_row + r * gates;
+            for (int64_t g = gb; g < ge; ++g) bias_sum[g] += row[g];
+          }
         // at a padded step the rows' kernel has left in grad_h the part that skips the step
         const scalar_t* skip = masks == nullptr ? nullptr : grad_hidden;
         if (bf16) {
@@ -1066,5 +1081,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("tanh_cells"), pybind11::arg("cs"), pybind11::arg("grad_outputs"),
         pybind11::arg("distance_grads"), pybind11::arg("grad_h"), pybind11::arg("grad_c"),
         pybind11::arg("grad_gates"), pybind11::arg("step_mask"), pybind11::arg("chunk_size"),
-        pybind11::arg("isa") = 0);
+        pybind11::arg("grad_bias") = pybind11::none(), pybind11::arg("isa") = 0);
 }
