@@ -47,7 +47,7 @@ def slurm() -> None:
 
 class ReleaseRequeued:
     """SLURM holds a requeued job for about two minutes (its credentials must expire) before it
-    starts again; a cluster's jobs can wait, a test should not: release held jobs at once."""
+    starts again; a cluster's jobs can wait, a test should not: release held jobs after HELD_S."""
 
     def __enter__(self) -> ReleaseRequeued:
         self._stop = threading.Event()
@@ -55,18 +55,28 @@ class ReleaseRequeued:
         self._thread.start()
         return self
 
+    #: seconds a held job waits before its release: a job started again within the second of its
+    #: requeue gets a credential that slurmd still counts as revoked ("Killing non-startable
+    #: batch JobId=155: Job credential revoked", the job FAILED; seen once under CI load)
+    HELD_S = 3.0
+
     def _release(self) -> None:
-        while not self._stop.wait(2.0):
+        held_since: dict[str, float] = {}
+        while not self._stop.wait(1.0):
             listing = subprocess.run(
                 ["squeue", "-h", "-t", "PD", "-o", "%i %r"], capture_output=True, text=True
             ).stdout
             for line in listing.splitlines():
                 job, reason = line.split(maxsplit=1)
-                if reason.strip() == "BeginTime":
+                if reason.strip() != "BeginTime":
+                    continue
+                since = held_since.setdefault(job, time.monotonic())
+                if time.monotonic() - since >= self.HELD_S:
                     subprocess.run(
                         ["scontrol", "update", f"jobid={job}", "starttime=now"],
                         capture_output=True,
                     )
+                    del held_since[job]  # a later requeue of the same job waits again
 
     def __exit__(self, *args) -> None:
         self._stop.set()
