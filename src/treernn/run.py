@@ -195,17 +195,15 @@ def _train(
                     stop.pending,
                 )
             metrics.update(_floats(trainer.callback_metrics))
-            untested = tail.message(trainer.global_step)
-            tests_best = cfg.mode == "fit+test" and cfg.test_ckpt != "last"
-            if untested and tests_best and _test_checkpoint(trainer, cfg, last):
-                rank_zero_only(log.warning)(untested)
         if cfg.mode in ("fit+test", "test"):
             if cfg.mode == "test":
                 results = trainer.test(module, datamodule=datamodule, ckpt_path=ckpt_path)
             else:
-                results = trainer.test(
-                    module, datamodule=datamodule, ckpt_path=_test_checkpoint(trainer, cfg, last)
-                )
+                test_path = _test_checkpoint(trainer, cfg, last)
+                untested = tail.message(trainer.global_step)
+                if untested and test_path and cfg.test_ckpt != "last":  # the best, not the final
+                    rank_zero_only(log.warning)(untested)
+                results = trainer.test(module, datamodule=datamodule, ckpt_path=test_path)
             metrics.update(_floats(results[0] if results else {}))
         if trainer.is_global_zero:
             _report(cfg, metrics)
