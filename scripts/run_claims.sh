@@ -6,6 +6,11 @@
 # <commit>) so that code changes never reach a running sweep.
 #   TREERNN_DATA_DIR=... bash scripts/run_claims.sh            # all of them, in this order
 #   TREERNN_DATA_DIR=... bash scripts/run_claims.sh lm tdlm    # some of them
+# Finished jobs are kept without their weights in results/tables/<table>/<sweep>
+# (TREERNN_RESULTS_DIR; `python -m treernn sweep archive`): after each sweep, on Ctrl-C or SIGTERM,
+# and every ARCHIVE_EVERY seconds (default 600) while a sweep runs. Committed, they survive a
+# machine that loses outputs/: each sweep first restores them (`sweep restore`) and skips those
+# jobs, and `report claims results/tables/...` prints the claims from any clone.
 # Budgets: the new tables (lm, tdlm) at their own; the comparisons that were undecided at the
 # tables' short budgets (logic ON-LSTM vs LSTM, systematic generalisation, SST-2 on sentences only)
 # at budgets where validation should have stopped rising; `report claims` says "undecided" where it
@@ -15,11 +20,29 @@
 # validation accuracy was still rising at the end of listops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+RESULTS=${TREERNN_RESULTS_DIR:-results}
+archive() {  # sweep dir, copy dir
+    [[ -f $1/multirun.yaml ]] && python -m treernn sweep archive "$1" "$2" | tail -n 2
+    return 0
+}
 run() {
     local name=$1
     shift
+    local table=${1#table=}  # every sweep's first override names its table
+    local sweep=outputs/tables/$table/$name kept=$RESULTS/tables/$table/$name
+    if [[ -f $kept/multirun.yaml ]]; then
+        python -m treernn sweep restore "$kept" "$sweep"
+    fi
     echo "== $(date -Is) sweep $name: python train.py -m $*"
-    python train.py -m "$@" sweep_id="$name"
+    (while sleep "${ARCHIVE_EVERY:-600}"; do archive "$sweep" "$kept"; done) &
+    local keeper=$!
+    trap 'kill $keeper 2>/dev/null; archive "$sweep" "$kept"; exit 143' INT TERM
+    local status=0
+    python train.py -m "$@" sweep_id="$name" || status=$?
+    kill $keeper 2>/dev/null || true
+    trap - INT TERM
+    archive "$sweep" "$kept"
+    return $status
 }
 declare -A SWEEPS=(
     [lm]="table=lm"

@@ -4,6 +4,7 @@ tests/integration/test_sweeps.py, in the slow tier)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -62,3 +63,49 @@ def test_a_directory_that_is_not_a_sweep_is_one_line(tmp_path, capsys):
     assert treernn_main(["sweep", "status", str(tmp_path)]) == 1
     error = capsys.readouterr().err
     assert error.startswith(f"error: {tmp_path} is not a sweep directory (no multirun.yaml)")
+
+
+def test_archive_keeps_finished_jobs_without_weights_and_a_resumed_sweep_skips_them(tmp_path, capsys):
+    from treernn.sweeps import plan_job
+
+    sweep = make_sweep(tmp_path)
+    (sweep / "table.md").write_text("| model |\n")
+    finished = sweep / "0"
+    (finished / "metrics.json").write_text('{"test/acc": 0.5}')
+    (finished / "csv").mkdir()
+    (finished / "csv" / "metrics.csv").write_text("step,val/acc\n9,0.5\n")
+    (finished / "checkpoints").mkdir()
+    (finished / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    (finished / "hpc_ckpt_1.ckpt").write_bytes(b"weights")
+    (finished / "wandb").mkdir()
+    (finished / "wandb" / "run.wandb").write_bytes(b"log")
+    copy = tmp_path / "results" / "logic" / "mine"
+    assert treernn_main(["sweep", "archive", str(sweep), str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert f"archived 1 finished jobs of {sweep} in {copy}" in out
+    assert "not archived (not finished): jobs 1" in out
+    kept = sorted(str(path.relative_to(copy)) for path in copy.rglob("*") if path.is_file())
+    assert kept == [
+        "0/.hydra/overrides.yaml", "0/csv/metrics.csv", "0/metrics.json", "0/status.json",
+        "multirun.yaml", "table.md",
+    ]  # fmt: skip
+    # on a machine that lost outputs/: the copy put back, the job is skipped with its metrics
+    restored = tmp_path / "elsewhere" / "mine"
+    restored.parent.mkdir()
+    shutil.copytree(copy, restored)
+    plan = plan_job(restored / "0", ["table=logic", "seed=1"])
+    assert (plan.action, plan.metrics) == ("skip", {"test/acc": 0.5})
+
+
+def test_restore_adds_what_the_sweep_lacks_and_replaces_nothing(tmp_path, capsys):
+    copy = make_sweep(tmp_path / "kept")
+    (copy / "0" / "metrics.json").write_text('{"test/acc": 0.5}')
+    sweep = tmp_path / "outputs" / "mine"
+    (sweep / "1").mkdir(parents=True)
+    (sweep / "1" / "status.json").write_text('{"status": "running"}')  # this machine's own
+    assert treernn_main(["sweep", "restore", str(copy), str(sweep)]) == 0
+    assert capsys.readouterr().out.strip() == f"restored 5 files of {copy} into {sweep}"
+    assert (sweep / "0" / "metrics.json").read_text() == '{"test/acc": 0.5}'
+    assert runs.read_status(sweep / "0")["status"] == "finished"
+    assert (sweep / "1" / "status.json").read_text() == '{"status": "running"}'
+    assert (sweep / "1" / ".hydra" / "overrides.yaml").is_file()

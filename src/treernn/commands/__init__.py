@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "report",
         "a sweep's table beside the papers', accuracy by length, tree F1 of a run, throughput",
     ),
-    "sweep": ("sweep", "a sweep's jobs and their state; resume a sweep where it stopped"),
+    "sweep": ("sweep", "a sweep's jobs and their state; resume a sweep; keep its results"),
 }
 
 

@@ -2,6 +2,8 @@
 
     python -m treernn sweep status <sweep dir>
     python -m treernn sweep resume <sweep dir> [--dry-run]
+    python -m treernn sweep archive <sweep dir> <copy dir>
+    python -m treernn sweep restore <copy dir> <sweep dir>
 
 ``status`` lists each job of the sweep: its overrides, whether it finished, was interrupted (with
 the step of its newest checkpoint), failed (with the error) or is running.
@@ -12,12 +14,22 @@ interrupted ones continue from their newest checkpoint, failed ones run again fr
 the same directories with the same numbers. At the end the sweep's table is printed over all of
 its jobs. The same happens when you run the original ``-m`` command again with
 ``sweep_id=<name>``.
+
+``archive`` copies what a sweep's finished jobs produced, without their checkpoints and wandb
+files, into ``<copy dir>`` (a few hundred KB a job, the same layout as the sweep's): what
+``report table``, ``report curves`` and ``report claims`` read, and what a resumed sweep needs to
+skip those jobs. A sweep of many hours can so be kept in a repository, reported from any clone,
+and continued on a machine that lost its ``outputs/``: ``restore`` puts back what the sweep
+directory lacks (it never replaces a file) and a resumed sweep skips the finished jobs.
+Jobs that did not finish are left out (they need their checkpoints to resume). Files already in
+the archive are replaced.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -33,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     resume = actions.add_parser("resume", help="continue the sweep where it stopped")
     resume.add_argument("sweep_dir", type=Path)
     resume.add_argument("--dry-run", action="store_true", help="print the command and run nothing")
+    archive = actions.add_parser("archive", help="keep the finished jobs' results, no checkpoints")
+    archive.add_argument("sweep_dir", type=Path)
+    archive.add_argument("copy_dir", type=Path)
+    restore = actions.add_parser("restore", help="put an archived sweep's files back")
+    restore.add_argument("copy_dir", type=Path)
+    restore.add_argument("sweep_dir", type=Path)
 
 
 def _saved(sweep_dir: Path):
@@ -60,6 +78,10 @@ def resume_command(sweep_dir: Path) -> tuple[Path, list[str]]:
 def run(args: argparse.Namespace) -> int:
     if args.action == "status":
         return _status(args.sweep_dir)
+    if args.action == "archive":
+        return _archive(args.sweep_dir, args.copy_dir)
+    if args.action == "restore":
+        return _restore(args.copy_dir, args.sweep_dir)
     cwd, arguments = resume_command(args.sweep_dir)
     script = cwd / "train.py"
     if not script.is_file():
@@ -76,15 +98,19 @@ def run(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def _jobs(sweep_dir: Path) -> list[Path]:
+    return sorted(
+        (path.parent for path in sweep_dir.glob("*/.hydra")),
+        key=lambda path: (int(path.name) if path.name.isdigit() else -1, path.name),
+    )
+
+
 def _status(sweep_dir: Path) -> int:
     from treernn import runs
     from treernn.sweeps import _overrides
 
     _saved(sweep_dir)
-    jobs = sorted(
-        (path.parent for path in sweep_dir.glob("*/.hydra")),
-        key=lambda path: (int(path.name) if path.name.isdigit() else -1, path.name),
-    )
+    jobs = _jobs(sweep_dir)
     counts: dict[str, int] = {}
     for job_dir in jobs:
         record = runs.read_status(job_dir)
@@ -98,4 +124,47 @@ def _status(sweep_dir: Path) -> int:
         print(f"job {job_dir.name} [{_overrides(job_dir)}]: {status}{where}{error}")
     summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
     print(f"{len(jobs)} jobs in {sweep_dir}: {summary}")
+    return 0
+
+
+#: what an archive leaves out: weights (checkpoints, SLURM's requeue checkpoints), wandb's own
+#: files (synced from the run directory), and the run's lock
+NOT_ARCHIVED = ("checkpoints", "wandb", "*.ckpt", ".lock")
+
+
+def _archive(sweep_dir: Path, target: Path) -> int:
+    from treernn import runs
+
+    _saved(sweep_dir)
+    ignore = shutil.ignore_patterns(*NOT_ARCHIVED)
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sweep_dir.iterdir():  # the sweep's own files: multirun.yaml, table.*, curves.*
+        if path.is_file() and not path.name.startswith("."):
+            shutil.copy2(path, target / path.name)
+    kept, left = [], []
+    for job_dir in _jobs(sweep_dir):
+        if runs.read_status(job_dir).get("status") != "finished":
+            left.append(job_dir.name)
+            continue
+        shutil.copytree(
+            job_dir, target / job_dir.name, symlinks=True, ignore=ignore, dirs_exist_ok=True
+        )
+        kept.append(job_dir.name)
+    print(f"archived {len(kept)} finished jobs of {sweep_dir} in {target}", flush=True)
+    if left:
+        print(f"not archived (not finished): jobs {', '.join(left)}", flush=True)
+    return 0
+
+
+def _restore(copy_dir: Path, sweep_dir: Path) -> int:
+    _saved(copy_dir)
+    added = 0
+    for path in sorted(copy_dir.rglob("*")):
+        target = sweep_dir / path.relative_to(copy_dir)
+        if path.is_dir() or target.exists() or target.is_symlink():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target, follow_symlinks=False)
+        added += 1
+    print(f"restored {added} files of {copy_dir} into {sweep_dir}", flush=True)
     return 0
