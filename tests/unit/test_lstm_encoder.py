@@ -101,3 +101,46 @@ def test_bf16_autocast_runs_bf16_only_where_it_pays(pays: bool, monkeypatch) -> 
         torch.testing.assert_close(out.hidden.float(), expected, atol=0.05, rtol=0.05)
     else:
         torch.testing.assert_close(out.hidden, expected, atol=0, rtol=0)
+
+
+def test_bf16_is_decided_apart_for_training_and_inference(monkeypatch) -> None:
+    """A bf16 LSTM whose forward wins and whose backward loses (oneDNN's primitive on an AMD Zen 5
+    at the paper's size): bf16 in inference, fp32 in training, each from its own probe."""
+    if not gemm.onednn_available(torch.bfloat16):
+        pytest.skip("no oneDNN bf16 kernels (and so no bf16 LSTM primitive) on this CPU")
+    labels = []
+
+    def pays(*shape_and_label):
+        labels.append(shape_and_label[-1])
+        return "inference" in shape_and_label[-1]
+
+    monkeypatch.setattr(gemm, "bf16_pays", pays)
+    encoder = LSTMEncoder(4, 6)
+    x = torch.randn(2, 5, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        trained = encoder(x)
+        with torch.no_grad():
+            inferred = encoder(x)
+    assert (trained.hidden.dtype, inferred.hidden.dtype) == (torch.float32, torch.bfloat16)
+    assert [label.strip() for label in labels] == [
+        "LSTM nn.LSTM layer, training", "LSTM nn.LSTM layer, inference",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_the_bf16_probe_times_what_the_mode_runs(training: bool) -> None:
+    """The probe's runs: forward only for inference; forward and backward for training (three
+    products' FLOPs), with gradients reaching the input."""
+    from treernn.encoders.lstm import _bf16_runs
+
+    layer = torch.nn.LSTM(3, 4, batch_first=True)
+    loops, flops = _bf16_runs(layer, 2, torch.device("cpu"), training)()
+    assert flops == 2.0 * (3 if training else 1) * 16 * 2 * (3 + 4) * 16
+    calls = []
+    original = torch.Tensor.backward
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.Tensor, "backward", lambda *a, **k: calls.append(original(*a, **k)))
+        with torch.no_grad():  # as gemm.time_in_turns calls them
+            for run in loops.values():
+                run()
+    assert len(calls) == (len(loops) if training else 0)

@@ -9,8 +9,9 @@ AWD-LSTM.
 On CPU ``nn.LSTM`` runs oneDNN's LSTM primitive (its own packed GEMMs: the per-step products are
 already on oneDNN, see :mod:`treernn.kernels.gemm`). Under ``torch.autocast`` with bf16
 (``precision=bf16-mixed``) it runs oneDNN's bf16 LSTM only where the probe of
-:func:`treernn.kernels.gemm.product_dtype` finds bf16 products faster than fp32 on this machine
-at the recurrent shape (batch, H) x (H, 4H); elsewhere the encoder runs in fp32 (logged once). On
+:func:`treernn.kernels.gemm.product_dtype` finds a bf16 layer faster than an fp32 one on this
+machine at the layer's sizes and batch, timed forward only for inference and forward and backward
+for training (each decided on its own); elsewhere the encoder runs in fp32 (logged once). On
 CPUs without bf16 instructions (e.g. AVX2 only) oneDNN has no bf16 LSTM at all and autocast would
 fail to create the primitive; on an Intel Xeon with AVX512-BF16 and no AMX it runs, 0.75x as fast
 as fp32.
@@ -94,9 +95,13 @@ class LSTMEncoder(Encoder):
     def forward(
         self, x: Tensor, mask: Tensor | None = None, state: LSTMState | None = None
     ) -> EncoderOutput:
+        training = torch.is_grad_enabled()
         if gemm.bf16_requested(x.device) and not all(
-            gemm.product_dtype(x.size(0), layer.hidden_size, 4 * layer.hidden_size, x.device,
-                               "LSTM", "nn.LSTM layer", _bf16_runs(layer, x.size(0), x.device))
+            gemm.product_dtype(
+                x.size(0), layer.hidden_size, 4 * layer.hidden_size, x.device, "LSTM",
+                f"nn.LSTM layer, {'training' if training else 'inference'}",
+                _bf16_runs(layer, x.size(0), x.device, training),
+            )
             for layer in self.layers
         ):  # fmt: skip
             # bf16 products are not faster here: fp32 (see the module docstring)
@@ -120,25 +125,31 @@ class LSTMEncoder(Encoder):
         )
 
 
-def _bf16_runs(layer: nn.LSTM, batch: int, device: torch.device):
+def _bf16_runs(layer: nn.LSTM, batch: int, device: torch.device, training: bool):
     """For :func:`gemm.product_dtype`: a layer of ``layer``'s sizes over 16 steps of ``batch`` rows
     in fp32 and under bf16 autocast (oneDNN's bf16 LSTM primitive on CPU, where oneDNN has bf16
-    kernels; elsewhere on CPU there is no bf16 run), to be timed against each other: what runs
-    under bf16-mixed is the primitive, whose speed the products alone do not tell."""
+    kernels; elsewhere on CPU there is no bf16 run), forward only or, ``training``, forward and
+    backward, to be timed against each other: what runs under bf16-mixed is the primitive, whose
+    speed the products alone do not tell, and its backward can lose where its forward wins (an
+    AMD Zen 5: bf16 2.5x fp32 in inference, 0.75x in training at the paper's 1150)."""
 
     def runs():
         steps = 16
         probe = nn.LSTM(layer.input_size, layer.hidden_size, batch_first=True).to(device)
-        x = torch.randn(batch, steps, layer.input_size, device=device)
+        x = torch.randn(batch, steps, layer.input_size, device=device, requires_grad=training)
 
         def run(bf16: bool) -> None:
-            with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=bf16):
-                probe(x)
+            with torch.set_grad_enabled(training):
+                with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
+                    out, _ = probe(x)
+                if training:
+                    out.float().sum().backward()
 
         loops = {"float32": functools.partial(run, False)}
         if device.type != "cpu" or gemm.onednn_available(torch.bfloat16):
             loops["bfloat16"] = functools.partial(run, True)
-        flops = 2.0 * steps * batch * (layer.input_size + layer.hidden_size) * 4 * layer.hidden_size
-        return loops, flops
+        products = 3 if training else 1  # backward: the input and the weight gradients
+        flops = 2.0 * products * steps * batch * (layer.input_size + layer.hidden_size)
+        return loops, flops * 4 * layer.hidden_size
 
     return runs
