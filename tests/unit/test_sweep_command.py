@@ -65,7 +65,9 @@ def test_a_directory_that_is_not_a_sweep_is_one_line(tmp_path, capsys):
     assert error.startswith(f"error: {tmp_path} is not a sweep directory (no multirun.yaml)")
 
 
-def test_archive_keeps_finished_jobs_without_weights_and_a_resumed_sweep_skips_them(tmp_path, capsys):
+def test_archive_keeps_finished_jobs_without_weights_and_a_resumed_sweep_skips_them(
+    tmp_path, capsys
+):
     from treernn.sweeps import plan_job
 
     sweep = make_sweep(tmp_path)
