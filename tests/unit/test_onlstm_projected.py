@@ -24,6 +24,8 @@ from treernn.kernels.onlstm import _fast_forward, fast_recurrence
 from treernn.kernels.onlstm_projected import fast_projected_recurrence
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+RESULTS = ("outputs", "h", "c", "forget", "input")
+GRADIENTS = ("inputs", "input weight", "bias", "recurrent weight", "h0", "c0")
 
 
 @pytest.fixture
@@ -67,7 +69,7 @@ def test_projected_path_equals_projection_then_recurrence_float64(
         expected = fast_recurrence(
             F.linear(inputs, w_ih, bias), w_hh * scale, h0, c0, step_mask, chunk, "aten"
         )
-    assert taken == [1], "the projected loop did not run"
+    assert len(taken) == 1, "the projected loop did not run"
     assert result[0].transpose(0, 1).is_contiguous()  # written batch-first by the kernel
     for name, value, wanted in zip(("outputs", "h", "c", "forget", "input"), result, expected):
         torch.testing.assert_close(value, wanted, rtol=1e-12, atol=1e-12, msg=name)
@@ -76,10 +78,16 @@ def test_projected_path_equals_projection_then_recurrence_float64(
 
 
 def _spy_on_inference(extension: ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that grows by one at each call of the kernel's one-call inference entry."""
+    """A list that grows at each call of the kernel's one-call inference entry by whether the
+    call ran bf16 products (False = 0 where a test counts the calls)."""
     taken: list[int] = []
     original = extension.infer_projected
-    monkeypatch.setattr(extension, "infer_projected", lambda *a: taken.append(1) or original(*a))
+
+    def spy(*args, **kwargs):
+        taken.append(kwargs.get("bf16", False))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(extension, "infer_projected", spy)
     return taken
 
 
@@ -228,17 +236,28 @@ def test_projected_loop_per_instruction_set(
     torch.testing.assert_close(kernel_distances, distances, **TOLERANCE)
 
 
-@pytest.mark.parametrize("depth, hidden", [(5, 5), (37, 52), (32, 16)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+bf16_kernels = pytest.mark.skipif(
+    not gemm.treernn_available(torch.bfloat16), reason="treernn's bf16 products need AVX512-BF16"
+)
+
+
+@pytest.mark.parametrize("depth, hidden", [(5, 5), (37, 52), (32, 16), (6, 5)])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, pytest.param(torch.bfloat16, marks=bf16_kernels)]
+)
 def test_pack_projected_is_the_packed_concatenation(depth, hidden, dtype, extension) -> None:
     """[W_ih | scale * W_hh] packed in one pass: exactly the packing of the concatenated weight
     (37 outputs: two full panels, packed in 16 x 16 blocks on AVX-512 in float32, and a partial
-    one padded with zeros; depths below, above and at multiples of 16)."""
+    one padded with zeros; depths below, above and at multiples of 16); bf16: float32 weights
+    packed as bf16 pairs, the same words as packing the concatenation in bf16 (a pair across
+    W_ih and W_hh where D is odd, a half-empty last pair where D + H is)."""
     generator = torch.Generator().manual_seed(0)
+    bf16 = dtype == torch.bfloat16
+    dtype = torch.float32 if bf16 else dtype
     w_ih = torch.randn(37, depth, generator=generator, dtype=dtype)
     w_hh = torch.randn(37, hidden, generator=generator, dtype=dtype)
-    expected = gemm.packed_kernels().pack(torch.cat((w_ih, w_hh * 0.25), dim=1), False)
-    assert torch.equal(extension.pack_projected(w_ih, w_hh, 0.25), expected)
+    expected = gemm.packed_kernels().pack(torch.cat((w_ih, w_hh * 0.25), dim=1), bf16)
+    assert torch.equal(extension.pack_projected(w_ih, w_hh, 0.25, bf16), expected)
     w_ih, w_hh = w_ih[:, :5], w_hh[:, :5]
     with pytest.raises(RuntimeError, match="two contiguous CPU weights"):
         extension.pack_projected(w_ih, w_hh.t(), 1.0)
@@ -353,3 +372,83 @@ def test_the_placement_probe_times_all_three_and_picks_the_fastest(extension, mo
     assert onlstm_kernel._probe_placement(4, 6, 8, 2, extension) == "rows"
     for placement in ("loop", "rows"):  # all three really ran, with the same outputs
         torch.testing.assert_close(timed[placement][0], timed["separate"][0], **TOLERANCE)
+
+
+@bf16_kernels
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("placement", ["loop", "rows"])
+def test_bf16_products_inside_the_loop_are_the_separate_paths(
+    masked, placement, extension, monkeypatch
+) -> None:
+    """bf16 products inside the loop (both products asked in bf16): the inputs, states and
+    weights rounded to bf16 and summed in float32, as the separate projection and the
+    recurrence's bf16 products give them, to float32 rounding (the sums run in another order),
+    in inference (one call) and training (results and every gradient); the fp32 outputs are
+    1e-3 away and more, so the bf16 products did run."""
+    inputs, w_ih, bias, w_hh, h0, c0, step_mask, chunk = _problem(torch.float32, masked)
+    leaves = [inputs, w_ih, bias, w_hh, h0, c0]
+    bf16 = (torch.bfloat16, torch.bfloat16)
+
+    def run(where, *dtypes):
+        monkeypatch.setenv(onlstm_kernel.ENV_VAR, where)
+        return fast_projected_recurrence(
+            *[leaf.detach().requires_grad_(torch.is_grad_enabled()) for leaf in leaves],
+            step_mask, chunk, "treernn", *dtypes, recurrent_scale=0.55,
+        )  # fmt: skip
+
+    taken = _spy_on_inference(extension, monkeypatch)
+    with torch.no_grad():
+        inferred, separate, fp32 = run(placement, *bf16), run("separate", *bf16), run(placement)
+    assert taken == [True, False]  # one bf16 call, then the fp32 one
+    for name, value, wanted in zip(RESULTS, inferred, separate):
+        torch.testing.assert_close(value, wanted, rtol=1e-5, atol=2e-6, msg=name)
+    assert (inferred[0] - fp32[0]).abs().max() > 1e-3  # outputs
+
+    def trained(where):
+        monkeypatch.setenv(onlstm_kernel.ENV_VAR, where)
+        tracked = [leaf.detach().clone().requires_grad_(True) for leaf in leaves]
+        result = fast_projected_recurrence(
+            *tracked, step_mask, chunk, "treernn", *bf16, recurrent_scale=0.55
+        )
+        return result, torch.autograd.grad(_loss(result), tracked)
+
+    (result, grads), (expected, wanted_grads) = trained(placement), trained("separate")
+    assert type(result[0].grad_fn).__name__ == "ONLSTMProjectedRecurrenceBackward"
+    for name, value, wanted in zip(RESULTS, result, expected):
+        torch.testing.assert_close(value, wanted, rtol=1e-5, atol=2e-6, msg=name)
+    for name, grad, wanted in zip(GRADIENTS, grads, wanted_grads):
+        torch.testing.assert_close(grad, wanted, rtol=1e-4, atol=1e-4, msg=name)
+
+
+@bf16_kernels
+@pytest.mark.parametrize("decided", ["bf16", "fp32", "mixed"])
+def test_eval_under_bf16_mixed_is_one_call_where_both_products_agree(
+    decided, extension, monkeypatch
+) -> None:
+    """Eval without autograd under bf16 autocast: one ``infer_projected`` call per layer, with
+    bf16 products where both of a layer's products are decided bf16 and fp32 ones where both are
+    fp32, bit for bit what the general path gives under autocast with autograd; a layer whose
+    two products differ goes down the general path."""
+    monkeypatch.setenv(gemm.ENV_VAR, "treernn")
+    monkeypatch.setenv(onlstm_kernel.ENV_VAR, "rows")
+    projection, steps = {"bf16": (True, True), "fp32": (False, False), "mixed": (True, False)}[
+        decided
+    ]
+
+    def pays(batch, in_features, out_features, device, runs=None, label=""):
+        return projection if runs is None else steps  # the steps' probe times their loop
+
+    monkeypatch.setattr(gemm, "bf16_pays", pays)
+    torch.manual_seed(6)
+    encoder = ONLSTMEncoder(6, 12, num_layers=2, chunk_size=3, weight_drop=0.3).eval()
+    x = torch.randn(4, 7, 6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = encoder(x)  # autograd on: the general path
+        taken = _spy_on_inference(extension, monkeypatch)
+        with torch.no_grad():
+            result = encoder(x)
+    assert taken == {"bf16": [True, True], "fp32": [False, False], "mixed": []}[decided]
+    assert torch.equal(result.hidden, expected.hidden)
+    assert torch.equal(result.tree_signal.values, expected.tree_signal.values)
+    for (h, c), (h_ref, c_ref) in zip(result.state, expected.state):
+        assert torch.equal(h, h_ref) and torch.equal(c, c_ref)

@@ -52,6 +52,7 @@ from treernn.kernels.onlstm import fused_kernel, precision_runs
 from treernn.kernels.onlstm_projected import (
     IN_LOOP,
     fast_projected_recurrence,
+    in_loop_bf16,
     infer_in_loop,
     loop_placement,
 )
@@ -265,27 +266,45 @@ class ONLSTMEncoder(Encoder):
             layer.hh.bias,
         )  # fmt: skip
 
+    def _product_dtypes(
+        self, layer: ONLSTMLayer, steps: int, batch: int, x: Tensor
+    ) -> tuple[torch.dtype | None, torch.dtype | None]:
+        """Under bf16 autocast, the dtypes of a layer's input projection and recurrent products
+        (:func:`gemm.product_dtype`: bf16 where a probe finds it faster here, else None)."""
+        num_gates = layer.hh.weight.size(0)
+        projection_dtype = gemm.product_dtype(
+            gemm.rows_bucket(steps * batch), layer.input_size, num_gates, x.device,
+            "ON-LSTM", "input projection",
+        )  # fmt: skip
+        step_dtype = gemm.product_dtype(
+            batch, layer.hidden_size, num_gates, x.device, "ON-LSTM", "recurrent steps",
+            precision_runs(batch, layer.hidden_size, layer.chunk_size, fused_kernel(x)),
+        )  # fmt: skip
+        return projection_dtype, step_dtype
+
     def _infer_in_loop(
         self, x: Tensor, mask: Tensor | None, step_mask: Tensor | None, state: list
     ) -> EncoderOutput | None:
-        """Inference (eval, no autograd, no autocast) where every layer's projection runs inside
-        its step loop: one call of the compiled ``infer_projected`` per layer and little else,
-        the outputs as :meth:`forward` gives them; None where that does not apply (then the
-        general path runs). At one layer of 256 the general path's own torch ops and decisions
-        took 3-4 % of an inference call (each runs from caches the step loop has just flushed).
+        """Inference (eval, no autograd) where every layer's projection runs inside its step
+        loop: one call of the compiled ``infer_projected`` per layer and little else, the outputs
+        as :meth:`forward` gives them; None where that does not apply (then the general path
+        runs). Under bf16-mixed a layer runs so where both of its products are decided fp32, or
+        both bf16 (:func:`in_loop_bf16`). At one layer of 256 the general path's own torch ops
+        and decisions took 3-4 % of an inference call (each runs from caches the step loop has
+        just flushed).
         """
         kernel = fused_kernel(x)
         first = self.layers[0]
         if (
             kernel is None
-            or torch.is_autocast_enabled(x.device.type)
             or x.dtype != first.ih.weight.dtype
             or x.stride(-1) != 1
             or x.size(0) * x.size(1) == 0
         ):
             return None
-        batch = x.size(0)
-        own_rows = []
+        batch, steps = x.shape[:2]
+        autocast = torch.is_autocast_enabled(x.device.type)
+        own_rows, in_bf16 = [], []
         for layer in self.layers:
             placement = loop_placement(
                 batch, layer.input_size, layer.hidden_size, layer.chunk_size, x.dtype, x.device,
@@ -293,14 +312,19 @@ class ONLSTMEncoder(Encoder):
             )  # fmt: skip
             if placement not in IN_LOOP:
                 return None
+            dtypes = self._product_dtypes(layer, steps, batch, x) if autocast else (None, None)
+            bf16 = in_loop_bf16(x, *dtypes)
+            if dtypes != (None, None) and not bf16:
+                return None
             own_rows.append(placement == "rows")
+            in_bf16.append(bf16)
         layer_input = x.transpose(0, 1)  # (T, B, D); eval: no dropout between the layers
         outputs, new_state, forget_distances, input_distances = [], [], [], []
-        for layer, (h0, c0), rows in zip(self.layers, state, own_rows):
+        for layer, (h0, c0), rows, bf16 in zip(self.layers, state, own_rows, in_bf16):
             weight, scale = layer.scaled_recurrent_weight()
             output, h, c, distances = infer_in_loop(
                 kernel, layer_input, layer.ih.weight, layer.ih.bias, weight, h0, c0, step_mask,
-                layer.chunk_size, rows, scale, layer.hh.bias,
+                layer.chunk_size, rows, scale, layer.hh.bias, bf16,
             )  # fmt: skip
             outputs.append(output)  # (B, T, H) contiguous
             new_state.append((h, c))
@@ -349,16 +373,7 @@ class ONLSTMEncoder(Encoder):
                 # accumulation, where a probe finds that faster on this machine at their shapes
                 # (gemm.product_dtype), else in fp32; the gates, states, distances and the
                 # recurrence's elementwise work stay fp32 either way.
-                steps, batch = layer_input.shape[:2]
-                num_gates = layer.hh.weight.size(0)
-                projection_dtype = gemm.product_dtype(
-                    gemm.rows_bucket(steps * batch), layer.input_size, num_gates, x.device,
-                    "ON-LSTM", "input projection",
-                )  # fmt: skip
-                step_dtype = gemm.product_dtype(
-                    batch, layer.hidden_size, num_gates, x.device, "ON-LSTM", "recurrent steps",
-                    precision_runs(batch, layer.hidden_size, layer.chunk_size, fused_kernel(x)),
-                )  # fmt: skip
+                projection_dtype, step_dtype = self._product_dtypes(layer, steps, batch, x)
                 with torch.autocast(x.device.type, enabled=False):
                     if layer_input.dtype in (torch.float16, torch.bfloat16):
                         layer_input = layer_input.float()

@@ -185,9 +185,10 @@ def fast_projected_recurrence(
     projection runs inside the step loop: one product per step over [x_t | h_t] with
     [W_ih | W_hh] packed as one weight, so that no (T, B, G) projection is written and read back,
     and a batch-first input is read where it lies; with gradients to compute as the autograd node
-    :class:`ONLSTMProjectedRecurrence`. Otherwise (bf16 products, another backend, CUDA) the
-    projection is one product over all steps (:func:`gemm.linear`, in ``projection_dtype``) and
-    :func:`fast_recurrence` runs on it.
+    :class:`ONLSTMProjectedRecurrence`. So too where both products are asked in bf16
+    (:func:`in_loop_bf16`), at the place the fp32 probe chose. Otherwise (one product in bf16,
+    another backend, CUDA) the projection is one product over all steps (:func:`gemm.linear`, in
+    ``projection_dtype``) and :func:`fast_recurrence` runs on it.
 
     Inference (nothing to differentiate) inside the loop is one call of the compiled
     ``infer_projected``: biases added, weights packed, zero states and buffers made there, only
@@ -202,10 +203,10 @@ def fast_projected_recurrence(
         tensor is not None and tensor.requires_grad for tensor in tensors
     )
     placement = "separate"
+    bf16 = in_loop_bf16(inputs, projection_dtype, product_dtype)
     if (
         kernel is not None
-        and projection_dtype is None
-        and product_dtype is None
+        and (bf16 or (projection_dtype is None and product_dtype is None))
         and steps * batch > 0
         and inputs.stride(-1) == 1
     ):
@@ -217,7 +218,7 @@ def fast_projected_recurrence(
     if placement in IN_LOOP and not needs_grad:
         batch_first, h, c, distances = infer_in_loop(
             kernel, inputs, input_weight, bias, recurrent_weight, h0, c0, step_mask, chunk_size,
-            own_rows, recurrent_scale, recurrent_bias,
+            own_rows, recurrent_scale, recurrent_bias, bf16,
         )  # fmt: skip
         return batch_first.transpose(0, 1), h, c, distances[..., 1], distances[..., 0]
     h0 = inputs.new_zeros(batch, hidden) if h0 is None else h0
@@ -227,7 +228,7 @@ def fast_projected_recurrence(
     if placement in IN_LOOP:
         outputs, h, c, distances = ONLSTMProjectedRecurrence.apply(
             inputs, input_weight, bias, recurrent_weight, h0, c0, step_mask, chunk_size,
-            gemm_backend, recurrent_scale, own_rows,
+            gemm_backend, recurrent_scale, own_rows, torch.bfloat16 if bf16 else None,
         )  # fmt: skip
         return outputs, h, c, distances[..., 1], distances[..., 0]
     if recurrent_scale != 1.0:
@@ -235,6 +236,22 @@ def fast_projected_recurrence(
     input_gates = gemm.linear(inputs, input_weight, bias, gemm_backend, projection_dtype)
     return fast_recurrence(
         input_gates, recurrent_weight, h0, c0, step_mask, chunk_size, gemm_backend, product_dtype
+    )
+
+
+def in_loop_bf16(
+    inputs: Tensor, projection_dtype: torch.dtype | None, product_dtype: torch.dtype | None
+) -> bool:
+    """Whether the loop with the projection inside it runs its products in bf16: both products
+    asked in bf16 (under bf16-mixed, where the probes found bf16 faster), float32 inputs, and
+    ``treernn``'s bf16 kernels on this CPU (AVX512-BF16). Its products then read the bf16
+    weight and the states and inputs rounded to bf16, with float32 sums, as the separate
+    projection's and the recurrence's bf16 products do; everything else stays float32."""
+    return (
+        projection_dtype == torch.bfloat16
+        and product_dtype == torch.bfloat16
+        and inputs.dtype == torch.float32
+        and gemm.treernn_available(torch.bfloat16)
     )
 
 
@@ -251,24 +268,31 @@ def infer_in_loop(
     own_rows: bool,
     recurrent_scale: float = 1.0,
     recurrent_bias: Tensor | None = None,
+    bf16: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Inference with the projection inside the loop in one call of the compiled
-    ``infer_projected`` (arguments as :func:`fast_projected_recurrence`'s). Returns the outputs
-    batch-first (B, T, H), h_last, c_last (B, H) and the distances (T, B, 2) = (input, forget)."""
+    ``infer_projected`` (arguments as :func:`fast_projected_recurrence`'s; ``bf16``: its products
+    in bf16, see :func:`in_loop_bf16`). Returns the outputs batch-first (B, T, H), h_last, c_last
+    (B, H) and the distances (T, B, 2) = (input, forget)."""
     return kernel.infer_projected(
         inputs, input_weight, recurrent_weight, recurrent_scale, bias, recurrent_bias, h0, c0,
-        None if step_mask is None else step_mask.contiguous(), chunk_size, own_rows,
+        None if step_mask is None else step_mask.contiguous(), chunk_size, own_rows, bf16=bf16,
     )  # fmt: skip
 
 
 def _pack(
-    kernel: ModuleType, input_weight: Tensor, recurrent_weight: Tensor, scale: float
+    kernel: ModuleType,
+    input_weight: Tensor,
+    recurrent_weight: Tensor,
+    scale: float,
+    bf16: bool = False,
 ) -> Tensor:
-    """[W_ih | scale * W_hh] packed as one weight (``pack_projected``), once per call: in
-    training DropConnect gives each call its own recurrent weight, and a packing kept across
-    eval calls could go stale silently (a ``.data`` write does not bump the version counter)."""
+    """[W_ih | scale * W_hh] packed as one weight (``pack_projected``; as bf16 pairs with
+    ``bf16``), once per call: in training DropConnect gives each call its own recurrent weight,
+    and a packing kept across eval calls could go stale silently (a ``.data`` write does not
+    bump the version counter)."""
     weights = (input_weight.detach().contiguous(), recurrent_weight.detach().contiguous())
-    return kernel.pack_projected(*weights, scale)
+    return kernel.pack_projected(*weights, scale, bf16)
 
 
 def _projected_forward(
@@ -317,24 +341,27 @@ class ONLSTMProjectedRecurrence(torch.autograd.Function):
     Inputs: inputs (T, B, D) (any strides, contiguous rows), input_weight (G, D), bias (G,)
     (both biases), recurrent_weight (G, H), h0, c0 (B, H), step_mask (T, B) or None, then
     chunk_size, gemm_backend (the products of the backward pass), recurrent_scale (the weight
-    multiplied is recurrent_weight * recurrent_scale) and own_rows (the ``rows`` placement).
+    multiplied is recurrent_weight * recurrent_scale), own_rows (the ``rows`` placement) and
+    product_dtype (bf16: every product of both passes in bf16 with float32 sums, as the
+    separate projection and :class:`ONLSTMRecurrence` run them under bf16-mixed).
     Outputs: outputs (T, B, H), h_last, c_last (B, H), distances (T, B, 2) = (input, forget).
     """
 
     @staticmethod
     def forward(  # type: ignore[override]
         ctx, inputs, input_weight, bias, recurrent_weight, h0, c0, step_mask, chunk_size,
-        gemm_backend="auto", recurrent_scale=1.0, own_rows=False,
+        gemm_backend="auto", recurrent_scale=1.0, own_rows=False, product_dtype=None,
     ):  # fmt: skip
         kernel = fused_kernel(inputs)
-        packed = _pack(kernel, input_weight, recurrent_weight, recurrent_scale)
+        bf16 = product_dtype == torch.bfloat16
+        packed = _pack(kernel, input_weight, recurrent_weight, recurrent_scale, bf16)
         outputs, h_last, c_last, distances, buffers = _projected_forward(
             kernel, inputs, packed, bias, h0, c0, step_mask, chunk_size, own_rows, True
         )
         hs, cs, _, cumaxes, activations, tanh_cells, _ = buffers
         # what gate_gradients reads from ctx, and the scale of the recurrent weight
-        ctx.chunk_size, ctx.gemm_backend, ctx.product_dtype = chunk_size, gemm_backend, None
-        ctx.kernel, ctx.recurrent_scale = kernel, recurrent_scale
+        ctx.chunk_size, ctx.gemm_backend, ctx.kernel = chunk_size, gemm_backend, kernel
+        ctx.product_dtype, ctx.recurrent_scale = product_dtype, recurrent_scale
         ctx.save_for_backward(
             inputs, input_weight, recurrent_weight, step_mask, activations, cumaxes, tanh_cells,
             hs, cs,
@@ -358,11 +385,13 @@ class ONLSTMProjectedRecurrence(torch.autograd.Function):
         rows = grad_gates.view(-1, num_gates)
         grad_inputs = grad_input_weight = grad_weight = None
         if ctx.needs_input_grad[0]:
-            grad_inputs = input_gradient(rows, input_weight, ctx.gemm_backend)
+            grad_inputs = input_gradient(rows, input_weight, ctx.gemm_backend, ctx.product_dtype)
             grad_inputs = grad_inputs.view(steps, batch, depth)
         if ctx.needs_input_grad[1]:
             flat_inputs = inputs.reshape(-1, depth)  # (T * B, D) in the order of the rows
-            grad_input_weight = weight_gradient(rows, flat_inputs, ctx.gemm_backend)
+            grad_input_weight = weight_gradient(
+                rows, flat_inputs, ctx.gemm_backend, ctx.product_dtype
+            )
         if ctx.needs_input_grad[3]:
             grad_weight = recurrent_weight_gradient(ctx, grad_gates, hs)
             if scale != 1.0:
@@ -374,6 +403,7 @@ class ONLSTMProjectedRecurrence(torch.autograd.Function):
             grad_weight,
             grad_h if ctx.needs_input_grad[4] else None,
             grad_c if ctx.needs_input_grad[5] else None,
+            None,
             None,
             None,
             None,

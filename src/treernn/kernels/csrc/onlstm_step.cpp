@@ -717,8 +717,12 @@ TREERNN_AVX512 void pack_rows_avx512(const float* rows, int64_t ld, int64_t dept
 // [W_ih | scale * W_hh] (G x (D + H)) packed as packed_gemm's ``pack`` packs one weight, read
 // straight from the two contiguous weights (no concatenated copy first): the weight of
 // forward_sequence_projected, packed once per call (DropConnect gives each call its own).
+at::Tensor pack_projected_bf16(const at::Tensor& input_weight,
+                               const at::Tensor& recurrent_weight, double scale);
+
 at::Tensor pack_projected(const at::Tensor& input_weight, const at::Tensor& recurrent_weight,
-                          double scale) {
+                          double scale, bool bf16 = false) {
+  if (bf16) return pack_projected_bf16(input_weight, recurrent_weight, scale);
   TORCH_CHECK(input_weight.dim() == 2 && recurrent_weight.dim() == 2 &&
                   input_weight.size(0) == recurrent_weight.size(0) &&
                   input_weight.is_contiguous() && recurrent_weight.is_contiguous() &&
@@ -765,6 +769,53 @@ at::Tensor pack_projected(const at::Tensor& input_weight, const at::Tensor& recu
   return packed;
 }
 
+#ifdef TREERNN_X86_KERNELS
+// words[i] = bf16(even[i]) | bf16(odd[i]) << 16 for the 16 outputs of a panel (odd null: 0).
+TREERNN_AVX512 inline void pair_words_avx512(const float* even, const float* odd,
+                                             uint32_t* words) {
+  __m512i pair = bf16_lanes(_mm512_loadu_ps(even));
+  if (odd != nullptr)
+    pair = _mm512_or_si512(pair, _mm512_slli_epi32(bf16_lanes(_mm512_loadu_ps(odd)), 16));
+  _mm512_storeu_si512(words, pair);
+}
+#endif
+
+// [W_ih | scale * W_hh] as packed_gemm's bf16 pairs (P, ceil((D + H) / 2), 16, 2): packed in
+// float32 first (pack_projected), then rounded to bf16 (nearest even, as c10::BFloat16) two k at
+// a time, 16 outputs per vector. The same words as packed_gemm's ``pack`` of the concatenated
+// weight in bf16.
+at::Tensor pack_projected_bf16(const at::Tensor& input_weight,
+                               const at::Tensor& recurrent_weight, double scale) {
+  TORCH_CHECK(input_weight.scalar_type() == at::kFloat && cpu_has_bf16_pairs(),
+              "pack_projected in bf16: float32 weights and a CPU with AVX512-BF16");
+  const int64_t outputs = input_weight.size(0);
+  const int64_t width = input_weight.size(1) + recurrent_weight.size(1);
+  const int64_t panels = panels_of(outputs), pairs = (width + 1) / 2;
+  const at::Tensor single = pack_projected(input_weight, recurrent_weight, scale);
+  at::Tensor packed = at::empty({panels, pairs, kPanel, 2}, input_weight.options().dtype(at::kBFloat16));
+  const float* from = single.data_ptr<float>();
+  uint32_t* to = reinterpret_cast<uint32_t*>(packed.data_ptr<at::BFloat16>());
+  at::parallel_for(0, panels * pairs, 256, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {  // pair q % pairs of panel q / pairs
+      const int64_t p = q / pairs, k = 2 * (q % pairs);
+      const float* even = from + (p * width + k) * kPanel;  // k's 16 outputs, then k + 1's
+      const bool odd = k + 1 < width;
+#ifdef TREERNN_X86_KERNELS
+      if (cpu_has_avx512()) {
+        pair_words_avx512(even, odd ? even + kPanel : nullptr, to + q * kPanel);
+        continue;
+      }
+#endif
+      uint16_t* words = reinterpret_cast<uint16_t*>(to + q * kPanel);
+      for (int64_t i = 0; i < kPanel; ++i) {
+        words[2 * i] = bf16_bits(even[i]);
+        words[2 * i + 1] = odd ? bf16_bits(even[kPanel + i]) : uint16_t(0);
+      }
+    }
+  });
+  return packed;
+}
+
 // The forward loop with the input projection inside it, on checked buffers ``b`` (full or ring):
 // per step, act = bias + [x_t | h_t] @ [W_ih | W_hh]^T, one product over the inputs and the
 // states together (``packed``: the (G, D + H) weight packed by pack_projected), so that no
@@ -778,39 +829,64 @@ at::Tensor pack_projected(const at::Tensor& input_weight, const at::Tensor& recu
 // 1 - sum(cumsum) / n (zero at padded steps).
 template <typename scalar_t>
 void projected_loop(const scalar_t* x, int64_t step_stride, int64_t row_stride, int64_t steps,
-                    int64_t depth, const scalar_t* bias, const scalar_t* packed,
+                    int64_t depth, const scalar_t* bias, const void* packed,
                     const StepShape& shape, const ForwardBuffers<scalar_t>& b,
                     int64_t chunk_size, scalar_t* first, scalar_t* distance, bool own_rows,
-                    int64_t isa) {
+                    int64_t isa, bool bf16 = false) {
   const int64_t batch = shape.batch, gates = shape.gates, hidden = shape.hidden;
-  const int64_t n_chunk = shape.n_chunk, width = depth + hidden;
-  // [x_t | h_t], one row per batch row (a tensor: 64-byte aligned rows start)
+  const int64_t n_chunk = shape.n_chunk, width = depth + hidden, pairs = (width + 1) / 2;
+  // [x_t | h_t], one row per batch row (a tensor: 64-byte aligned rows start); with bf16
+  // products also as bf16 pairs, converted by each row's owner after gathering it
   const at::Tensor operand_rows =
       at::empty({batch, width}, at::TensorOptions().dtype(c10::CppTypeToScalarType<scalar_t>::value));
+  const at::Tensor operand_words =
+      at::empty({bf16 ? batch : 0, pairs}, at::TensorOptions().dtype(at::kInt));
   scalar_t* operand = operand_rows.data_ptr<scalar_t>();
-  gather_operand(x, row_stride, depth, b.h, hidden, 0, batch, operand);
+  uint32_t* operand_pairs = reinterpret_cast<uint32_t*>(operand_words.data_ptr<int32_t>());
+  auto gather = [&](const scalar_t* x_t, const scalar_t* h_t, int64_t rb, int64_t re) {
+    gather_operand(x_t, row_stride, depth, h_t, hidden, rb, re, operand);
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      if (bf16) to_bf16_pairs(operand, width, width, rb, re, operand_pairs);
+    }
+  };
+  gather(x, b.h, 0, batch);
   auto product = [&](const Team& team, int64_t, scalar_t* act) {
     // ld_added 0: every row adds the bias. Tiles of 8 rows over the long operand rows (12
     // rows of 2 KiB and two weight panels crowd a 32 KiB L1; measured 2-7 % faster)
     const int64_t max_rows = width > 384 ? 8 : 12;
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      if (bf16) {
+        const int64_t rb = own_rows ? team.row_begin(batch) : 0;
+        const int64_t re = own_rows ? team.row_end(batch) : batch;
+        const PanelRange mine = own_rows ? PanelRange{0, panels_of(gates)}
+                                         : panel_share(gates, team.thread, team.threads);
+        if (rb == re) return;
+        const Product<uint32_t, uint32_t, float> m{
+            operand_pairs + rb * pairs, pairs, re - rb, pairs,
+            static_cast<const uint32_t*>(packed), gates, act + rb * gates, gates, bias, 0,
+            max_rows};
+        product_panels_bf16(m, mine.begin, mine.end);
+        return;
+      }
+    }
+    const scalar_t* panels = static_cast<const scalar_t*>(packed);
     if (own_rows) {
       const int64_t rb = team.row_begin(batch), re = team.row_end(batch);
       if (rb == re) return;
       const Product<scalar_t, scalar_t, scalar_t> m{
-          operand + rb * width, width, re - rb, width, packed, gates, act + rb * gates, gates,
+          operand + rb * width, width, re - rb, width, panels, gates, act + rb * gates, gates,
           bias, 0, max_rows};
       product_panels(m, 0, panels_of(gates), isa);
       return;
     }
     const PanelRange mine = panel_share(gates, team.thread, team.threads);
     const Product<scalar_t, scalar_t, scalar_t> m{
-        operand, width, batch, width, packed, gates, act, gates, bias, 0, max_rows};
+        operand, width, batch, width, panels, gates, act, gates, bias, 0, max_rows};
     product_panels(m, mine.begin, mine.end, isa);
   };
   auto after_rows = [&](const Team&, int64_t t, int64_t rb, int64_t re) {
     if (t + 1 < steps)
-      gather_operand(x + (t + 1) * step_stride, row_stride, depth,
-                     b.h + b.state(t + 1) * batch * hidden, hidden, rb, re, operand);
+      gather(x + (t + 1) * step_stride, b.h + b.state(t + 1) * batch * hidden, rb, re);
     const scalar_t* step_outputs = b.outputs != nullptr
                                        ? b.outputs + b.step(t) * batch * hidden
                                        : b.h + b.state(t + 1) * batch * hidden;
@@ -860,8 +936,7 @@ void forward_sequence_projected(const at::Tensor& inputs, const at::Tensor& bias
   const StepShape shape = gate_shape(batch, bias.size(0), chunk_size, inputs.scalar_type());
   const int64_t hidden = shape.hidden;
   check(bias, "bias", inputs, 1, shape.gates);
-  TORCH_CHECK(!check_packed(packed, shape.gates, depth + hidden, inputs),
-              "the projected forward loop runs float32 and float64 products only");
+  const bool bf16 = check_packed(packed, shape.gates, depth + hidden, inputs);
   AT_DISPATCH_FLOATING_TYPES(inputs.scalar_type(), "onlstm_forward_sequence_projected", [&] {
     const ForwardBuffers<scalar_t> b = forward_buffers<scalar_t>(
         steps, shape, inputs, hs, cs, outputs, cumaxes, activations, tanh_cells, gates_buffer,
@@ -869,10 +944,10 @@ void forward_sequence_projected(const at::Tensor& inputs, const at::Tensor& bias
     if (batch_first.has_value()) check(*batch_first, "batch_first", inputs, batch * steps, hidden);
     if (distances.has_value()) check(*distances, "distances", inputs, steps * batch, 2);
     projected_loop<scalar_t>(inputs.data_ptr<scalar_t>(), inputs.stride(0), inputs.stride(1),
-                             steps, depth, bias.data_ptr<scalar_t>(),
-                             packed.data_ptr<scalar_t>(), shape, b, chunk_size,
-                             optional_pointer<scalar_t>(batch_first),
-                             optional_pointer<scalar_t>(distances), own_rows, isa_for(isa));
+                             steps, depth, bias.data_ptr<scalar_t>(), packed.data_ptr(), shape,
+                             b, chunk_size, optional_pointer<scalar_t>(batch_first),
+                             optional_pointer<scalar_t>(distances), own_rows, isa_for(isa),
+                             bf16);
   });
 }
 
@@ -885,7 +960,8 @@ std::vector<at::Tensor> infer_projected(
     const at::Tensor& inputs, const at::Tensor& input_weight, const at::Tensor& recurrent_weight,
     double scale, const at::Tensor& bias, const std::optional<at::Tensor>& recurrent_bias,
     const std::optional<at::Tensor>& h0, const std::optional<at::Tensor>& c0,
-    const std::optional<at::Tensor>& step_mask, int64_t chunk_size, bool own_rows, int64_t isa) {
+    const std::optional<at::Tensor>& step_mask, int64_t chunk_size, bool own_rows, int64_t isa,
+    bool bf16) {
   check_inputs(inputs);
   const int64_t steps = inputs.size(0), batch = inputs.size(1), depth = inputs.size(2);
   TORCH_CHECK(bias.dim() == 1, "bias must be (G,)");
@@ -923,7 +999,7 @@ std::vector<at::Tensor> infer_projected(
               "infer_projected: weights (G, D) = (", gates, ", ", depth, ") and (G, H) = (", gates,
               ", ", hidden, ") of the inputs' dtype");
   const at::Tensor packed =
-      pack_projected(input_weight.contiguous(), recurrent_weight.contiguous(), scale);
+      pack_projected(input_weight.contiguous(), recurrent_weight.contiguous(), scale, bf16);
   const at::Tensor cumaxes = at::empty({batch, 2 * shape.n_chunk}, options);
   const at::Tensor gates_buffer = at::empty({batch, gates}, options);
   // masked: each step's outputs (zero at padded steps) before they are copied batch-first
@@ -936,10 +1012,9 @@ std::vector<at::Tensor> infer_projected(
         cumaxes.data_ptr<scalar_t>(), nullptr, nullptr, gates_buffer.data_ptr<scalar_t>(),
         mask, 2, 1};
     projected_loop<scalar_t>(inputs.data_ptr<scalar_t>(), inputs.stride(0), inputs.stride(1),
-                             steps, depth, biases.data_ptr<scalar_t>(),
-                             packed.data_ptr<scalar_t>(), shape, b, chunk_size,
-                             outputs.data_ptr<scalar_t>(), distances.data_ptr<scalar_t>(),
-                             own_rows, isa_for(isa));
+                             steps, depth, biases.data_ptr<scalar_t>(), packed.data_ptr(), shape,
+                             b, chunk_size, outputs.data_ptr<scalar_t>(),
+                             distances.data_ptr<scalar_t>(), own_rows, isa_for(isa), bf16);
   });
   return {outputs, states[0][last], states[1][last], distances};
 }
@@ -1055,7 +1130,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("step_mask"), pybind11::arg("chunk_size"), pybind11::arg("isa") = 0);
   m.def("pack_projected", &pack_projected,
         "[W_ih | scale * W_hh] packed as one weight for forward_sequence_projected.",
-        pybind11::arg("input_weight"), pybind11::arg("recurrent_weight"), pybind11::arg("scale"));
+        pybind11::arg("input_weight"), pybind11::arg("recurrent_weight"), pybind11::arg("scale"),
+        pybind11::arg("bf16") = false);
   m.def("forward_sequence_projected", &forward_sequence_projected,
         "The forward loop with the input projection inside it: one product per step over the "
         "inputs and the states, then the elementwise work, in place.",
@@ -1074,7 +1150,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("recurrent_bias"), pybind11::arg("h0"), pybind11::arg("c0"),
         pybind11::arg("step_mask"),
         pybind11::arg("chunk_size"), pybind11::arg("own_rows") = false,
-        pybind11::arg("isa") = 0);
+        pybind11::arg("isa") = 0, pybind11::arg("bf16") = false);
   m.def("backward_sequence", &backward_sequence,
         "The reverse loop over all steps: elementwise work and packed products, in place.",
         pybind11::arg("packed_t"), pybind11::arg("activations"), pybind11::arg("cumaxes"),

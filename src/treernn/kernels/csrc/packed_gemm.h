@@ -30,6 +30,10 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define TREERNN_X86_KERNELS 1
+#define TREERNN_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+#define TREERNN_AVX512_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
+#define TREERNN_AVX2 __attribute__((target("avx2,fma")))
 #endif
 
 namespace {
@@ -119,13 +123,46 @@ void pack_panels_bf16(const float* w, int64_t row_stride, int64_t col_stride, in
   }
 }
 
+#ifdef TREERNN_X86_KERNELS
+// The bf16 bits of 16 floats, each in the low half of its 32-bit lane: rounded to nearest even by
+// c10::BFloat16's integer rule (bits + 0x7fff + the kept part's lowest bit), so the same bits as
+// bf16_bits for every number (NaNs aside: they stay NaNs).
+TREERNN_AVX512 inline __m512i bf16_lanes(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+  return _mm512_srli_epi32(rounded, 16);
+}
+
+// out[k] = bf16_bits(a[k]) for k in [0, depth), 16 at a time.
+TREERNN_AVX512 inline void bf16_row_avx512(const float* a, int64_t depth, uint16_t* out) {
+  int64_t k = 0;
+  for (; k + 16 <= depth; k += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k),
+                        _mm512_cvtepi32_epi16(bf16_lanes(_mm512_loadu_ps(a + k))));
+  for (; k < depth; ++k) out[k] = bf16_bits(a[k]);
+}
+#endif
+
 // Rows [begin, end) of A (rows x K, row stride lda) as bf16 pairs (row stride pairs = ceil(K/2)).
 void to_bf16_pairs(const float* a, int64_t lda, int64_t depth, int64_t begin, int64_t end,
                    uint32_t* out) {
   const int64_t pairs = (depth + 1) / 2;
+#ifdef TREERNN_X86_KERNELS
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+#else
+  constexpr bool avx512 = false;
+#endif
   for (int64_t r = begin; r < end; ++r) {
     uint16_t* row = reinterpret_cast<uint16_t*>(out + r * pairs);
-    for (int64_t k = 0; k < depth; ++k) row[k] = bf16_bits(a[r * lda + k]);
+#ifdef TREERNN_X86_KERNELS
+    if (avx512) {
+      bf16_row_avx512(a + r * lda, depth, row);
+    } else
+#endif
+    {
+      for (int64_t k = 0; k < depth; ++k) row[k] = bf16_bits(a[r * lda + k]);
+    }
     if (depth % 2) row[depth] = 0;
   }
 }
@@ -181,11 +218,6 @@ TREERNN_INLINE void row_blocks(int64_t rows, int64_t max_rows, F&& block) {
 }
 
 #ifdef TREERNN_X86_KERNELS
-
-#define TREERNN_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
-#define TREERNN_AVX512_BF16 \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
-#define TREERNN_AVX2 __attribute__((target("avx2,fma")))
 
 // ---- AVX-512, float32: tiles of R rows x 2 panels (2R accumulators) -------------------------
 
