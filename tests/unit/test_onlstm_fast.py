@@ -640,10 +640,44 @@ def test_auto_picks_the_recurrence_backend_by_timing_the_loop(
     assert len(probed) == 1
 
 
+def test_training_and_inference_probe_their_own_loops(
+    extension, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Training decides its backend apart from inference, by timing the autograd node's forward
+    and backward (three products' FLOPs; each loop really runs): at the paper's 1150 on an AMD
+    Zen 5 oneDNN's per-step products win the forward loop and lose the training step."""
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(gemm.ENV_VAR, raising=False)
+    monkeypatch.setattr(gemm, "_CHOICES", {})
+    usable = gemm.candidates(torch.device("cpu"), torch.float32)
+    if "treernn" not in usable or len(usable) < 2:
+        pytest.skip("one GEMM backend here: nothing to choose")
+    other = next(name for name in usable if name != "treernn")
+    forward_flops = 2.0 * onlstm_kernel.PROBE_STEPS * 3 * 8 * 36
+    seen = []
+
+    def timings(loops, flops, device=None, give_up=None):
+        if sorted(loops) != sorted(usable):  # another probe (a weight gradient's backend)
+            return {name: 1.0 for name in loops}
+        for loop in loops.values():
+            loop()
+        seen.append(flops)
+        fastest = "treernn" if flops == 3 * forward_flops else other
+        return {name: 1.0 if name == fastest else 2.0 for name in loops}
+
+    monkeypatch.setattr(gemm, "time_in_turns", timings)
+    gates = torch.zeros(5, 3, 4 * 8 + 2 * 2)
+    assert onlstm_kernel.recurrence_backend("auto", gates, 8, 4, extension, None) == other
+    assert onlstm_kernel.recurrence_backend("auto", gates, 8, 4, extension, None, True) == "treernn"
+    assert seen == [forward_flops, 3 * forward_flops]
+    assert onlstm_kernel.recurrence_backend("auto", gates, 8, 4, extension, None) == other  # kept
+    assert len(seen) == 2
+
+
 def test_the_precision_probe_times_both_recurrences(extension, monkeypatch) -> None:
     """precision_runs: the fp32 and the bf16 forward loops (each on its own backend), which run;
     None without the compiled kernel."""
-    monkeypatch.setattr(onlstm_kernel, "recurrence_backend", lambda *args: "aten")
+    monkeypatch.setattr(onlstm_kernel, "recurrence_backend", lambda *args, **kwargs: "aten")
     assert onlstm_kernel.precision_runs(3, 8, 4, None) is None
     loops, flops = onlstm_kernel.precision_runs(3, 8, 4, extension)()
     assert sorted(loops) == ["bfloat16", "float32"]

@@ -272,7 +272,7 @@ class ONLSTMRecurrence(torch.autograd.Function):
     ):  # fmt: skip
         kernel = fused_kernel(input_gates)
         gemm_backend = recurrence_backend(
-            gemm_backend, input_gates, weight.size(1), chunk_size, kernel, product_dtype
+            gemm_backend, input_gates, weight.size(1), chunk_size, kernel, product_dtype, True
         )
         inputs = (input_gates, weight, h0, c0, step_mask, chunk_size)
         outputs, h_last, c_last, distances, saved = _fast_forward(
@@ -589,13 +589,16 @@ def recurrence_backend(
     chunk_size: int,
     kernel: ModuleType | None,
     product_dtype: torch.dtype | None,
+    training: bool = False,
 ) -> str:
     """The GEMM backend of the per-step products. ``"auto"`` with the compiled kernel on CPU in
-    float32: the fastest here of :func:`gemm.candidates`, timed as the recurrence runs them (the
-    forward loop of a few steps: the ``treernn`` backend loops in C++, the others in Python with
-    one product and one kernel call per step), probed once per shape and kept like the GEMM
-    choices. Otherwise ``requested`` as it is (``"auto"``: :class:`PackedLinear` resolves it per
-    product shape)."""
+    float32: the fastest here of :func:`gemm.candidates`, timed as the recurrence runs them (a
+    loop of a few steps: the ``treernn`` backend loops in C++, the others in Python with one
+    product and one kernel call per step; forward only for inference, forward and backward for
+    ``training``, each decided on its own: on an AMD Zen 5 at the paper's 1150 oneDNN's products
+    win the forward loop and lose the training step), probed once per shape and kept like the
+    GEMM choices. Otherwise ``requested`` as it is (``"auto"``: :class:`PackedLinear` resolves it
+    per product shape)."""
     requested = gemm.requested_backend(requested)
     steps, batch, num_gates = input_gates.shape
     if requested != "auto" or kernel is None or input_gates.dtype != torch.float32 or batch == 0:
@@ -604,27 +607,41 @@ def recurrence_backend(
     usable = gemm.candidates(input_gates.device, dtype)
     if len(usable) == 1:
         return usable[0]
-    dtype_name = str(dtype).replace("torch.", "")
-    key = (batch, hidden, num_gates, f"ON-LSTM recurrence {dtype_name}", torch.get_num_threads())
-    return gemm.kept_choice(
-        key, usable, lambda: _probe_recurrence(usable, batch, hidden, chunk_size, kernel, dtype)
-    )
+    label = f"ON-LSTM recurrence {str(dtype).replace('torch.', '')}"
+    label += ", training" if training else ""
+    key = (batch, hidden, num_gates, label, torch.get_num_threads())
+    sizes = (batch, hidden, chunk_size, kernel, dtype, training)
+    return gemm.kept_choice(key, usable, lambda: _probe_recurrence(usable, *sizes))
 
 
 #: steps of the loops the probes time (about a BPTT segment: the weight is packed once per call)
 PROBE_STEPS = 32
 
 
-def _probe_loop(batch, hidden, chunk_size, kernel, backend, product_dtype):
-    """A forward loop of :data:`PROBE_STEPS` steps on random data (a closure) and its FLOPs."""
+def _probe_loop(batch, hidden, chunk_size, kernel, backend, product_dtype, training=False):
+    """A forward loop of :data:`PROBE_STEPS` steps on random data (a closure) and its FLOPs;
+    ``training``: the recurrence's autograd node forward and backward (the gradients of the
+    inputs and of the weight: three products per step's worth of FLOPs)."""
     num_gates = gate_count(hidden, chunk_size)
     generator = torch.Generator().manual_seed(0)
     gates = torch.randn(PROBE_STEPS, batch, num_gates, generator=generator)
     weight = torch.randn(num_gates, hidden, generator=generator) / hidden**0.5
     state = torch.zeros(batch, hidden)
+    flops = 2.0 * PROBE_STEPS * batch * hidden * num_gates
+    if training:
+        gates.requires_grad_(True)
+        weight.requires_grad_(True)
+
+        def step() -> None:
+            with torch.enable_grad():
+                outputs = ONLSTMRecurrence.apply(
+                    gates, weight, state, state, None, chunk_size, backend, product_dtype
+                )[0]
+                torch.autograd.grad(outputs.sum(), (gates, weight))
+
+        return step, 3 * flops
     arguments = (gates, weight, state, state, None, chunk_size, False, backend, kernel)
-    loop = functools.partial(_fast_forward, *arguments, product_dtype)
-    return loop, 2.0 * PROBE_STEPS * batch * hidden * num_gates
+    return functools.partial(_fast_forward, *arguments, product_dtype), flops
 
 
 def precision_runs(batch: int, hidden: int, chunk_size: int, kernel: ModuleType | None):
@@ -645,20 +662,23 @@ def precision_runs(batch: int, hidden: int, chunk_size: int, kernel: ModuleType 
     return runs
 
 
-def _probe_recurrence(usable, batch, hidden, chunk_size, kernel, dtype) -> str:
+def _probe_recurrence(usable, batch, hidden, chunk_size, kernel, dtype, training=False) -> str:
     product_dtype = None if dtype == torch.float32 else dtype
     loops = {}
     for name in usable:
-        loops[name], flops = _probe_loop(batch, hidden, chunk_size, kernel, name, product_dtype)
+        loops[name], flops = _probe_loop(
+            batch, hidden, chunk_size, kernel, name, product_dtype, training
+        )
     seconds = gemm.time_in_turns(loops, flops)
     choice = min(seconds, key=seconds.get)
     log.info(
-        "ON-LSTM recurrence backend for batch %d, hidden %d (chunk %d), %s products, %d threads: "
-        "%s (GFLOP/s of its products, loop included: %s)",
+        "ON-LSTM recurrence backend for batch %d, hidden %d (chunk %d), %s products%s, "
+        "%d threads: %s (GFLOP/s of its products, loop included: %s)",
         batch,
         hidden,
         chunk_size,
         str(dtype).replace("torch.", ""),
+        ", training" if training else "",
         torch.get_num_threads(),
         choice,
         ", ".join(f"{name} {flops / value / 1e9:.0f}" for name, value in seconds.items()),

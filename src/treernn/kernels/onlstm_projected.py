@@ -95,28 +95,33 @@ def loop_placement(
     device: torch.device,
     gemm_backend: str,
     kernel: ModuleType,
+    training: bool = False,
 ) -> str:
     """Where the input projection of a layer of these sizes runs (``loop``, ``rows`` or
     ``separate``, as :func:`projection_placement`) when its products are the inputs' dtype:
-    inside the loop only on the ``treernn`` backend (:func:`recurrence_backend`). Decided once
-    per process, shape and environment (:func:`gemm.remembered`): the forward calls of a model
-    ask it at every step of training and inference."""
+    inside the loop only on the ``treernn`` backend (:func:`recurrence_backend`, for
+    ``training`` or inference). Decided once per process, shape, mode and environment
+    (:func:`gemm.remembered`): the forward calls of a model ask it at every step of training and
+    inference."""
     env = tuple(os.environ.get(name) for name in (ENV_VAR, gemm.ENV_VAR, cpp_ext.ENV_VAR))
     key = ("ON-LSTM placement", batch, depth, hidden, chunk_size, dtype, device.type, gemm_backend)
 
     def decide() -> str:
         sizes = (batch, depth, hidden, chunk_size, dtype)
-        return _decide_placement(*sizes, device, gemm_backend, kernel)
+        return _decide_placement(*sizes, device, gemm_backend, kernel, training)
 
-    return gemm.remembered((*key, torch.get_num_threads(), *env), decide)
+    return gemm.remembered((*key, training, torch.get_num_threads(), *env), decide)
 
 
-def _decide_placement(batch, depth, hidden, chunk_size, dtype, device, gemm_backend, kernel):
+def _decide_placement(
+    batch, depth, hidden, chunk_size, dtype, device, gemm_backend, kernel, training
+):
     if "treernn" not in gemm.candidates(device, dtype):
         return "separate"
     num_gates = gate_count(hidden, chunk_size)
     shape = torch.empty(0, batch, num_gates, dtype=dtype, device=device)  # what the probe reads
-    if recurrence_backend(gemm_backend, shape, hidden, chunk_size, kernel, None) != "treernn":
+    backend = recurrence_backend(gemm_backend, shape, hidden, chunk_size, kernel, None, training)
+    if backend != "treernn":
         return "separate"
     return projection_placement(batch, depth, hidden, chunk_size, kernel, dtype)
 
@@ -212,7 +217,7 @@ def fast_projected_recurrence(
     ):
         placement = loop_placement(
             batch, inputs.size(-1), hidden, chunk_size, inputs.dtype, inputs.device, gemm_backend,
-            kernel,
+            kernel, needs_grad,
         )  # fmt: skip
     own_rows = placement == "rows"
     if placement in IN_LOOP and not needs_grad:
