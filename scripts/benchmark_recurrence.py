@@ -504,6 +504,13 @@ def precision_summary(args: argparse.Namespace, device: torch.device) -> None:
     for (model, product, shape), dtype in sorted(gemm.DECISIONS.items()):
         print(f"  {model:16s} {product:28s} {shape:32s} {dtype}")
     print("  (gates, states, distances and every elementwise step stay fp32 in every case)")
+    if onlstm_projected.DECISIONS:
+        print(
+            "ON-LSTM layers whose projection runs inside the step loop (above) keep it there "
+            "under bf16-mixed\nwhen both of their products are bf16 (treernn's bf16 kernels: "
+            "AVX512-BF16) or both fp32;\nwhen only one is, the projection runs over all steps "
+            "first."
+        )
     lstm = (
         "oneDNN's bf16 LSTM primitive"
         if gemm.onednn_available(torch.bfloat16) or device.type != "cpu"
