@@ -248,3 +248,20 @@ def test_a_sweep_that_is_not_a_table_is_one_error_line(tmp_path, capsys):
         load_sweeps([tmp_path / "plain"])
     assert treernn_main(["report", "claims", str(tmp_path / "plain")]) == 1
     assert "table=<name>" in capsys.readouterr().err
+
+
+def test_the_report_says_which_machines_each_tables_runs_ran_on(tmp_path):
+    """Sweeps kept across sessions can mix CPUs (their GEMM backends round differently): the
+    report counts each table's runs by the CPUs their records name, a resumed run's in order."""
+    sweep = logic_sweep(tmp_path)
+    machines = {0: ["Zen 4"], 1: ["Zen 4", "Zen 5"], 2: ["Zen 4", "Zen 4"]}
+    for job in range(9):
+        record = {"status": "finished"}
+        cpus = machines.get(job, ["Zen 5"])
+        record["machines"] = [{"cpu": cpu, "threads": 1} for cpu in cpus]
+        (sweep / str(job) / "status.json").write_text(json.dumps(record))
+    sweeps = load_sweeps([sweep, sst2_sweep(tmp_path)])
+    text = to_markdown(decide_claims(sweeps), sweeps)
+    assert text.rstrip().splitlines()[-1] == (
+        "Runs: logic: 2 on Zen 4, 1 on Zen 4 + Zen 5, 6 on Zen 5; sst2: 6 on ?."
+    )

@@ -300,7 +300,8 @@ def table_report(args: argparse.Namespace) -> int:
 def claims_report(args: argparse.Namespace) -> int:
     from treernn.reporting.claims import decide_claims, load_sweeps, to_markdown
 
-    text = to_markdown(decide_claims(load_sweeps(args.sweeps)))
+    sweeps = load_sweeps(args.sweeps)
+    text = to_markdown(decide_claims(sweeps), sweeps)
     print(text, end="")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ is highest for model A (chosen once over the row, as the notes' "best layer on a
 
 from __future__ import annotations
 
+import collections
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -321,8 +322,23 @@ def _mean(values: Sequence[float] | None) -> str:
     return f"{text} (n={len(values)})"
 
 
-def to_markdown(decided: Sequence[tuple[Claim, str, list[Outcome]]]) -> str:
-    """One table: a row per comparison, the claim and its word on its first row."""
+def machines_line(sweeps: Mapping[str, Sequence[Run]]) -> str:
+    """Which machines the runs of each table ran on (their status.json records): sweeps kept
+    across sessions may mix CPUs, whose GEMM backends round differently."""
+    parts = []
+    for table, runs in sorted(sweeps.items()):
+        counts = collections.Counter(" + ".join(dict.fromkeys(run.machines)) or "?" for run in runs)
+        where = ", ".join(f"{count} on {machine}" for machine, count in sorted(counts.items()))
+        parts.append(f"{table}: {where}")
+    return "Runs: " + "; ".join(parts) + "."
+
+
+def to_markdown(
+    decided: Sequence[tuple[Claim, str, list[Outcome]]],
+    sweeps: Mapping[str, Sequence[Run]] | None = None,
+) -> str:
+    """One table: a row per comparison, the claim and its word on its first row; with
+    ``sweeps``, a line saying which machines each table's runs ran on."""
     header = ["#", "claim", "result", "comparison", "A", "B", "A - B", "95% interval", "word"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for number, (claim, word, outcomes) in enumerate(decided, start=1):
@@ -349,4 +365,6 @@ def to_markdown(decided: Sequence[tuple[Claim, str, list[Outcome]]]) -> str:
         "of 0; undecided: it contains 0, fewer than 2 seeds, or validation was still improving at "
         "the end of training.",
     ]
+    if sweeps:
+        lines += ["", machines_line(sweeps)]
     return "\n".join(lines) + "\n"

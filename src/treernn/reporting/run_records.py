@@ -42,6 +42,8 @@ class Run:
     values: dict[str, float]
     #: trivial-tree F1 (%) by row label (from tree_f1_*.json / parse_eval.json)
     baselines: dict[str, float] = field(default_factory=dict)
+    #: the CPU (or accelerator) model of each attempt, as its status.json records them
+    machines: tuple[str, ...] = ()
 
     @property
     def seed(self) -> Any:
@@ -216,7 +218,10 @@ def load_run(run_dir: Path) -> Run | str:
             f"or csv/metrics.csv; mode={config.get('mode')}): test it (python train.py mode=test "
             "ckpt_path=<its checkpoint> ...) or leave it out"
         )
-    run = Run(run_dir, task, config, _parse_overrides(lines or []), values, _baselines(run_dir))
+    machines = tuple(str(entry.get("cpu", "?")) for entry in record.get("machines", []))
+    run = Run(
+        run_dir, task, config, _parse_overrides(lines or []), values, _baselines(run_dir), machines
+    )
     if run.split in SYSGEN_SPLITS:  # only the partition's accuracy compares across models
         run.values = {k: v for k, v in values.items() if k.startswith("sysgen_")}
     return run
