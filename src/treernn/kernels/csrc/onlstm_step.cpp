@@ -792,7 +792,8 @@ at::Tensor pack_projected_bf16(const at::Tensor& input_weight,
   const int64_t width = input_weight.size(1) + recurrent_weight.size(1);
   const int64_t panels = panels_of(outputs), pairs = (width + 1) / 2;
   const at::Tensor single = pack_projected(input_weight, recurrent_weight, scale);
-  at::Tensor packed = at::empty({panels, pairs, kPanel, 2}, input_weight.options().dtype(at::kBFloat16));
+  at::Tensor packed =
+      at::empty({panels, pairs, kPanel, 2}, input_weight.options().dtype(at::kBFloat16));
   const float* from = single.data_ptr<float>();
   uint32_t* to = reinterpret_cast<uint32_t*>(packed.data_ptr<at::BFloat16>());
   at::parallel_for(0, panels * pairs, 256, [&](int64_t q0, int64_t q1) {
