@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -107,3 +108,31 @@ def test_last_finds_the_newest_job_of_a_sweep(tmp_path):
     assert more.returncode == 0, more.stderr[-3000:]
     assert f"resuming {job} from {job / 'checkpoints' / 'last.ckpt'}" in more.stdout + more.stderr
     assert runs.read_status(job)["status"] == "finished"
+
+
+def test_an_archived_sweep_restored_on_a_machine_that_lost_outputs_skips_its_jobs(tmp_path):
+    """`sweep archive` keeps the finished jobs without weights; after outputs/ is gone,
+    `sweep restore` and the same command: the jobs are skipped (nothing trains again), and the
+    table and `report claims`-style reading work from the copy alone."""
+    args = ["-m", *LOGIC, "seed=1,2", f"paths.log_dir={tmp_path / 'outputs'}", "sweep_id=a"]
+    assert run_cli(args).returncode == 0
+    sweep_dir = _sweep_dir(tmp_path / "outputs", "a")
+    before = {job: _metrics(sweep_dir / job) for job in ("0", "1")}
+    kept = tmp_path / "results" / "a"
+    archived = treernn_cli("sweep", "archive", str(sweep_dir), str(kept))
+    assert archived.returncode == 0, archived.stderr[-3000:]
+    assert "archived 2 finished jobs" in archived.stdout
+    assert not list(kept.rglob("*.ckpt"))
+    table = treernn_cli("report", "table", str(kept))
+    assert table.returncode == 0 and "| lstm |" in table.stdout, table.stderr[-3000:]
+
+    shutil.rmtree(tmp_path / "outputs")  # the machine and its outputs/ are gone
+    restored = treernn_cli("sweep", "restore", str(kept), str(sweep_dir))
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    again = run_cli(args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "sweep finished: 2 jobs" in again.stdout
+    for job in ("0", "1"):
+        assert "finished before, skipped" in (sweep_dir / job / "train.log").read_text()
+        assert not (sweep_dir / job / "checkpoints").exists()  # nothing trained again
+        assert _metrics(sweep_dir / job) == before[job]
