@@ -91,21 +91,22 @@ struct BackwardArgs {
 
 // Softmax then cumsum of n logits (max subtracted first; the sum accumulated in double as
 // torch's cumsum does for float32). Writes the softmax to ``softmax`` and the cumsum to ``cumax``.
+// The exponentials and the divisions run in loops of their own, which vectorise; the two sums
+// stay sequential, in order (the same bits as one loop doing all: a float sum is not reordered).
 template <typename scalar_t>
-TREERNN_INLINE void softmax_cumsum(const scalar_t* logits, int64_t n, scalar_t* softmax,
-                                   scalar_t* cumax) {
+TREERNN_INLINE void softmax_cumsum(const scalar_t* logits, int64_t n,
+                                   scalar_t* __restrict softmax, scalar_t* cumax) {
   scalar_t top = logits[0];
   for (int64_t k = 1; k < n; ++k) top = logits[k] > top ? logits[k] : top;
+  for (int64_t k = 0; k < n; ++k) softmax[k] = exp_of(logits[k] - top);
   scalar_t total = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    softmax[k] = exp_of(logits[k] - top);
-    total += softmax[k];
-  }
+  for (int64_t k = 0; k < n; ++k) total += softmax[k];
+  for (int64_t k = 0; k < n; ++k) softmax[k] = softmax[k] / total;
+  if (cumax == nullptr) return;
   double running = 0;
   for (int64_t k = 0; k < n; ++k) {
-    softmax[k] = softmax[k] / total;
     running += softmax[k];
-    if (cumax != nullptr) cumax[k] = static_cast<scalar_t>(running);
+    cumax[k] = static_cast<scalar_t>(running);
   }
 }
 
