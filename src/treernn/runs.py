@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,31 @@ def machine() -> dict[str, Any]:
     }
     if torch.cuda.is_available():
         found["gpu"] = torch.cuda.get_device_name()
+    commit = code_version()
+    if commit is not None:
+        found["commit"] = commit
     return found
+
+
+def code_version(root: Path | None = None) -> str | None:
+    """The git commit of the treernn checkout that runs (short hash, ``+changes`` where tracked
+    files differ from it), or None outside a git checkout (an installed package) or without git:
+    which code a table's job ran, beside the machine (a sweep that runs for days is meant to run
+    from a fixed commit)."""
+    root = Path(__file__).resolve().parents[2] if root is None else root
+    if not (root / ".git").exists():  # a directory, or a file in a worktree
+        return None
+    git = ["git", "-C", str(root)]
+    try:
+        head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=20)  # fmt: skip
+        if head.returncode != 0:
+            return None
+        changes = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=20)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+changes" if changes.stdout.strip() else "")
 
 
 def record_machine(run_dir: Path) -> None:

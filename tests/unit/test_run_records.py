@@ -154,3 +154,27 @@ def test_each_attempt_of_a_run_records_the_machine_it_ran_on(tmp_path):
     flags = next(line for line in cpuinfo if line.startswith("flags")).split()
     assert ("avx2" in seen[0]["isa"]) == ("avx2" in flags)
     assert seen[0]["threads"] == torch.get_num_threads() and seen[0]["cpus"] == os.cpu_count()
+
+
+def test_a_run_records_the_commit_of_the_code_it_ran(tmp_path):
+    """Which code ran, beside the machine: the checkout's commit, ``+changes`` where tracked
+    files differ from it; None outside a git checkout (an installed package)."""
+    assert runs.code_version(tmp_path) is None
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert runs.code_version(tmp_path) == head[:12]
+    (tmp_path / "notes.txt").write_text("untracked files are not the code\n")
+    assert runs.code_version(tmp_path) == head[:12]
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert runs.code_version(tmp_path) == head[:12] + "+changes"
+
+
+def test_the_machine_entry_holds_the_commit_where_there_is_one(monkeypatch):
+    monkeypatch.setattr(runs, "code_version", lambda: "0123456789ab+changes")
+    assert runs.machine()["commit"] == "0123456789ab+changes"
+    monkeypatch.setattr(runs, "code_version", lambda: None)
+    assert "commit" not in runs.machine()

@@ -323,8 +323,8 @@ def _mean(values: Sequence[float] | None) -> str:
 
 
 def machines_line(sweeps: Mapping[str, Sequence[Run]]) -> str:
-    """Which machines the runs of each table ran on (their status.json records): sweeps kept
-    across sessions may mix CPUs, whose GEMM backends round differently."""
+    """Which machines (and commits) the runs of each table ran on (their status.json records):
+    sweeps kept across sessions may mix CPUs, whose GEMM backends round differently."""
     parts = []
     for table, runs in sorted(sweeps.items()):
         counts = collections.Counter(" + ".join(dict.fromkeys(run.machines)) or "?" for run in runs)

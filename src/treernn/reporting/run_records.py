@@ -42,7 +42,8 @@ class Run:
     values: dict[str, float]
     #: trivial-tree F1 (%) by row label (from tree_f1_*.json / parse_eval.json)
     baselines: dict[str, float] = field(default_factory=dict)
-    #: the CPU (or accelerator) model of each attempt, as its status.json records them
+    #: the CPU model of each attempt and the commit it ran (``<cpu> at <commit>``), as its
+    #: status.json records them
     machines: tuple[str, ...] = ()
 
     @property
@@ -218,7 +219,10 @@ def load_run(run_dir: Path) -> Run | str:
             f"or csv/metrics.csv; mode={config.get('mode')}): test it (python train.py mode=test "
             "ckpt_path=<its checkpoint> ...) or leave it out"
         )
-    machines = tuple(str(entry.get("cpu", "?")) for entry in record.get("machines", []))
+    machines = tuple(
+        str(entry.get("cpu", "?")) + (f" at {entry['commit']}" if entry.get("commit") else "")
+        for entry in record.get("machines", [])
+    )
     run = Run(
         run_dir, task, config, _parse_overrides(lines or []), values, _baselines(run_dir), machines
     )
