@@ -68,7 +68,24 @@ def test_lr_halving_starts_at_the_first_miss_and_stops_at_the_next():
     assert history == [
         (1.0, False), (1.0, False), (0.5, False), (0.25, False), (0.25, True),
     ]  # fmt: skip
-    assert callback.state_dict() == {"best": pytest.approx(math.log(80.0)), "halving": True}
+    assert callback.state_dict() == {
+        "best": pytest.approx(math.log(80.0)), "halving": True, "stopped": True,
+    }  # fmt: skip
+
+
+def test_lr_halving_stops_a_run_resumed_after_it_stopped_training():
+    """Interrupted between the rule's stop and the test (it stopped at the epoch's validation,
+    the epoch's checkpoint holds that): resumed, it stops again before training a batch."""
+    callback = LearningRateHalving()
+    callback.load_state_dict({"best": 4.0, "halving": True, "stopped": True})
+    trainer = fake_trainer(0.25)
+    callback.on_train_start(trainer, None)
+    assert trainer.should_stop
+    fresh = LearningRateHalving()
+    fresh.load_state_dict({"best": 4.0, "halving": True})  # a checkpoint from before the flag
+    trainer = fake_trainer(0.25)
+    fresh.on_train_start(trainer, None)
+    assert not trainer.should_stop and not fresh.stopped
 
 
 def test_each_view_predicts_every_word_once():

@@ -7,6 +7,10 @@ every epoch from then on; stop training at the next epoch that again misses the 
 The monitored value is a loss-like quantity (``mode="min"``). With ``log_of_monitor=True`` the
 callback compares log(value): monitoring ``val/ppl`` then compares the per-word negative
 log-likelihood, which is what the paper's criterion is about.
+
+Its state (best value, halving, and whether it stopped training) is in the checkpoints: a run
+interrupted after the rule stopped it (while it tests the best weights) stops again at once when
+it is resumed, instead of training on.
 """
 
 from __future__ import annotations
@@ -40,6 +44,12 @@ class LearningRateHalving(Callback):
         self.stop = stop
         self.best: float | None = None
         self.halving = False
+        self.stopped = False
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.stopped:  # resumed from a checkpoint taken after the rule stopped training
+            log.info("%s had stopped training before this resume: stopping again", self.monitor)
+            trainer.should_stop = True
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or self.monitor not in trainer.callback_metrics:
@@ -55,7 +65,7 @@ class LearningRateHalving(Callback):
         if not improved:
             if self.halving and self.stop:
                 log.info("%s missed the threshold again: stopping", self.monitor)
-                trainer.should_stop = True
+                trainer.should_stop = self.stopped = True
                 return
             self.halving = True
         if self.halving:
@@ -65,8 +75,9 @@ class LearningRateHalving(Callback):
             log.info("learning rate halved to %s", trainer.optimizers[0].param_groups[0]["lr"])
 
     def state_dict(self) -> dict:
-        return {"best": self.best, "halving": self.halving}
+        return {"best": self.best, "halving": self.halving, "stopped": self.stopped}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.best = state_dict["best"]
         self.halving = state_dict["halving"]
+        self.stopped = state_dict.get("stopped", False)  # checkpoints before 2026-11-27
