@@ -17,7 +17,10 @@
 # had not. lm-long and tdlm-long re-run the new tables at four and five times their budgets, after
 # the first runs (two epochs each) ended with validation perplexity still falling fast;
 # listops-long re-runs ListOps at three times its budget, after the LSTM's and the Transformer's
-# validation accuracy was still rising at the end of listops.
+# validation accuracy was still rising at the end of listops. tdlm-stop gives the EWT models 7,680
+# updates (40 epochs) so that the recipe's own rule (halve the lr each epoch after validation first
+# misses, stop at the next miss; REFERENCE.md) ends each run, after tdlm-long (1,920) left some
+# seeds at lr 1 with validation falling fast and others halved to 1/32 since epoch 5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${TREERNN_RESULTS_DIR:-results}
@@ -54,10 +57,11 @@ declare -A SWEEPS=(
     [tdlm-long]="table=tdlm trainer.max_steps=1920"
     [lm-long]="table=lm trainer.max_steps=11000"
     [listops-long]="table=listops trainer.max_steps=4500 trainer.val_check_interval=450"
+    [tdlm-stop]="table=tdlm trainer.max_steps=7680"
 )
-ORDER=(lm tdlm sst2-phrases listops logic-long sysgen-long tdlm-long lm-long listops-long)
+ORDER=(lm tdlm sst2-phrases listops logic-long sysgen-long tdlm-long lm-long listops-long tdlm-stop)
 # the sweep of each table that the claims report reads (the longest budget)
-CLAIMS=(lm-long tdlm-long sst2-phrases listops-long logic-long sysgen-long)
+CLAIMS=(lm-long tdlm-stop sst2-phrases listops-long logic-long sysgen-long)
 for name in "${@:-${ORDER[@]}}"; do
     if [[ -z "${SWEEPS[$name]:-}" ]]; then
         echo "unknown sweep $name; choose from: ${ORDER[*]}" >&2

@@ -265,3 +265,36 @@ def test_the_report_says_which_machines_each_tables_runs_ran_on(tmp_path):
     assert text.rstrip().splitlines()[-1] == (
         "Runs: logic: 2 on Zen 4, 1 on Zen 4 + Zen 5, 6 on Zen 5; sst2: 6 on ?."
     )
+
+
+def test_of_two_sweeps_of_a_table_the_claims_read_the_larger_budget(tmp_path, capsys):
+    """results/tables/*/* holds a table's short and long sweeps: the claims read the long one
+    (trainer.max_steps) and say which they left out; equal budgets stay an error."""
+    short = lm_sweep(tmp_path / "short")
+    longer = tmp_path / "long" / "lm"
+    for job, (model, ppl) in enumerate(
+        [("onlstm", 90), ("onlstm", 91), ("lstm", 120), ("lstm", 121)]
+    ):
+        make_run(
+            longer,
+            job,
+            "lm",
+            model,
+            job % 2 + 1,
+            {"test/ppl": ppl},
+            [200.0, 150.0, 151.0],
+            "val/ppl",
+        )
+    for sweep, steps in ((short, 2750), (longer, 11000)):
+        for config_file in sweep.glob("*/.hydra/config.yaml"):
+            config = OmegaConf.load(config_file)
+            config.trainer = {"max_steps": steps}
+            OmegaConf.save(config, config_file)
+    notes: list[str] = []
+    sweeps = load_sweeps([short, longer], notes)
+    assert sorted(run.values["ppl"] for run in sweeps["lm"]) == [90, 91, 120, 121]
+    assert notes == [f"lm: read {longer} (11,000 updates), not {short} (2,750 updates)"]
+    assert treernn_main(["report", "claims", str(short), str(longer)]) == 0
+    assert f"not {short} (2,750 updates)" in capsys.readouterr().out
+    with pytest.raises(UserError, match="same budget"):
+        load_sweeps([short, short])

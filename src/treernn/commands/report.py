@@ -300,8 +300,13 @@ def table_report(args: argparse.Namespace) -> int:
 def claims_report(args: argparse.Namespace) -> int:
     from treernn.reporting.claims import decide_claims, load_sweeps, to_markdown
 
-    sweeps = load_sweeps(args.sweeps)
+    notes: list[str] = []
+    sweeps = load_sweeps(args.sweeps, notes)
     text = to_markdown(decide_claims(sweeps), sweeps)
+    if notes:
+        text += "".join(
+            f"Several sweeps of one table, the largest budget read: {note}.\n" for note in notes
+        )
     print(text, end="")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

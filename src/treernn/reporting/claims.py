@@ -35,7 +35,7 @@ from pathlib import Path
 
 from treernn.errors import UserError
 from treernn.reporting.curves import run_curve
-from treernn.reporting.run_records import Run, load_runs
+from treernn.reporting.run_records import Run, config_value, load_runs
 
 TRIVIAL_BEST = "trivial:best"
 
@@ -283,9 +283,26 @@ def claim_word(outcomes: Sequence[Outcome]) -> str:
 
 
 # ----------------------------------------------------------------------------- reading sweeps
-def load_sweeps(paths: Iterable[str | Path]) -> dict[str, list[Run]]:
-    """Table name -> its finished runs, one sweep directory at a time."""
-    sweeps: dict[str, list[Run]] = {}
+def _budget(runs: Sequence[Run]) -> int | None:
+    """The most updates any run of a sweep was given (``trainer.max_steps``), None where unset."""
+    steps = [config_value(run.config, "trainer.max_steps") for run in runs]
+    steps = [int(value) for value in steps if isinstance(value, int) and value > 0]
+    return max(steps) if steps else None
+
+
+def _updates(runs: Sequence[Run]) -> str:
+    budget = _budget(runs)
+    return f"{budget:,} updates" if budget else "no trainer.max_steps"
+
+
+def load_sweeps(
+    paths: Iterable[str | Path], notes: list[str] | None = None
+) -> dict[str, list[Run]]:
+    """Table name -> its finished runs, one sweep directory at a time. Given several sweeps of
+    one table (``results/tables/*/*`` holds a table's short and long budgets), the claims read the
+    one with the largest budget (``trainer.max_steps``); a line for each sweep left out is
+    appended to ``notes``. Sweeps of one table with the same budget are an error."""
+    found: dict[str, list[tuple[Path, list[Run]]]] = {}
     for path in paths:
         runs, _ = load_runs([path])
         names = {run.table for run in runs}
@@ -294,11 +311,26 @@ def load_sweeps(paths: Iterable[str | Path]) -> dict[str, list[Run]]:
                 f"{path}: runs without table_name in their config; give the sweeps of "
                 "`python train.py -m table=<name>` (conf/table/)"
             )
-        for name in names:
-            if name in sweeps:
-                raise UserError(f"{path}: a second sweep of table {name}; give one per table")
-        for run in runs:
-            sweeps.setdefault(str(run.table), []).append(run)
+        for name in sorted(names, key=str):
+            found.setdefault(str(name), []).append(
+                (Path(path), [run for run in runs if run.table == name])
+            )
+    sweeps: dict[str, list[Run]] = {}
+    for name, candidates in found.items():
+        ranked = sorted(candidates, key=lambda item: _budget(item[1]) or 0, reverse=True)
+        chosen, runs = ranked[0]
+        if len(ranked) > 1 and (_budget(runs) is None or _budget(ranked[1][1]) == _budget(runs)):
+            raise UserError(
+                f"{ranked[1][0]}: a second sweep of table {name} with the same budget as "
+                f"{chosen}; give one per table"
+            )
+        for other, other_runs in ranked[1:]:
+            if notes is not None:
+                notes.append(
+                    f"{name}: read {chosen} ({_updates(runs)}), not {other} "
+                    f"({_updates(other_runs)})"
+                )
+        sweeps[name] = runs
     return sweeps
 
 
