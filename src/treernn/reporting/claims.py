@@ -290,8 +290,7 @@ def _budget(runs: Sequence[Run]) -> int | None:
     return max(steps) if steps else None
 
 
-def _updates(runs: Sequence[Run]) -> str:
-    budget = _budget(runs)
+def _updates(budget: int | None) -> str:
     return f"{budget:,} updates" if budget else "no trainer.max_steps"
 
 
@@ -317,20 +316,23 @@ def load_sweeps(
             )
     sweeps: dict[str, list[Run]] = {}
     for name, candidates in found.items():
-        ranked = sorted(candidates, key=lambda item: _budget(item[1]) or 0, reverse=True)
-        chosen, runs = ranked[0]
-        if len(ranked) > 1 and (_budget(runs) is None or _budget(ranked[1][1]) == _budget(runs)):
+        # (budget, path, runs), the largest budget first; an unset budget counts as 0
+        ranked = sorted(
+            ((_budget(runs), path, runs) for path, runs in candidates),
+            key=lambda item: item[0] or 0,
+            reverse=True,
+        )
+        budget, chosen, sweeps[name] = ranked[0]
+        if len(ranked) > 1 and (budget is None or ranked[1][0] == budget):
             raise UserError(
-                f"{ranked[1][0]}: a second sweep of table {name} with the same budget as "
+                f"{ranked[1][1]}: a second sweep of table {name} with the same budget as "
                 f"{chosen}; give one per table"
             )
-        for other, other_runs in ranked[1:]:
-            if notes is not None:
-                notes.append(
-                    f"{name}: read {chosen} ({_updates(runs)}), not {other} "
-                    f"({_updates(other_runs)})"
-                )
-        sweeps[name] = runs
+        if notes is not None:
+            notes += [
+                f"{name}: read {chosen} ({_updates(budget)}), not {other} ({_updates(steps)})"
+                for steps, other, _ in ranked[1:]
+            ]
     return sweeps
 
 
