@@ -293,8 +293,31 @@ def test_of_two_sweeps_of_a_table_the_claims_read_the_larger_budget(tmp_path, ca
     notes: list[str] = []
     sweeps = load_sweeps([short, longer], notes)
     assert sorted(run.values["ppl"] for run in sweeps["lm"]) == [90, 91, 120, 121]
-    assert notes == [f"lm: read {longer} (11,000 updates), not {short} (2,750 updates)"]
+    read = f"lm: read {longer} (11,000 updates), not {short} (2,750 updates)"
+    assert notes == [f"Several sweeps of one table, the largest budget read: {read}"]
     assert treernn_main(["report", "claims", str(short), str(longer)]) == 0
     assert f"not {short} (2,750 updates)" in capsys.readouterr().out
     with pytest.raises(UserError, match="same budget"):
         load_sweeps([short, short])
+
+
+def test_a_sweep_without_a_finished_job_is_left_out_with_a_line(tmp_path, capsys):
+    """The runner archives a sweep every few minutes, so results/tables/*/* can hold one that has
+    only its multirun.yaml and unfinished jobs: the claims leave it out and say so, and only
+    when no sweep given has a finished job is it an error."""
+    finished = lm_sweep(tmp_path / "short")
+    started = tmp_path / "started" / "lm"
+    make_run(started, 0, "lm", "onlstm", 1, {"test/ppl": 80.0}, [200.0, 150.0], "val/ppl")
+    (started / "0" / "status.json").write_text(json.dumps({"status": "running"}))
+    (started / "multirun.yaml").write_text("hydra: {}\n")
+    notes: list[str] = []
+    sweeps = load_sweeps([finished, started], notes)
+    assert 80.0 not in [run.values["ppl"] for run in sweeps["lm"]]
+    assert len(sweeps["lm"]) == len(load_sweeps([finished])["lm"])
+    assert notes == [f"Left out, no finished job yet: {started}"]
+    assert treernn_main(["report", "claims", str(finished), str(started)]) == 0
+    assert f"Left out, no finished job yet: {started}.\n" in capsys.readouterr().out
+    with pytest.raises(UserError, match="no finished run in .*started"):
+        load_sweeps([started])
+    assert treernn_main(["report", "claims", str(started)]) == 1
+    assert "once a job has finished" in capsys.readouterr().err

@@ -304,9 +304,7 @@ def claims_report(args: argparse.Namespace) -> int:
     sweeps = load_sweeps(args.sweeps, notes)
     text = to_markdown(decide_claims(sweeps), sweeps)
     if notes:
-        text += "".join(
-            f"Several sweeps of one table, the largest budget read: {note}.\n" for note in notes
-        )
+        text += "".join(f"{note}.\n" for note in notes)
     print(text, end="")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

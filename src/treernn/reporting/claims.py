@@ -299,11 +299,17 @@ def load_sweeps(
 ) -> dict[str, list[Run]]:
     """Table name -> its finished runs, one sweep directory at a time. Given several sweeps of
     one table (``results/tables/*/*`` holds a table's short and long budgets), the claims read the
-    one with the largest budget (``trainer.max_steps``); a line for each sweep left out is
-    appended to ``notes``. Sweeps of one table with the same budget are an error."""
+    one with the largest budget (``trainer.max_steps``). A sweep without a finished job yet (one
+    just started, archived every few minutes into ``results/``) is left out. A line for each sweep
+    left out is appended to ``notes``. Sweeps of one table with the same budget are an error, and
+    so is having no finished run at all."""
     found: dict[str, list[tuple[Path, list[Run]]]] = {}
+    empty = []
     for path in paths:
-        runs, _ = load_runs([path])
+        runs, _ = load_runs([path], allow_empty=True)
+        if not runs:
+            empty.append(str(path))
+            continue
         names = {run.table for run in runs}
         if None in names:
             raise UserError(
@@ -314,6 +320,13 @@ def load_sweeps(
             found.setdefault(str(name), []).append(
                 (Path(path), [run for run in runs if run.table == name])
             )
+    if not found:
+        raise UserError(
+            f"no finished run in {', '.join(empty)}: give the sweeps of `python train.py -m "
+            "table=<name>` once a job has finished (`python -m treernn sweep status <dir>`)"
+        )
+    if notes is not None:
+        notes += [f"Left out, no finished job yet: {path}" for path in empty]
     sweeps: dict[str, list[Run]] = {}
     for name, candidates in found.items():
         # (budget, path, runs), the largest budget first; an unset budget counts as 0
@@ -330,7 +343,8 @@ def load_sweeps(
             )
         if notes is not None:
             notes += [
-                f"{name}: read {chosen} ({_updates(budget)}), not {other} ({_updates(steps)})"
+                f"Several sweeps of one table, the largest budget read: {name}: read {chosen} "
+                f"({_updates(budget)}), not {other} ({_updates(steps)})"
                 for steps, other, _ in ranked[1:]
             ]
     return sweeps

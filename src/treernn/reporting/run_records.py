@@ -240,8 +240,11 @@ def _name_from_record(config: dict[str, Any], record: Mapping[str, Any]) -> None
         model["name"] = record["model"]
 
 
-def load_runs(paths: Iterable[str | Path]) -> tuple[list[Run], list[tuple[Path, str]]]:
-    """The finished runs below ``paths`` and (run directory, reason) of those left out."""
+def load_runs(
+    paths: Iterable[str | Path], allow_empty: bool = False
+) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """The finished runs below ``paths`` and (run directory, reason) of those left out; none is an
+    error unless ``allow_empty``."""
     runs, skipped = [], []
     for run_dir in find_run_dirs(paths):
         loaded = load_run(run_dir)
@@ -249,6 +252,8 @@ def load_runs(paths: Iterable[str | Path]) -> tuple[list[Run], list[tuple[Path, 
             runs.append(loaded)
         else:
             skipped.append((run_dir, loaded))
+    if not runs and allow_empty:
+        return runs, skipped
     if not runs:
         listed = "; ".join(f"{path}: {reason}" for path, reason in skipped)
         raise UserError(f"no finished run to report ({listed})")
