@@ -23,6 +23,7 @@ from treernn.reporting.claims import (
     decide,
     decide_claims,
     load_sweeps,
+    sweep_size,
     to_markdown,
     welch_interval,
 )
@@ -294,7 +295,8 @@ def test_of_two_sweeps_of_a_table_the_claims_read_the_larger_budget(tmp_path, ca
     sweeps = load_sweeps([short, longer], notes)
     assert sorted(run.values["ppl"] for run in sweeps["lm"]) == [90, 91, 120, 121]
     read = f"lm: read {longer} (11,000 updates), not {short} (2,750 updates)"
-    assert notes == [f"Several sweeps of one table, the largest budget read: {read}"]
+    first = "Several sweeps of one table, the largest budget with every job finished read"
+    assert notes == [f"{first}: {read}"]
     assert treernn_main(["report", "claims", str(short), str(longer)]) == 0
     assert f"not {short} (2,750 updates)" in capsys.readouterr().out
     with pytest.raises(UserError, match="same budget"):
@@ -310,14 +312,75 @@ def test_a_sweep_without_a_finished_job_is_left_out_with_a_line(tmp_path, capsys
     make_run(started, 0, "lm", "onlstm", 1, {"test/ppl": 80.0}, [200.0, 150.0], "val/ppl")
     (started / "0" / "status.json").write_text(json.dumps({"status": "running"}))
     (started / "multirun.yaml").write_text("hydra: {}\n")
+    just_archived = tmp_path / "archived" / "lm"  # an archive of a sweep with none finished
+    just_archived.mkdir(parents=True)
+    (just_archived / "multirun.yaml").write_text("hydra: {}\n")
     notes: list[str] = []
-    sweeps = load_sweeps([finished, started], notes)
+    sweeps = load_sweeps([finished, started, just_archived], notes)
     assert 80.0 not in [run.values["ppl"] for run in sweeps["lm"]]
     assert len(sweeps["lm"]) == len(load_sweeps([finished])["lm"])
-    assert notes == [f"Left out, no finished job yet: {started}"]
+    assert notes == [f"Left out, no finished job yet: {path}" for path in (started, just_archived)]
     assert treernn_main(["report", "claims", str(finished), str(started)]) == 0
     assert f"Left out, no finished job yet: {started}.\n" in capsys.readouterr().out
     with pytest.raises(UserError, match="no finished run in .*started"):
         load_sweeps([started])
     assert treernn_main(["report", "claims", str(started)]) == 1
     assert "once a job has finished" in capsys.readouterr().err
+
+
+def save_multirun(sweep: Path, params: dict[str, str], task: list[str], sweeper: str) -> None:
+    """The part of a sweep's multirun.yaml that says how many jobs its command makes."""
+    hydra = {"sweeper": {"_target_": sweeper, "params": params}, "overrides": {"task": task}}
+    sweep.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(OmegaConf.create({"hydra": hydra}), sweep / "multirun.yaml")
+
+
+BASIC = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def test_the_size_of_a_sweep_from_its_multirun_yaml(tmp_path):
+    # the table's params, a command-line override replacing one of them (3 models x 5 seeds),
+    # a range() and a fixed value; another sweeper or a glob cannot be counted
+    save_multirun(tmp_path, {"model": "onlstm,lstm", "seed": "1,2,3,4,5"}, ["table=lm"], BASIC)
+    assert sweep_size(tmp_path) == 10
+    task = ["table=logic", "model=onlstm,lstm,ordered_memory", "trainer.max_steps=10000"]
+    save_multirun(tmp_path, {"model": "onlstm,lstm", "seed": "1,2,3,4,5"}, task, BASIC)
+    assert sweep_size(tmp_path) == 15
+    save_multirun(tmp_path, {"seed": "range(1,4)"}, ["model=lstm"], BASIC)
+    assert sweep_size(tmp_path) == 3
+    save_multirun(tmp_path, {"model": "glob(*)"}, [], BASIC)
+    assert sweep_size(tmp_path) is None
+    save_multirun(tmp_path, {"seed": "1,2"}, [], "hydra_plugins.optuna_sweeper.OptunaSweeper")
+    assert sweep_size(tmp_path) is None
+    assert sweep_size(tmp_path / "none") is None
+
+
+def test_a_longer_sweep_still_running_does_not_hide_a_complete_shorter_one(tmp_path):
+    """results/ holds tdlm-long (complete) while tdlm-stop runs across sessions: until every job
+    of the longer sweep has finished, the claims read the complete shorter one and say why."""
+    short = lm_sweep(tmp_path / "short")  # 6 jobs, ON-LSTM 100-104 against LSTM 108-112
+    save_multirun(short, {"model": "onlstm,lstm", "seed": "1,2,3"}, ["table=lm"], BASIC)
+    longer = tmp_path / "long" / "lm"
+    save_multirun(longer, {"model": "onlstm,lstm", "seed": "1,2,3"}, ["table=lm"], BASIC)
+    for job, (model, seed, ppl) in enumerate([("onlstm", 1, 90.0), ("onlstm", 2, 91.0)]):
+        make_run(longer, job, "lm", model, seed, {"test/ppl": ppl}, [200.0, 150.0], "val/ppl")
+    for sweep, steps in ((short, 2750), (longer, 11000)):
+        for config_file in sweep.glob("*/.hydra/config.yaml"):
+            config = OmegaConf.load(config_file)
+            config.trainer = {"max_steps": steps}
+            OmegaConf.save(config, config_file)
+    notes: list[str] = []
+    sweeps = load_sweeps([short, longer], notes)
+    assert sorted(run.values["ppl"] for run in sweeps["lm"]) == [100, 102, 104, 108, 110, 112]
+    assert notes[0].endswith(
+        f"lm: read {short} (2,750 updates, 6 of 6 jobs finished), "
+        f"not {longer} (11,000 updates, 2 of 6 jobs finished)"
+    )
+    # the longer sweep done: it is read
+    for job, (model, seed) in enumerate([("onlstm", 3), ("lstm", 1), ("lstm", 2), ("lstm", 3)]):
+        make_run(longer, job + 2, "lm", model, seed, {"test/ppl": 95.0}, [200.0, 150.0], "val/ppl")
+    assert len([run for run in load_sweeps([short, longer])["lm"] if run.values["ppl"] < 100]) == 6
+    # neither complete: the largest budget, as before
+    (short / "5" / "status.json").write_text(json.dumps({"status": "running"}))
+    (longer / "5" / "status.json").write_text(json.dumps({"status": "running"}))
+    assert max(run.values["ppl"] for run in load_sweeps([short, longer])["lm"]) == 95.0

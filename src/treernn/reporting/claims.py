@@ -294,20 +294,79 @@ def _updates(budget: int | None) -> str:
     return f"{budget:,} updates" if budget else "no trainer.max_steps"
 
 
+def sweep_size(sweep_dir: Path) -> int | None:
+    """How many jobs the sweep's command makes: the product of the numbers of values of its swept
+    parameters (Hydra's basic sweeper: the table's ``hydra.sweeper.params``, overridden key by key
+    by the command line), read from the sweep's ``multirun.yaml``. None where that cannot be told
+    (no ``multirun.yaml``, another sweeper, a ``glob`` sweep)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    saved = Path(sweep_dir) / "multirun.yaml"
+    if not saved.is_file():
+        return None
+    config = OmegaConf.load(saved)
+    sweeper = OmegaConf.select(config, "hydra.sweeper")
+    if sweeper is None or not str(sweeper.get("_target_", "")).endswith(".BasicSweeper"):
+        return None
+    params = sweeper.get("params") or {}
+    lines = [f"{key}={value}" for key, value in params.items()]
+    lines += [str(item) for item in OmegaConf.select(config, "hydra.overrides.task") or []]
+    counts: dict[str, int] = {}
+    try:
+        for override in OverridesParser.create().parse_overrides(lines):
+            swept = override.is_sweep_override()
+            counts[override.get_key_element()] = (
+                len(list(override.sweep_string_iterator())) if swept else 1
+            )
+    except HydraException:
+        return None
+    return math.prod(counts.values())
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    path: Path
+    runs: list[Run]
+    budget: int | None
+    finished: int  # jobs whose status.json says finished
+    size: int | None  # jobs the sweep's command makes, None where unknown
+
+    @property
+    def complete(self) -> bool:
+        return self.size is None or self.finished >= self.size
+
+    def describe(self) -> str:
+        jobs = f", {self.finished} of {self.size} jobs finished" if self.size else ""
+        return f"{self.path} ({_updates(self.budget)}{jobs})"
+
+
+def _finished_jobs(path: Path) -> int:
+    from treernn.runs import read_status
+
+    jobs = {config.parent.parent for config in path.rglob(".hydra/config.yaml")}
+    return sum(read_status(job).get("status") == "finished" for job in jobs)
+
+
 def load_sweeps(
     paths: Iterable[str | Path], notes: list[str] | None = None
 ) -> dict[str, list[Run]]:
     """Table name -> its finished runs, one sweep directory at a time. Given several sweeps of
     one table (``results/tables/*/*`` holds a table's short and long budgets), the claims read the
-    one with the largest budget (``trainer.max_steps``). A sweep without a finished job yet (one
-    just started, archived every few minutes into ``results/``) is left out. A line for each sweep
-    left out is appended to ``notes``. Sweeps of one table with the same budget are an error, and
-    so is having no finished run at all."""
-    found: dict[str, list[tuple[Path, list[Run]]]] = {}
+    one with the largest budget (``trainer.max_steps``) whose jobs have all finished, so that a
+    long sweep still running (archived every few minutes into ``results/``) does not hide a
+    complete shorter one; where none is complete, the largest budget. A sweep without a finished
+    job yet is left out. A line for each sweep left out is appended to ``notes``. Sweeps of one
+    table with the same budget are an error, and so is having no finished run at all."""
+    found: dict[str, list[_Sweep]] = {}
     empty = []
-    for path in paths:
-        runs, _ = load_runs([path], allow_empty=True)
+    for path in map(Path, paths):
+        has_jobs = (path / ".hydra").is_dir() or any(path.rglob(".hydra/config.yaml"))
+        runs = load_runs([path], allow_empty=True)[0] if has_jobs else []
         if not runs:
+            if not path.exists():
+                raise UserError(f"{path} does not exist: give the directory of a table sweep")
             empty.append(str(path))
             continue
         names = {run.table for run in runs}
@@ -316,10 +375,11 @@ def load_sweeps(
                 f"{path}: runs without table_name in their config; give the sweeps of "
                 "`python train.py -m table=<name>` (conf/table/)"
             )
+        finished, size = _finished_jobs(path), sweep_size(path)
         for name in sorted(names, key=str):
-            found.setdefault(str(name), []).append(
-                (Path(path), [run for run in runs if run.table == name])
-            )
+            table_runs = [run for run in runs if run.table == name]
+            sweep = _Sweep(path, table_runs, _budget(table_runs), finished, size)
+            found.setdefault(str(name), []).append(sweep)
     if not found:
         raise UserError(
             f"no finished run in {', '.join(empty)}: give the sweeps of `python train.py -m "
@@ -329,23 +389,22 @@ def load_sweeps(
         notes += [f"Left out, no finished job yet: {path}" for path in empty]
     sweeps: dict[str, list[Run]] = {}
     for name, candidates in found.items():
-        # (budget, path, runs), the largest budget first; an unset budget counts as 0
-        ranked = sorted(
-            ((_budget(runs), path, runs) for path, runs in candidates),
-            key=lambda item: item[0] or 0,
-            reverse=True,
-        )
-        budget, chosen, sweeps[name] = ranked[0]
-        if len(ranked) > 1 and (budget is None or ranked[1][0] == budget):
-            raise UserError(
-                f"{ranked[1][1]}: a second sweep of table {name} with the same budget as "
-                f"{chosen}; give one per table"
-            )
+        # the largest budget first; an unset budget counts as 0
+        ranked = sorted(candidates, key=lambda sweep: sweep.budget or 0, reverse=True)
+        for first, second in zip(ranked, ranked[1:]):
+            if first.budget == second.budget:
+                raise UserError(
+                    f"{second.path}: a second sweep of table {name} with the same budget as "
+                    f"{first.path}; give one per table"
+                )
+        chosen = next((sweep for sweep in ranked if sweep.complete), ranked[0])
+        sweeps[name] = chosen.runs
         if notes is not None:
             notes += [
-                f"Several sweeps of one table, the largest budget read: {name}: read {chosen} "
-                f"({_updates(budget)}), not {other} ({_updates(steps)})"
-                for steps, other, _ in ranked[1:]
+                f"Several sweeps of one table, the largest budget with every job finished read: "
+                f"{name}: read {chosen.describe()}, not {other.describe()}"
+                for other in ranked
+                if other is not chosen
             ]
     return sweeps
 
