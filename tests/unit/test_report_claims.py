@@ -268,6 +268,15 @@ def test_the_report_says_which_machines_each_tables_runs_ran_on(tmp_path):
     )
 
 
+def set_budgets(*sweeps: tuple[Path, int]) -> None:
+    """Give each sweep's runs ``trainer.max_steps`` = its budget."""
+    for sweep, steps in sweeps:
+        for config_file in sweep.glob("*/.hydra/config.yaml"):
+            config = OmegaConf.load(config_file)
+            config.trainer = {"max_steps": steps}
+            OmegaConf.save(config, config_file)
+
+
 def test_of_two_sweeps_of_a_table_the_claims_read_the_larger_budget(tmp_path, capsys):
     """results/tables/*/* holds a table's short and long sweeps: the claims read the long one
     (trainer.max_steps) and say which they left out; equal budgets stay an error."""
@@ -286,11 +295,7 @@ def test_of_two_sweeps_of_a_table_the_claims_read_the_larger_budget(tmp_path, ca
             [200.0, 150.0, 151.0],
             "val/ppl",
         )
-    for sweep, steps in ((short, 2750), (longer, 11000)):
-        for config_file in sweep.glob("*/.hydra/config.yaml"):
-            config = OmegaConf.load(config_file)
-            config.trainer = {"max_steps": steps}
-            OmegaConf.save(config, config_file)
+    set_budgets((short, 2750), (longer, 11000))
     notes: list[str] = []
     sweeps = load_sweeps([short, longer], notes)
     assert sorted(run.values["ppl"] for run in sweeps["lm"]) == [90, 91, 120, 121]
@@ -364,11 +369,7 @@ def test_a_longer_sweep_still_running_does_not_hide_a_complete_shorter_one(tmp_p
     save_multirun(longer, {"model": "onlstm,lstm", "seed": "1,2,3"}, ["table=lm"], BASIC)
     for job, (model, seed, ppl) in enumerate([("onlstm", 1, 90.0), ("onlstm", 2, 91.0)]):
         make_run(longer, job, "lm", model, seed, {"test/ppl": ppl}, [200.0, 150.0], "val/ppl")
-    for sweep, steps in ((short, 2750), (longer, 11000)):
-        for config_file in sweep.glob("*/.hydra/config.yaml"):
-            config = OmegaConf.load(config_file)
-            config.trainer = {"max_steps": steps}
-            OmegaConf.save(config, config_file)
+    set_budgets((short, 2750), (longer, 11000))
     notes: list[str] = []
     sweeps = load_sweeps([short, longer], notes)
     assert sorted(run.values["ppl"] for run in sweeps["lm"]) == [100, 102, 104, 108, 110, 112]
