@@ -330,7 +330,7 @@ class _Sweep:
     path: Path
     runs: list[Run]
     budget: int | None
-    finished: int  # jobs whose status.json says finished
+    finished: int  # the sweep's finished runs, of every table
     size: int | None  # jobs the sweep's command makes, None where unknown
 
     @property
@@ -340,13 +340,6 @@ class _Sweep:
     def describe(self) -> str:
         jobs = f", {self.finished} of {self.size} jobs finished" if self.size else ""
         return f"{self.path} ({_updates(self.budget)}{jobs})"
-
-
-def _finished_jobs(path: Path) -> int:
-    from treernn.runs import read_status
-
-    jobs = {config.parent.parent for config in path.rglob(".hydra/config.yaml")}
-    return sum(read_status(job).get("status") == "finished" for job in jobs)
 
 
 def load_sweeps(
@@ -362,11 +355,8 @@ def load_sweeps(
     found: dict[str, list[_Sweep]] = {}
     empty = []
     for path in map(Path, paths):
-        has_jobs = (path / ".hydra").is_dir() or any(path.rglob(".hydra/config.yaml"))
-        runs = load_runs([path], allow_empty=True)[0] if has_jobs else []
+        runs, _ = load_runs([path], allow_empty=True)
         if not runs:
-            if not path.exists():
-                raise UserError(f"{path} does not exist: give the directory of a table sweep")
             empty.append(str(path))
             continue
         names = {run.table for run in runs}
@@ -375,10 +365,10 @@ def load_sweeps(
                 f"{path}: runs without table_name in their config; give the sweeps of "
                 "`python train.py -m table=<name>` (conf/table/)"
             )
-        finished, size = _finished_jobs(path), sweep_size(path)
+        size = sweep_size(path)
         for name in sorted(names, key=str):
             table_runs = [run for run in runs if run.table == name]
-            sweep = _Sweep(path, table_runs, _budget(table_runs), finished, size)
+            sweep = _Sweep(path, table_runs, _budget(table_runs), len(runs), size)
             found.setdefault(str(name), []).append(sweep)
     if not found:
         raise UserError(

@@ -80,8 +80,9 @@ def config_value(config: Mapping[str, Any], key: str) -> Any:
     return node
 
 
-def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
-    """Run directories (those with ``.hydra/config.yaml``) given or below the given paths."""
+def find_run_dirs(paths: Iterable[str | Path], allow_empty: bool = False) -> list[Path]:
+    """Run directories (those with ``.hydra/config.yaml``) given or below the given paths; a path
+    with none is an error unless ``allow_empty`` (a sweep archived before any job finished)."""
     found: list[Path] = []
     for path in map(Path, paths):
         if not path.exists():
@@ -90,7 +91,7 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
             found.append(path)
             continue
         below = sorted(c.parent.parent for c in path.rglob(".hydra/config.yaml"))
-        if not below:
+        if not below and not allow_empty:
             raise UserError(
                 f"{path} holds no run (no .hydra/config.yaml below it): give the directory of a "
                 "multirun (outputs/multirun/<task>/<model>/<time>) or of runs"
@@ -246,15 +247,13 @@ def load_runs(
     """The finished runs below ``paths`` and (run directory, reason) of those left out; none is an
     error unless ``allow_empty``."""
     runs, skipped = [], []
-    for run_dir in find_run_dirs(paths):
+    for run_dir in find_run_dirs(paths, allow_empty):
         loaded = load_run(run_dir)
         if isinstance(loaded, Run):
             runs.append(loaded)
         else:
             skipped.append((run_dir, loaded))
-    if not runs and allow_empty:
-        return runs, skipped
-    if not runs:
+    if not runs and not allow_empty:
         listed = "; ".join(f"{path}: {reason}" for path, reason in skipped)
         raise UserError(f"no finished run to report ({listed})")
     tasks: dict[str, int] = {}
