@@ -674,6 +674,37 @@ def test_training_and_inference_probe_their_own_loops(
     assert len(seen) == 2
 
 
+def test_off_the_cpu_the_precision_probe_times_the_torch_ops_recurrence(monkeypatch) -> None:
+    """On a GPU (no compiled kernel) the probe times the recurrence as it will run there: the
+    torch-ops loop on that device, training or inference as asked, fp32 against bf16 products
+    (a product faster alone made an H100's training step slower). The loops run (here on the
+    CPU), the training one forward and backward: three products' FLOPs per step."""
+    calls = []
+
+    def fake_loop(*args):
+        calls.append(args)
+        return (lambda: None), 1.0
+
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(onlstm_kernel, "_probe_loop", fake_loop)
+    for training in (True, False):
+        calls.clear()
+        loops, _ = onlstm_kernel.precision_runs(3, 8, 4, None, cuda, training)()
+        assert sorted(loops) == ["bfloat16", "float32"]
+        assert calls == [
+            (3, 8, 4, None, "auto", None, training, cuda),
+            (3, 8, 4, None, "auto", torch.bfloat16, training, cuda),
+        ]
+    monkeypatch.undo()
+    monkeypatch.setenv(gemm.ENV_VAR, "aten")  # no backend probe here: the loops are what counts
+    loops, flops = onlstm_kernel._own_loops(3, 8, 4, torch.device("cpu"), True)
+    assert flops == 3 * 2.0 * onlstm_kernel.PROBE_STEPS * 3 * 8 * (4 * 8 + 2 * 2)
+    state = torch.get_rng_state()
+    for loop in loops.values():
+        loop()
+    assert torch.equal(state, torch.get_rng_state())  # probing draws nothing from the run's RNG
+
+
 def test_the_precision_probe_times_both_recurrences(extension, monkeypatch) -> None:
     """precision_runs: the fp32 and the bf16 forward loops (each on its own backend), which run;
     None without the compiled kernel."""

@@ -13,9 +13,11 @@ import torch
 from torch import nn
 
 from tests.fixtures.precision import fp32_and_bf16_runs
+from treernn.encoders import ordered_memory as om_encoder
 from treernn.encoders.ordered_memory import (
     GatedRecursiveCell,
     OrderedMemoryEncoder,
+    OrderedMemoryRecurrence,
     masked_attention,
 )
 from treernn.kernels import cpp_ext, gemm
@@ -566,6 +568,53 @@ def test_bf16_autocast_trains_and_stays_close_to_fp32(monkeypatch):
     reference = OrderedMemoryEncoder(16, 32, memory_slots=5, impl="reference")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert reference(x, mask).hidden.dtype == torch.float32
+
+
+def test_off_the_cpu_precision_is_probed_on_the_recurrences_own_loop(monkeypatch):
+    """Off the CPU (a GPU) the products' precision is decided by timing the recurrence's fast
+    path itself, fp32 against bf16 products (a product faster alone made an H100's training
+    step slower): both loops run it with their dtype, forward and backward in training, without
+    dropout, drawing nothing from the run's random streams and leaving ``.grad`` alone."""
+    torch.manual_seed(0)
+    recurrence = OrderedMemoryRecurrence(6, 8, dropout=0.1, memory_dropout=0.2).train()
+    seen = []
+    fused = om_encoder.fused_ordered_memory
+
+    def spy(x, mask, state, weights, masks, dtype, *rest):
+        seen.append((dtype, masks.query is None and masks.cell_input is None, x.shape))
+        out = fused(x, mask, state, weights, masks, dtype, *rest)
+        seen[-1] += (out[0].requires_grad,)
+        return out
+
+    monkeypatch.setattr(om_encoder, "fused_ordered_memory", spy)
+    state = torch.get_rng_state()
+    for training in (True, False):
+        loops, flops = recurrence.precision_runs(3, 5, training, torch.device("cpu"))
+        assert flops == 2.0 * 3 * om_encoder.PROBE_STEPS * 32 * 32 * (3 if training else 1)
+        with torch.no_grad():  # as gemm.time_in_turns calls them
+            loops["float32"]()
+            loops["bfloat16"]()
+        shape = (3, om_encoder.PROBE_STEPS, 6)
+        assert seen[-2:] == [
+            (None, True, shape, training),
+            (torch.bfloat16, True, shape, training),
+        ]
+    assert torch.equal(state, torch.get_rng_state())
+    assert all(parameter.grad is None for parameter in recurrence.parameters())
+    # the decision's name says which loop it timed; without the loop, the product alone
+    asked = []
+    monkeypatch.setattr(om_kernel.gemm, "product_dtype", lambda *args: asked.append(args))
+    x = torch.zeros(3, 5, 6)
+    om_kernel.product_dtype(x, 8, runs="loops")
+    with torch.no_grad():
+        om_kernel.product_dtype(x, 8, runs="loops")
+    om_kernel.product_dtype(x, 8)
+    assert [args[5:] for args in asked] == [
+        ("cell and projections, training", "loops"),
+        ("cell and projections, inference", "loops"),
+        ("cell and projections", None),
+    ]
+    assert asked[0][:4] == (3, 32, 32, x.device)
 
 
 def test_bf16_autocast_keeps_fp32_products_without_bf16_kernels(monkeypatch):

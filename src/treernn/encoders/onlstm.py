@@ -276,9 +276,15 @@ class ONLSTMEncoder(Encoder):
             gemm.rows_bucket(steps * batch), layer.input_size, num_gates, x.device,
             "ON-LSTM", "input projection",
         )  # fmt: skip
+        kernel, training = fused_kernel(x), torch.is_grad_enabled()
+        steps_name = "recurrent steps"
+        if x.device.type != "cpu":  # the loop is timed as it runs there, training or not
+            steps_name += ", training" if training else ", inference"
         step_dtype = gemm.product_dtype(
-            batch, layer.hidden_size, num_gates, x.device, "ON-LSTM", "recurrent steps",
-            precision_runs(batch, layer.hidden_size, layer.chunk_size, fused_kernel(x)),
+            batch, layer.hidden_size, num_gates, x.device, "ON-LSTM", steps_name,
+            precision_runs(
+                batch, layer.hidden_size, layer.chunk_size, kernel, x.device, training
+            ),
         )  # fmt: skip
         return projection_dtype, step_dtype
 

@@ -618,15 +618,18 @@ def recurrence_backend(
 PROBE_STEPS = 32
 
 
-def _probe_loop(batch, hidden, chunk_size, kernel, backend, product_dtype, training=False):
+def _probe_loop(
+    batch, hidden, chunk_size, kernel, backend, product_dtype, training=False, device=gemm.CPU
+):
     """A forward loop of :data:`PROBE_STEPS` steps on random data (a closure) and its FLOPs;
     ``training``: the recurrence's autograd node forward and backward (the gradients of the
-    inputs and of the weight: three products per step's worth of FLOPs)."""
+    inputs and of the weight: three products per step's worth of FLOPs). The data come from a
+    generator of their own: probing draws nothing from the run's random streams."""
     num_gates = gate_count(hidden, chunk_size)
     generator = torch.Generator().manual_seed(0)
-    gates = torch.randn(PROBE_STEPS, batch, num_gates, generator=generator)
-    weight = torch.randn(num_gates, hidden, generator=generator) / hidden**0.5
-    state = torch.zeros(batch, hidden)
+    gates = torch.randn(PROBE_STEPS, batch, num_gates, generator=generator).to(device)
+    weight = (torch.randn(num_gates, hidden, generator=generator) / hidden**0.5).to(device)
+    state = torch.zeros(batch, hidden, device=device)
     flops = 2.0 * PROBE_STEPS * batch * hidden * num_gates
     if training:
         gates.requires_grad_(True)
@@ -644,10 +647,24 @@ def _probe_loop(batch, hidden, chunk_size, kernel, backend, product_dtype, train
     return functools.partial(_fast_forward, *arguments, product_dtype), flops
 
 
-def precision_runs(batch: int, hidden: int, chunk_size: int, kernel: ModuleType | None):
+def precision_runs(
+    batch: int,
+    hidden: int,
+    chunk_size: int,
+    kernel: ModuleType | None,
+    device: torch.device = gemm.CPU,
+    training: bool = False,
+):
     """For :func:`gemm.product_dtype`: the recurrence's forward loop with fp32 and with bf16
     products, each on its own fastest backend (:func:`recurrence_backend`), to be timed against
-    each other; None without the compiled kernel (the products alone are probed then)."""
+    each other. Off the CPU (a GPU, no compiled kernel): the torch-ops recurrence on ``device``
+    as it will run, forward and backward for ``training``: at these sizes a GPU recurrence is
+    bound by its kernel launches, and bf16 products add a cast per step each way, so that a
+    product faster alone made a whole training step slower (an H100, paper size: bf16 products
+    chosen by the products alone, training 0.80x fp32). None on a CPU without the compiled
+    kernel (the products alone are probed then)."""
+    if kernel is None and device.type != "cpu":
+        return functools.partial(_own_loops, batch, hidden, chunk_size, device, training)
     if kernel is None:
         return None
 
@@ -660,6 +677,17 @@ def precision_runs(batch: int, hidden: int, chunk_size: int, kernel: ModuleType 
         return loops, flops
 
     return runs
+
+
+def _own_loops(batch, hidden, chunk_size, device, training):
+    """The torch-ops recurrence's loop on ``device`` with fp32 and with bf16 products, and the
+    FLOPs of one (see :func:`precision_runs`)."""
+    loops = {}
+    for name, dtype in (("float32", None), ("bfloat16", torch.bfloat16)):
+        loops[name], flops = _probe_loop(
+            batch, hidden, chunk_size, None, "auto", dtype, training, device
+        )
+    return loops, flops
 
 
 def _probe_recurrence(usable, batch, hidden, chunk_size, kernel, dtype, training=False) -> str:
