@@ -38,6 +38,11 @@ run() {
     local sweep=outputs/tables/$table/$name kept=$RESULTS/tables/$table/$name
     if [[ -f $kept/multirun.yaml ]]; then
         python -m treernn sweep restore "$kept" "$sweep"
+        # every job finished before: nothing to run (train.py would only log that into each job)
+        if python -m treernn sweep status --exit-code "$kept" > /dev/null; then
+            echo "== $(date -Is) sweep $name: every job finished before ($kept), skipped"
+            return 0
+        fi
     fi
     echo "== $(date -Is) sweep $name: python train.py -m $*"
     (while sleep "${ARCHIVE_EVERY:-600}"; do archive "$sweep" "$kept"; done) &

@@ -23,10 +23,10 @@ from treernn.reporting.claims import (
     decide,
     decide_claims,
     load_sweeps,
-    sweep_size,
     to_markdown,
     welch_interval,
 )
+from treernn.sweeps import sweep_size
 
 # t quantiles from a printed t table: t(0.975, 2) = 4.303, t(0.975, 4) = 2.776
 T2, T4 = 4.3027, 2.7764

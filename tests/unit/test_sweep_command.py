@@ -48,6 +48,34 @@ def test_status_lists_each_job_with_its_record_and_counts_them(tmp_path, capsys)
     ]
 
 
+def test_status_counts_the_jobs_not_started_and_tells_a_script_whether_all_finished(
+    tmp_path, capsys
+):
+    """With the sweeper in multirun.yaml the command's job count is known (here 2 x 3 seeds on the
+    command line over the table's 2 models = 6): the jobs without a directory yet are counted, and
+    --exit-code exits 1 until all 6 have finished."""
+    sweep = make_sweep(tmp_path)
+    saved = OmegaConf.load(sweep / "multirun.yaml")
+    saved.hydra.sweeper = {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"}
+    saved.hydra.sweeper.params = {"model": "onlstm,lstm", "seed": "1,2"}
+    saved.hydra.overrides.task = ["table=logic", "seed=1,2,3", "sweep_id=mine"]
+    OmegaConf.save(saved, sweep / "multirun.yaml")
+    assert treernn_main(["sweep", "status", str(sweep)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"6 jobs in {sweep}: 1 failed, 1 finished, 4 not started yet"
+    )
+    assert treernn_main(["sweep", "status", "--exit-code", str(sweep)]) == 1
+    for number in range(6):
+        job = sweep / str(number)
+        (job / ".hydra").mkdir(parents=True, exist_ok=True)
+        (job / ".hydra" / "overrides.yaml").write_text(f"- seed={number}\n")
+        runs.write_status(job, status="running" if number == 5 else "finished")
+    assert treernn_main(["sweep", "status", "--exit-code", str(sweep)]) == 1
+    runs.write_status(sweep / "5", status="finished")
+    assert treernn_main(["sweep", "status", "--exit-code", str(sweep)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"6 jobs in {sweep}: 6 finished"
+
+
 def test_resume_reruns_the_saved_command_under_the_sweeps_name(tmp_path, capsys):
     sweep = make_sweep(tmp_path)
     (tmp_path / "train.py").write_text("")

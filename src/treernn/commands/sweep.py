@@ -6,7 +6,10 @@
     python -m treernn sweep restore <copy dir> <sweep dir>
 
 ``status`` lists each job of the sweep: its overrides, whether it finished, was interrupted (with
-the step of its newest checkpoint), failed (with the error) or is running.
+the step of its newest checkpoint), failed (with the error) or is running, and counts them,
+with the jobs the sweep's command makes that have not started yet (where its ``multirun.yaml``
+tells how many it makes). ``--exit-code``: exit 1 unless every one of them has finished (for
+scripts that skip a finished sweep).
 
 ``resume`` runs the command that started the sweep again, from the directory it was started in and
 with the sweep's name (``sweep_id=<last part of the sweep dir>``): finished jobs are skipped,
@@ -42,6 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="<action>")
     status = actions.add_parser("status", help="each job's state")
     status.add_argument("sweep_dir", type=Path)
+    status.add_argument(
+        "--exit-code",
+        action="store_true",
+        help="exit 1 unless every job the sweep's command makes has finished",
+    )
     resume = actions.add_parser("resume", help="continue the sweep where it stopped")
     resume.add_argument("sweep_dir", type=Path)
     resume.add_argument("--dry-run", action="store_true", help="print the command and run nothing")
@@ -77,7 +85,7 @@ def resume_command(sweep_dir: Path) -> tuple[Path, list[str]]:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "status":
-        return _status(args.sweep_dir)
+        return _status(args.sweep_dir, args.exit_code)
     if args.action == "archive":
         return _archive(args.sweep_dir, args.copy_dir)
     if args.action == "restore":
@@ -105,9 +113,9 @@ def _jobs(sweep_dir: Path) -> list[Path]:
     )
 
 
-def _status(sweep_dir: Path) -> int:
+def _status(sweep_dir: Path, exit_code: bool = False) -> int:
     from treernn import runs
-    from treernn.sweeps import _overrides
+    from treernn.sweeps import _overrides, sweep_size
 
     _saved(sweep_dir)
     jobs = _jobs(sweep_dir)
@@ -122,8 +130,13 @@ def _status(sweep_dir: Path) -> int:
         where = f", newest checkpoint at step {info.global_step}" if info else ""
         error = f": {record['error']}" if record.get("error") and status != "finished" else ""
         print(f"job {job_dir.name} [{_overrides(job_dir)}]: {status}{where}{error}")
+    size = sweep_size(sweep_dir)
+    if size is not None and size > len(jobs):
+        counts["not started yet"] = size - len(jobs)
     summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
-    print(f"{len(jobs)} jobs in {sweep_dir}: {summary}")
+    print(f"{max(size or 0, len(jobs))} jobs in {sweep_dir}: {summary}")
+    if exit_code and counts.get("finished", 0) != sum(counts.values()):
+        return 1
     return 0
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from treernn.errors import UserError
 from treernn.reporting.curves import run_curve
 from treernn.reporting.run_records import Run, config_value, load_runs
+from treernn.sweeps import sweep_size
 
 TRIVIAL_BEST = "trivial:best"
 
@@ -292,37 +293,6 @@ def _budget(runs: Sequence[Run]) -> int | None:
 
 def _updates(budget: int | None) -> str:
     return f"{budget:,} updates" if budget else "no trainer.max_steps"
-
-
-def sweep_size(sweep_dir: Path) -> int | None:
-    """How many jobs the sweep's command makes: the product of the numbers of values of its swept
-    parameters (Hydra's basic sweeper: the table's ``hydra.sweeper.params``, overridden key by key
-    by the command line), read from the sweep's ``multirun.yaml``. None where that cannot be told
-    (no ``multirun.yaml``, another sweeper, a ``glob`` sweep)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-
-    saved = Path(sweep_dir) / "multirun.yaml"
-    if not saved.is_file():
-        return None
-    config = OmegaConf.load(saved)
-    sweeper = OmegaConf.select(config, "hydra.sweeper")
-    if sweeper is None or not str(sweeper.get("_target_", "")).endswith(".BasicSweeper"):
-        return None
-    params = sweeper.get("params") or {}
-    lines = [f"{key}={value}" for key, value in params.items()]
-    lines += [str(item) for item in OmegaConf.select(config, "hydra.overrides.task") or []]
-    counts: dict[str, int] = {}
-    try:
-        for override in OverridesParser.create().parse_overrides(lines):
-            swept = override.is_sweep_override()
-            counts[override.get_key_element()] = (
-                len(list(override.sweep_string_iterator())) if swept else 1
-            )
-    except HydraException:
-        return None
-    return math.prod(counts.values())
 
 
 @dataclass(frozen=True)
