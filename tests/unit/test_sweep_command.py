@@ -76,6 +76,15 @@ def test_status_counts_the_jobs_not_started_and_tells_a_script_whether_all_finis
     assert capsys.readouterr().out.splitlines()[-1] == f"6 jobs in {sweep}: 6 finished"
 
 
+def test_exit_code_of_a_sweep_archived_before_any_job_started_is_1(tmp_path):
+    """A kept sweep with only its multirun.yaml and no sweeper to count its jobs from: nothing
+    is known to have finished, so a script must not skip it."""
+    sweep = make_sweep(tmp_path)
+    for job in ("0", "1"):
+        shutil.rmtree(sweep / job)
+    assert treernn_main(["sweep", "status", "--exit-code", str(sweep)]) == 1
+
+
 def test_resume_reruns_the_saved_command_under_the_sweeps_name(tmp_path, capsys):
     sweep = make_sweep(tmp_path)
     (tmp_path / "train.py").write_text("")

@@ -135,8 +135,8 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
         counts["not started yet"] = size - len(jobs)
     summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
     print(f"{max(size or 0, len(jobs))} jobs in {sweep_dir}: {summary}")
-    if exit_code and counts.get("finished", 0) != sum(counts.values()):
-        return 1
+    if exit_code and (not counts or counts.get("finished", 0) != sum(counts.values())):
+        return 1  # no job known at all is not "every job finished"
     return 0
 
 
