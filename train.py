@@ -3,13 +3,17 @@
 import hydra
 from omegaconf import DictConfig
 
-from treernn import run
+from treernn.resolvers import register_resolvers
 
-run.register_resolvers()
+# Only what Hydra needs to compose the config is imported up front: a wrong choice or key is
+# answered before torch and Lightning load (several seconds); the run imports them.
+register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig):
+    from treernn import run
+
     return run.main(cfg)  # the monitored metric for an Optuna sweep (conf/hparams_search/)
 
 

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
-from treernn import launch
+from treernn import resolvers
 from treernn.checkpoints import is_full_disk
 from treernn.errors import ConfigValueError
 
@@ -27,10 +26,8 @@ LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 def register_resolvers() -> None:
     """The resolvers the configs use (``${run_dir_name:}``, ``${pid:}``, ...); call before Hydra
-    composes a config."""
-    launch.register_resolvers()
-    if not OmegaConf.has_resolver("pid"):
-        OmegaConf.register_new_resolver("pid", lambda: os.getpid())
+    composes a config (:func:`treernn.resolvers.register_resolvers`)."""
+    resolvers.register_resolvers()
 
 
 def flush_denormals(enabled: bool = True) -> None:

@@ -5,13 +5,21 @@ constructor, and an online wandb run without a network."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import hydra
 import pytest
 
-from tests.integration.helpers import CONF_DIR, compose_config, one_line_error, run_cli
+from tests.integration.helpers import (
+    CONF_DIR,
+    REPO_ROOT,
+    compose_config,
+    one_line_error,
+    run_cli,
+)
 
 pytestmark = pytest.mark.usefixtures("data_dir")
 
@@ -117,3 +125,20 @@ def test_an_online_wandb_run_without_a_network_fails_fast_naming_the_offline_swi
     )
     one_line_error(result, "cannot be reached", "logger.wandb.offline=true", "wandb sync")
     assert time.monotonic() - started < 60
+
+
+def test_a_choice_hydra_does_not_know_is_answered_before_torch_loads(tmp_path):
+    """``model=onlstmm``: Hydra lists the valid choices, exit status 1, and neither torch nor
+    Lightning was imported for it (their imports take seconds; ``train.py`` imports the run only
+    once the config is composed)."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", str(REPO_ROOT / "train.py"), "model=onlstmm",
+         f"paths.log_dir={tmp_path}"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "Could not find 'model/onlstmm'" in result.stderr
+    assert "\tonlstm\n" in result.stderr  # the valid choices
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()}
+    assert "hydra" in imported  # the import log is there
+    assert not {"torch", "lightning", "treernn.run"} & imported

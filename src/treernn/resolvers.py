@@ -1,0 +1,139 @@
+"""How a run's and a sweep's directories are named, and the resolvers the configs use for it
+(``${run_dir_name:}``, ``${sweep_dir_name:}``, ``${rank_zero_only:...}``, ``${pid:}``, the SLURM
+task counts): what Hydra needs before it composes a config.
+
+Nothing here imports torch or Lightning, so that ``train.py`` registers these and lets Hydra
+compose (and reject a wrong choice or key, in about a second) before the heavy imports of a run
+(:mod:`treernn.run`, several seconds). :mod:`treernn.launch` re-exports them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from pathlib import Path
+from typing import Any
+
+#: environment variables that carry a process's rank, set by torchrun, srun and Lightning's own
+#: subprocess launcher (plain ``ddp`` started from one process)
+RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK")
+
+
+def is_rank_zero() -> bool:
+    """Rank 0 of the job, decided from the environment (before any process group exists)."""
+    return all(os.environ.get(name, "0") == "0" for name in RANK_VARIABLES)
+
+
+def _in_slurm_step() -> bool:
+    # srun sets SLURM_STEP_ID for every task; a bare `python train.py` inside salloc does not
+    return "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" in os.environ
+
+
+def _in_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def _process_start(pid: int) -> _dt.datetime | None:
+    """When process ``pid`` started (Linux ``/proc``), at the kernel's clock-tick resolution."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 of stat(5): start time in clock ticks after boot
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return _dt.datetime.fromtimestamp(boot + ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def run_dir_name() -> str:
+    """The last part of a single run's directory, the same in every process of one job.
+
+    - under ``srun`` (a SLURM job step): ``slurm-<job id>[_<array task>]-<step>``. A requeued job
+      keeps its job id, so it continues in its directory (and Lightning finds ``hpc_ckpt_*.ckpt``).
+    - under ``torchrun`` on one node: the start time and pid of the torchrun agent, the parent of
+      every worker: ``<date>_<time>-<centiseconds>_<agent pid>``.
+    - under ``torchrun`` across nodes: ``torchrun-<rdzv id>``; give each job its own ``--rdzv-id``
+      (for instance ``$SLURM_JOB_ID``).
+    - otherwise: this process's start time in microseconds and its pid.
+    """
+    if _in_slurm_step():
+        job = os.environ.get("SLURM_ARRAY_JOB_ID")
+        job = f"{job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job else os.environ["SLURM_JOB_ID"]
+        return f"slurm-{job}-{os.environ['SLURM_STEP_ID']}"
+    if _in_torchrun():
+        nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+        started = _process_start(os.getppid()) if nodes == 1 else None
+        if started is not None:
+            return f"{started:%Y-%m-%d_%H-%M-%S}-{started.microsecond // 10_000:02d}_{os.getppid()}"
+        return f"torchrun-{os.environ['TORCHELASTIC_RUN_ID']}"
+    return f"{_dt.datetime.now():%Y-%m-%d_%H-%M-%S-%f}_{os.getpid()}"
+
+
+def sweep_dir_name(*, _root_: Any = None) -> str:
+    """The last part of a multirun's directory, fixed by the process that starts the sweep.
+
+    ``sweep_id=<name>`` names it: running the same ``-m`` command with the same name again
+    continues that sweep (:mod:`treernn.sweeps`). Without a name it is the sweep's start time and
+    process. A launcher that runs each job in its own process (submitit, locally or on SLURM)
+    resolves the config again there; the name is handed to those processes in
+    ``TREERNN_SWEEP_ID`` (they inherit the submitting environment) so that all jobs land in one
+    sweep directory.
+    """
+    from treernn.errors import ConfigValueError
+
+    chosen = _root_.get("sweep_id") if _root_ is not None else None
+    if chosen is not None:
+        name = str(chosen)
+        if not name or "/" in name or name.startswith("."):
+            raise ConfigValueError(
+                f"sweep_id={name!r}: a name for the sweep's directory, without '/'; e.g. "
+                "sweep_id=logic-long"
+            )
+        os.environ["TREERNN_SWEEP_ID"] = name
+        return name
+    name = os.environ.get("TREERNN_SWEEP_ID")
+    if not name:
+        name = f"{_dt.datetime.now():%Y-%m-%d_%H-%M-%S-%f}_{os.getpid()}"
+        os.environ["TREERNN_SWEEP_ID"] = name
+    return name
+
+
+def register_resolvers() -> None:
+    """``${run_dir_name:}``, and ``${rank_zero_only:value,otherwise}`` for Hydra's own files."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("run_dir_name"):
+        # cached: every use in one process (hydra.run.dir, paths.output_dir) gives one name
+        OmegaConf.register_new_resolver("run_dir_name", run_dir_name, use_cache=True)
+    if not OmegaConf.has_resolver("sweep_dir_name"):
+        OmegaConf.register_new_resolver("sweep_dir_name", sweep_dir_name)
+    if not OmegaConf.has_resolver("slurm_tasks_per_node"):
+        OmegaConf.register_new_resolver("slurm_tasks_per_node", slurm_tasks_per_node)
+        OmegaConf.register_new_resolver("slurm_gpus_per_node", slurm_gpus_per_node)
+    if not OmegaConf.has_resolver("pid"):
+        OmegaConf.register_new_resolver("pid", lambda: os.getpid())
+    if not OmegaConf.has_resolver("rank_zero_only"):
+        OmegaConf.register_new_resolver(
+            "rank_zero_only", lambda value, otherwise=None: value if is_rank_zero() else otherwise
+        )
+
+
+def slurm_tasks_per_node(devices: Any) -> int:
+    """SLURM tasks per node for ``trainer.devices``: one task per device."""
+    if isinstance(devices, int) and devices > 0:
+        return devices
+    if isinstance(devices, str) and devices.isdigit():
+        return int(devices)
+    from treernn.errors import UserError
+
+    raise UserError(
+        f"trainer.devices={devices}: on SLURM each device is a task; give a number "
+        "(trainer.devices=4), not -1 or auto"
+    )
+
+
+def slurm_gpus_per_node(accelerator: str, devices: Any) -> int | None:
+    return slurm_tasks_per_node(devices) if accelerator in ("gpu", "cuda") else None
