@@ -46,3 +46,17 @@ def data_dir() -> Path:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message)
     pytest.skip(message)
+
+
+@pytest.fixture
+def data_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``TREERNN_CACHE_DIR`` at a fresh directory, for a dataset generated or downloaded there,
+    with the compiled kernels loaded first from the cache the session started with: they share
+    that variable, and in a fresh directory this process would build each again (10-30 s each)."""
+    from treernn.kernels import cpp_ext
+
+    for source in sorted(cpp_ext.SOURCE_DIR.glob("*.cpp")):
+        cpp_ext.load_extension(source.stem)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(cache))
+    return cache

@@ -47,8 +47,7 @@ def test_logic_sysgen_split_adds_its_test_group(tmp_path):
     assert "test/acc/ops12" in metrics
 
 
-def test_listops_standin_is_generated_into_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path / "cache"))
+def test_listops_standin_is_generated_into_the_cache(tmp_path, data_cache):
     overrides = [
         "task=listops",
         *TINY,
@@ -63,7 +62,7 @@ def test_listops_standin_is_generated_into_the_cache(tmp_path, monkeypatch):
     report = json.loads((tmp_path / "run" / "test_results.json").read_text())
     assert report["results"]["test"]["count"] == 200
     assert (tmp_path / "run" / "cache" / "listops").exists() is False  # stand-in went to the cache
-    assert list((tmp_path / "cache" / "listops").glob("standin_*.tsv"))
+    assert list((data_cache / "listops").glob("standin_*.tsv"))
 
 
 def test_logic_training_loss_falls(tmp_path):

@@ -295,8 +295,9 @@ PAIRS = _pairs()
 
 
 @pytest.mark.parametrize(("model", "task"), PAIRS)
-def test_the_model_trains_and_tests_on_the_task(model, task, tmp_path, monkeypatch, data_dir):
-    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path / "cache"))  # the ListOps stand-in
+def test_the_model_trains_and_tests_on_the_task(
+    model, task, tmp_path, monkeypatch, data_dir, data_cache
+):  # data_cache: the ListOps stand-in
     # the example lives outside treernn: its checkpoints name it, and a user trusts their package
     monkeypatch.setenv("TREERNN_TRUSTED_MODULES", "tests.fixtures.example_model")
     run_dir = tmp_path / "run"

@@ -57,8 +57,7 @@ def test_logic_small_preset_runs(tmp_path):
     _check_tree_f1(metrics, tmp_path / "run")
 
 
-def test_listops_small_preset_runs(tmp_path, monkeypatch):
-    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path / "cache"))
+def test_listops_small_preset_runs(tmp_path, data_cache):
     overrides = [
         "experiment=om/ordered_memory_listops_small",
         *TINY,
