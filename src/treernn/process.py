@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from treernn import resolvers
 from treernn.checkpoints import is_full_disk
 from treernn.errors import ConfigValueError
 
@@ -22,12 +21,6 @@ log = logging.getLogger("treernn")
 
 #: the line format of Hydra's default job logging (``train.log``), for a log file added by hand
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
-
-
-def register_resolvers() -> None:
-    """The resolvers the configs use (``${run_dir_name:}``, ``${pid:}``, ...); call before Hydra
-    composes a config (:func:`treernn.resolvers.register_resolvers`)."""
-    resolvers.register_resolvers()
 
 
 def flush_denormals(enabled: bool = True) -> None:

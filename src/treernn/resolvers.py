@@ -4,7 +4,7 @@ task counts): what Hydra needs before it composes a config.
 
 Nothing here imports torch or Lightning, so that ``train.py`` registers these and lets Hydra
 compose (and reject a wrong choice or key, in about a second) before the heavy imports of a run
-(:mod:`treernn.run`, several seconds). :mod:`treernn.launch` re-exports them.
+(:mod:`treernn.run`, several seconds).
 """
 
 from __future__ import annotations
@@ -102,7 +102,9 @@ def sweep_dir_name(*, _root_: Any = None) -> str:
 
 
 def register_resolvers() -> None:
-    """``${run_dir_name:}``, and ``${rank_zero_only:value,otherwise}`` for Hydra's own files."""
+    """The resolvers the configs use: ``${run_dir_name:}``, ``${sweep_dir_name:}``, ``${pid:}``,
+    the SLURM task counts, and ``${rank_zero_only:value,otherwise}`` for Hydra's own files; call
+    before Hydra composes a config."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("run_dir_name"):

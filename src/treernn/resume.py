@@ -30,6 +30,7 @@ from treernn import checkpoints, launch, runs, sweeps
 from treernn.checkpoints import CheckpointInfo, build_task, inspect_checkpoint
 from treernn.errors import CheckpointError, UserError
 from treernn.process import log_also_to
+from treernn.resolvers import is_rank_zero
 
 log = logging.getLogger("treernn")
 
@@ -293,7 +294,7 @@ def continue_sweep_job(cfg: DictConfig) -> dict[str, float] | None:
     """A sweep job that ran before (a resumed sweep): the metrics of a finished job, which is
     skipped; otherwise it resumes from its newest checkpoint, or runs again from the start."""
     job_dir = Path(cfg.paths.output_dir)
-    follower = not launch.is_rank_zero()  # a DDP job's other ranks follow rank 0's record
+    follower = not is_rank_zero()  # a DDP job's other ranks follow rank 0's record
     plan = sweeps.plan_job(job_dir, launch.job_overrides(), follower=follower)
     if plan.action == "skip":
         log.info("job %s: finished before, skipped", job_dir.name)

@@ -43,10 +43,10 @@ from treernn.errors import RunInterrupted, UserError, show_tracebacks
 from treernn.process import (
     flush_denormals,
     log_to_files_only,
-    register_resolvers,
     route_lightning_logs,
     set_threads,
 )
+from treernn.resolvers import register_resolvers
 from treernn.sweeps import sweep_value
 
 log = logging.getLogger("treernn")

@@ -205,7 +205,7 @@ def throughput_report(args: argparse.Namespace) -> int:
 
     from treernn.checkpoints import build_task
     from treernn.datamodules import prepared_datamodule
-    from treernn.process import register_resolvers
+    from treernn.resolvers import register_resolvers
 
     register_resolvers()
     with initialize_config_dir(str(args.config_dir.resolve()), version_base="1.3"):
