@@ -22,10 +22,12 @@ from treernn.reporting.claims import (
     Comparison,
     decide,
     decide_claims,
+    improvement_at_end,
     load_sweeps,
     to_markdown,
     welch_interval,
 )
+from treernn.reporting.run_records import load_runs
 from treernn.sweeps import sweep_size
 
 # t quantiles from a printed t table: t(0.975, 2) = 4.303, t(0.975, 4) = 2.776
@@ -90,6 +92,34 @@ def make_run(
         scores = {name: {"corpus_f1": value} for name, value in baselines.items()}
         (run_dir / "tree_f1.json").write_text(json.dumps({"baselines": scores}))
     return run_dir
+
+
+@pytest.mark.parametrize(
+    ("curves", "monitor", "expected"),
+    [
+        # mean over seeds 0.50, 0.60, 0.70: better at the end than anywhere before
+        ([RISING, RISING], "val/acc", ("val/acc", 0.70, 0.60)),
+        # seeds 0.70, 0.69 at the end: mean 0.695 < 0.70 at the second validation
+        ([PLATEAU, [0.50, 0.70, 0.70]], "val/acc", None),
+        # back to the best of an earlier validation, not above it: not improving
+        ([[0.50, 0.70, 0.60, 0.70]], "val/acc", None),
+        # perplexity: lower is better, 112.7 -> 110.4 still falling
+        ([[120.0, 112.7, 110.4]], "val/ppl", ("val/ppl", 110.4, 112.7)),
+        ([[120.0, 110.4, 112.7]], "val/ppl", None),
+        ([[0.9]], "val/acc", None),  # one validation: nothing to compare
+    ],
+)
+def test_improvement_at_end_compares_the_last_validation_with_the_best_before(
+    tmp_path, curves, monitor, expected
+):
+    for job, curve in enumerate(curves):
+        make_run(tmp_path, job, "t", "m", job + 1, {"test/acc": 0.5}, curve, monitor)
+    runs, _ = load_runs([tmp_path])
+    end = improvement_at_end(runs)
+    if expected is None:
+        assert end is None
+    else:
+        assert end[0] == expected[0] and end[1:] == pytest.approx(expected[1:])
 
 
 def ops(percent: float) -> dict[str, float]:
@@ -194,7 +224,10 @@ def test_each_claim_decided_from_its_table(tmp_path):
     word, (lstm, transformer) = claim("Ordered Memory beats LSTM and Transformer", decided)
     assert word == UNDECIDED
     assert lstm.word == UNDECIDED and lstm.interval.low > 0
-    assert lstm.reason == "validation still improving at the end (lstm)"
+    assert lstm.reason == (
+        "validation still improving at the end "
+        "(lstm: val/acc 0.7 at the last validation, best before 0.6)"
+    )
     assert transformer.word == NO_RUN and "transformer" in transformer.reason
 
     # the best layer (layer1: 82 on average) against the best trivial trees (right-branching,

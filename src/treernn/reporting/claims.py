@@ -16,8 +16,9 @@ A claim holds one or more comparisons "A is better than B on a table's metric". 
 - one word: **shown** when the interval lies on the claim's side of 0, **not shown** when it lies
   on the other side, **undecided** when it contains 0, when either side has fewer than 2 seeds,
   or when validation was still improving at the end of training for either model (its monitored
-  metric, mean over seeds, was best at the last validation: more updates could change the
-  answer).
+  metric, mean over seeds, was better at the last validation than at every earlier one: more
+  updates could change the answer; the reason gives both means, so that a reader sees whether
+  it was a climb or a tenth of a point on a plateau).
 
 A claim is shown when all its comparisons are, not shown when any is not, else undecided; a claim
 with no sweep given says "no run". A metric written ``parse_f1/layer*`` is the layer whose mean F1
@@ -178,19 +179,22 @@ class Outcome:
     reason: str = ""  # why undecided / no run, in a few words
 
 
-def still_improving(runs: Sequence[Run]) -> bool:
-    """The monitored validation metric, mean over the runs at each validation, was best at the
-    last validation (the runs' csv logger files; False where none was logged)."""
+def improvement_at_end(runs: Sequence[Run]) -> tuple[str, float, float] | None:
+    """Where the monitored validation metric, mean over the runs at each validation, was best at
+    the last validation: (the metric, its mean there, the best mean before it), so that a reader
+    sees by how much; None where it was not, or where fewer than two validations were logged
+    (the runs' csv logger files)."""
     config = runs[0].config
     monitor = str((config.get("task") or {}).get("monitor") or "")
     lower = (config.get("task") or {}).get("mode") == "min"
     curves = [run_curve(run.path, monitor) for run in runs] if monitor else []
     steps = sorted({step for curve in curves for step in curve})
     if len(steps) < 2:
-        return False
+        return None
     means = [statistics.fmean(curve[step] for curve in curves if step in curve) for step in steps]
-    best = min(means) if lower else max(means)
-    return means[-1] == best and means[-1] != means[-2]
+    before = min(means[:-1]) if lower else max(means[:-1])
+    improved = means[-1] < before if lower else means[-1] > before
+    return (monitor, means[-1], before) if improved else None
 
 
 def _runs_of(runs: Sequence[Run], model: str) -> list[Run]:
@@ -259,10 +263,16 @@ def decide(comparison: Comparison, sweeps: Mapping[str, Sequence[Run]]) -> Outco
     compared = {comparison.better: [run for run in better_runs if metric in run.values]}
     if comparison.worse != TRIVIAL_BEST:
         compared[comparison.worse] = [run for run in worse_runs if metric in run.values]
-    rising = [model for model, model_runs in compared.items() if still_improving(model_runs)]
+    ends = {model: improvement_at_end(model_runs) for model, model_runs in compared.items()}
+    rising = [
+        f"{model}: {monitor} {last:.4g} at the last validation, best before {before:.4g}"
+        for model, end in ends.items()
+        if end is not None
+        for monitor, last, before in [end]
+    ]
     if rising:
         outcome.word = UNDECIDED
-        outcome.reason = f"validation still improving at the end ({', '.join(rising)})"
+        outcome.reason = f"validation still improving at the end ({'; '.join(rising)})"
     elif low > 0:
         outcome.word = SHOWN
     elif high < 0:
