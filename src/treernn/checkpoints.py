@@ -17,7 +17,6 @@ writing them atomically.
 
 from __future__ import annotations
 
-import errno
 import importlib
 import inspect
 import io
@@ -35,14 +34,12 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from treernn.errors import CheckpointError, StorageError
+from treernn.errors import CheckpointError
+from treernn.files import atomic_write
 
 #: module prefixes whose classes a stored config may name as ``_target_``
 TRUSTED_PREFIXES = ("treernn.", "torch.optim.", "lightning.pytorch.")
 TRUSTED_ENV = "TREERNN_TRUSTED_MODULES"
-
-#: errno values that mean "no room to write"
-FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -351,38 +348,6 @@ def load_trained(
     task.load_state_dict(state or checkpoint["state_dict"])
     task.on_load_checkpoint(checkpoint)
     return Trained(task=task.eval(), config=cfg, info=info)
-
-
-# ----------------------------------------------------------------------------- writing
-def is_full_disk(error: BaseException) -> bool:
-    return isinstance(error, OSError) and error.errno in FULL_DISK
-
-
-def full_disk_error(path: str | Path, error: OSError, kept: str) -> StorageError:
-    return StorageError(
-        f"cannot write {path}: {os.strerror(error.errno)}; {kept}. Free some space (or set "
-        "paths.log_dir to a disk with room), then resume with ckpt_path=last"
-    )
-
-
-def atomic_write(path: str | Path, write: Any, kept: str = "the previous file is kept") -> None:
-    """Write ``path`` through ``write(handle)`` into a temporary file beside it, flush it to disk
-    and rename it into place. On a full disk the temporary file is removed and a
-    :class:`StorageError` names the file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException as error:
-        tmp.unlink(missing_ok=True)
-        if is_full_disk(error):
-            raise full_disk_error(path, error, kept) from None
-        raise
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -17,8 +17,8 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
-from treernn.checkpoints import atomic_write
 from treernn.errors import UserError
+from treernn.files import atomic_write
 
 #: how long the wandb server may take to accept a connection before an online run gives up
 WANDB_CONNECT_TIMEOUT_S = 5.0

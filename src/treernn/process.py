@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from treernn.checkpoints import is_full_disk
 from treernn.errors import ConfigValueError
+from treernn.files import is_full_disk
 
 log = logging.getLogger("treernn")
 

@@ -36,10 +36,11 @@ from treernn.callbacks.graceful_stop import (
 )
 from treernn.callbacks.progress import ProgressBar
 from treernn.callbacks.unvalidated_tail import UnvalidatedTail
-from treernn.checkpoints import RunInfo, build_task, is_full_disk
+from treernn.checkpoints import RunInfo, build_task
 from treernn.config_checks import check_config
 from treernn.datamodules import prepared_datamodule
 from treernn.errors import RunInterrupted, UserError, show_tracebacks
+from treernn.files import atomic_write, full_disk_error, is_full_disk
 from treernn.process import (
     flush_denormals,
     log_to_files_only,
@@ -228,7 +229,7 @@ def _floats(metrics: dict[str, Any]) -> dict[str, float]:
 def _report(cfg: DictConfig, metrics: dict[str, float]) -> None:
     output_dir = Path(cfg.paths.output_dir)
     text_json = json.dumps(metrics, indent=2, sort_keys=True).encode()
-    checkpoints.atomic_write(output_dir / "metrics.json", lambda handle: handle.write(text_json))
+    atomic_write(output_dir / "metrics.json", lambda handle: handle.write(text_json))
     keys = [k for k in sorted(metrics) if k.startswith(("val/", "test/"))]
     lines = [f"  {k:<28} {metrics[k]:.4f}" for k in keys]
     text = "final metrics (" + str(output_dir) + "):\n" + "\n".join(lines)
@@ -287,7 +288,7 @@ def main(cfg: DictConfig) -> Any:
         if isinstance(error, OSError) and not isinstance(error, UserError):
             if not is_full_disk(error):
                 return _bug(cfg, error, multirun)
-            error = checkpoints.full_disk_error(
+            error = full_disk_error(
                 error.filename or "a file of the run", error, "the last good checkpoint is kept"
             )
         runs.record_failure(_output_dir(cfg), "failed", str(error))

@@ -23,13 +23,13 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lightning.fabric.utilities.rank_zero import rank_zero_only
-
-from treernn.checkpoints import CheckpointInfo, atomic_write, inspect_checkpoint, is_full_disk
 from treernn.errors import CheckpointError, UserError
-from treernn.process import log_to_files_only
+from treernn.files import atomic_write, is_full_disk
+
+if TYPE_CHECKING:
+    from treernn.checkpoints import CheckpointInfo
 
 log = logging.getLogger("treernn")
 
@@ -154,10 +154,17 @@ def record_machine(run_dir: Path) -> None:
     write_status(run_dir, machines=seen)
 
 
+def _rank_zero() -> bool:
+    """Rank 0 as Lightning knows it (imported here: reading runs needs no Lightning)."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    return rank_zero_only.rank == 0
+
+
 def record_failure(run_dir: Path | None, status: str, message: str, details: str = "") -> None:
     """Say in the run directory why it stopped (``failed``, ``interrupted``, ``requeued``):
     ``status.json`` and train.log. Rank 0 only; nothing where no run directory was made."""
-    if rank_zero_only.rank != 0:
+    if not _rank_zero():
         return
     if run_dir is None or not run_dir.is_dir():
         return
@@ -166,6 +173,8 @@ def record_failure(run_dir: Path | None, status: str, message: str, details: str
     write_status(run_dir, status=status, error=message, ended=now())
     if logging.getLogger().handlers:
         emit = log.error if status == "failed" else log.warning
+        from treernn.process import log_to_files_only
+
         log_to_files_only(emit, "%s: %s%s", status, message, "\n" + details if details else "")
 
 
@@ -175,7 +184,7 @@ def remove_if_empty(run_dir: Path | None) -> None:
     if run_dir is None:
         return
     record = read_status(run_dir)
-    if rank_zero_only.rank != 0 or record.get("stage", "setup") != "setup":
+    if not _rank_zero() or record.get("stage", "setup") != "setup":
         return
     if record.get("resumed_into") or record.get("resumes") or not run_dir.is_dir():
         return
@@ -254,6 +263,8 @@ def newest_complete_checkpoint(run_dir: Path) -> tuple[CheckpointInfo | None, li
     best, skipped = None, []
     run_dir = Path(run_dir)
     found = [*(run_dir / "checkpoints").glob("*.ckpt"), *run_dir.glob("hpc_ckpt_*.ckpt")]
+    if found:  # torch reads them; a directory without checkpoints is answered without it
+        from treernn.checkpoints import inspect_checkpoint
     for path in sorted(found):
         try:
             info = inspect_checkpoint(path)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.integration.helpers import REPO_ROOT, TINY_LM, TINY_PARSE, compose_config, run_cli
-from treernn import run, runs
+from treernn import checkpoints, run, runs
 from treernn.errors import CheckpointError
 
 pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
@@ -91,7 +91,7 @@ def test_last_resumes_the_killed_run_from_its_epoch_checkpoint(two_runs):
     output = result.stdout + result.stderr
     assert f"resuming {newer} from {newer / 'checkpoints' / 'epoch001.ckpt'}" in output
     # the history continues in the killed run's directory
-    assert runs.inspect_checkpoint(newer / "checkpoints" / "last.ckpt").epochs_done == 3
+    assert checkpoints.inspect_checkpoint(newer / "checkpoints" / "last.ckpt").epochs_done == 3
     record = runs.read_status(newer)
     assert record["status"] == "finished" and len(record["resumes"]) == 1
     epochs = {row["epoch"] for row in _csv_rows(newer)}

@@ -5,6 +5,8 @@ best layer, "no run" rows, and the command on run directories as sweeps leave th
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -418,3 +420,23 @@ def test_a_longer_sweep_still_running_does_not_hide_a_complete_shorter_one(tmp_p
     (short / "5" / "status.json").write_text(json.dumps({"status": "running"}))
     (longer / "5" / "status.json").write_text(json.dumps({"status": "running"}))
     assert max(run.values["ppl"] for run in load_sweeps([short, longer])["lm"]) == 95.0
+
+
+def test_reading_sweeps_loads_neither_torch_nor_lightning(tmp_path):
+    """``report claims``, ``report table`` and ``sweep status`` on sweeps of finished jobs read
+    json, yaml and csv: answered in a fraction of a second, without torch or Lightning (seconds of
+    imports; a checkpoint to inspect is read with torch, lazily)."""
+    sweep = logic_sweep(tmp_path)
+    save_multirun(sweep, {"model": "ordered_memory,lstm,onlstm", "seed": "1,2,3"}, [], BASIC)
+    commands = (["report", "claims", str(sweep)], ["report", "table", str(sweep)],
+                ["sweep", "status", str(sweep)])  # fmt: skip
+    for command in commands:
+        result = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "treernn", *command],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+        imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()}
+        assert "treernn.commands" in imported  # the import log is there
+        assert not {"torch", "lightning"} & imported, command
+    assert "9 jobs" in result.stdout and "9 finished" in result.stdout

@@ -61,12 +61,7 @@ from treernn.evaluation.tree_f1 import (
 )
 from treernn.metrics import BracketF1
 from treernn.parsing.baselines import BASELINES, baseline_trees
-from treernn.parsing.induce import (
-    BRACKET_DISTANCES,
-    BracketDistances,
-    NoDistancesError,
-    trees_from_sentence_signals,
-)
+from treernn.parsing.induce import NoDistancesError, trees_from_sentence_signals
 from treernn.parsing.scoreboard import (
     GoldSet,
     load_gold,
@@ -76,7 +71,7 @@ from treernn.parsing.scoreboard import (
     to_json,
     to_text,
 )
-from treernn.parsing.trees import leaves, to_bracketed
+from treernn.parsing.trees import BRACKET_DISTANCES, BracketDistances, leaves, to_bracketed
 from treernn.parsing.wsj import (
     GoldSentence,
     TreebankError,

@@ -54,9 +54,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from treernn.evaluation.throughput import encoder_throughput
-from treernn.evaluation.tree_f1 import tree_f1_from_checkpoint
-from treernn.parsing.induce import BRACKET_DISTANCES
+from treernn.parsing.trees import BRACKET_DISTANCES
 from treernn.reporting.accuracy import (
     accuracy_table,
     length_curve,
@@ -178,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def tree_f1_report(args: argparse.Namespace) -> int:
+    from treernn.evaluation.tree_f1 import tree_f1_from_checkpoint
+
     result = tree_f1_from_checkpoint(
         args.ckpt,
         args.split,
@@ -205,6 +205,7 @@ def throughput_report(args: argparse.Namespace) -> int:
 
     from treernn.checkpoints import build_task
     from treernn.datamodules import prepared_datamodule
+    from treernn.evaluation.throughput import encoder_throughput
     from treernn.resolvers import register_resolvers
 
     register_resolvers()

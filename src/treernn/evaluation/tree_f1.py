@@ -21,9 +21,9 @@ from treernn.data.classification import ClassificationBatch
 from treernn.errors import ConfigValueError
 from treernn.metrics import BracketF1
 from treernn.parsing.baselines import BASELINES, baseline_trees
-from treernn.parsing.induce import BracketDistances, NoDistancesError, trees_from_signal
+from treernn.parsing.induce import NoDistancesError, trees_from_signal
 from treernn.parsing.metrics import counts_from_spans, score_trees, sentence_f1_from_spans
-from treernn.parsing.trees import Tree, leaves, to_bracketed, tree_spans
+from treernn.parsing.trees import BracketDistances, Tree, leaves, to_bracketed, tree_spans
 
 
 def scored_rows(batch: ClassificationBatch, first_group_only: bool) -> list[int]:

@@ -26,7 +26,6 @@ sorted by length to pad little; the result is the same as one sentence at a time
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -34,10 +33,7 @@ from torch import Tensor, nn
 from treernn.encoders.base import Encoder, TreeSignal
 from treernn.errors import CheckpointError
 from treernn.parsing.om_trees import induce_trees as attention_trees
-from treernn.parsing.trees import Tree, greedy_tree
-
-BracketDistances = Literal["drop", "max"]
-BRACKET_DISTANCES = ("drop", "max")
+from treernn.parsing.trees import BRACKET_DISTANCES, BracketDistances, Tree, greedy_tree
 
 
 class NoDistancesError(CheckpointError, ValueError):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from treernn.evaluation.syneval import GROUP_KEYS, TABLE3
 from treernn.reporting.run_records import Run
 
 PREFIXES = ("syneval", "syneval_known")
@@ -37,6 +36,8 @@ def _paper(value: float | None) -> str:
 
 
 def _paper_group(group: str, attribute: str) -> str:
+    from treernn.evaluation.syneval import TABLE3  # torch: only for tables that have syneval
+
     values = [getattr(case, attribute) for case in TABLE3 if case.dependency == group]
     return f"{100 * statistics.fmean(values):.1f}"
 
@@ -45,6 +46,8 @@ def syneval_markdown(runs: Sequence[Run]) -> str:
     """The table as markdown (empty when no run logged syneval metrics)."""
     if not has_syneval(runs):
         return ""
+    from treernn.evaluation.syneval import GROUP_KEYS, TABLE3  # torch: only where needed
+
     models: dict[str, list[Run]] = {}
     for run in runs:
         if any(key.startswith("syneval/") for key in run.values):
