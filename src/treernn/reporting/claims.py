@@ -180,10 +180,10 @@ class Outcome:
 
 
 def improvement_at_end(runs: Sequence[Run]) -> tuple[str, float, float] | None:
-    """Where the monitored validation metric, mean over the runs at each validation, was best at
-    the last validation: (the metric, its mean there, the best mean before it), so that a reader
-    sees by how much; None where it was not, or where fewer than two validations were logged
-    (the runs' csv logger files)."""
+    """Where the monitored validation metric, mean over the runs at each validation, was better at
+    the last validation than at every earlier one: (the metric, its mean there, the best mean
+    before it), so that a reader sees by how much; None where it was not, or where fewer than two
+    validations were logged (the runs' csv logger files)."""
     config = runs[0].config
     monitor = str((config.get("task") or {}).get("monitor") or "")
     lower = (config.get("task") or {}).get("mode") == "min"
@@ -263,13 +263,14 @@ def decide(comparison: Comparison, sweeps: Mapping[str, Sequence[Run]]) -> Outco
     compared = {comparison.better: [run for run in better_runs if metric in run.values]}
     if comparison.worse != TRIVIAL_BEST:
         compared[comparison.worse] = [run for run in worse_runs if metric in run.values]
-    ends = {model: improvement_at_end(model_runs) for model, model_runs in compared.items()}
-    rising = [
-        f"{model}: {monitor} {last:.4g} at the last validation, best before {before:.4g}"
-        for model, end in ends.items()
-        if end is not None
-        for monitor, last, before in [end]
-    ]
+    rising = []
+    for model, model_runs in compared.items():
+        end = improvement_at_end(model_runs)
+        if end is not None:
+            monitor, last, before = end
+            rising.append(
+                f"{model}: {monitor} {last:.4g} at the last validation, best before {before:.4g}"
+            )
     if rising:
         outcome.word = UNDECIDED
         outcome.reason = f"validation still improving at the end ({'; '.join(rising)})"

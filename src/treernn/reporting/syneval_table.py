@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from typing import Any
 
 from treernn.reporting.run_records import Run
 
@@ -35,10 +36,8 @@ def _paper(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.0f}"
 
 
-def _paper_group(group: str, attribute: str) -> str:
-    from treernn.evaluation.syneval import TABLE3  # torch: only for tables that have syneval
-
-    values = [getattr(case, attribute) for case in TABLE3 if case.dependency == group]
+def _paper_group(cases: Sequence[Any], group: str, attribute: str) -> str:
+    values = [getattr(case, attribute) for case in cases if case.dependency == group]
     return f"{100 * statistics.fmean(values):.1f}"
 
 
@@ -68,7 +67,10 @@ def syneval_markdown(runs: Sequence[Run]) -> str:
         cells = [f"**mean of the {group.lower()} rows**"]
         for model_runs in models.values():
             cells += [_cell(model_runs, f"{prefix}/{group_key}") for prefix in PREFIXES]
-        cells += [_paper_group(group, "paper_onlstm"), _paper_group(group, "paper_lstm")]
+        cells += [
+            _paper_group(TABLE3, group, "paper_onlstm"),
+            _paper_group(TABLE3, group, "paper_lstm"),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
