@@ -552,6 +552,47 @@ def scaling_table(args: argparse.Namespace, device: torch.device) -> None:
         )
 
 
+#: the ON-LSTM variants a model name may end in after "/" (ON-LSTM fast only)
+VARIANTS = ("torch-ops", "separate-projection")
+CHOICES = dict(
+    sizes=("paper", "small"),
+    parts=("stack", "lm"),
+    modes=("train", "infer"),
+    precisions=("fp32", "bf16-mixed"),
+)
+
+
+def model_problem(model: str) -> str | None:
+    """Why ``model`` is not a model this benchmark runs, or None: one of :data:`MODELS`, where
+    ``ON-LSTM fast`` may add ``/variant`` and ``:backend``."""
+    name, _, backend = model.partition(":")
+    name, _, variant = name.partition("/")
+    if name not in MODELS:
+        return f"unknown model {model!r}; the models are {', '.join(MODELS)}"
+    if (variant or backend) and name != "ON-LSTM fast":
+        return f"{model!r}: only 'ON-LSTM fast' takes a /variant or a :backend"
+    if variant and variant not in VARIANTS:
+        return f"{model!r}: unknown variant {variant!r}; the variants are {', '.join(VARIANTS)}"
+    if backend and backend not in gemm.BACKENDS:
+        known = ", ".join(gemm.BACKENDS)
+        return f"{model!r}: unknown GEMM backend {backend!r}; the backends are {known}"
+    return None
+
+
+def invalid_choice(args: argparse.Namespace) -> str | None:
+    """What is wrong with the comma lists of ``args`` (a message naming the valid values), or
+    None when every value is known."""
+    for option, valid in CHOICES.items():
+        for value in getattr(args, option).split(","):
+            if value not in valid:
+                return f"--{option}: unknown {value!r}; choose from {', '.join(valid)}"
+    for model in args.models.split(","):
+        problem = model_problem(model)
+        if problem:
+            return f"--models: {problem}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -579,6 +620,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory step")
     parser.add_argument("--no-scaling", action="store_true", help="skip the scaling table")
     args = parser.parse_args(argv)
+    problem = invalid_choice(args)
+    if problem:
+        parser.error(problem)
     args.warmup = args.warmup if args.warmup is not None else 1 if args.quick else 2
     args.repeats = args.repeats if args.repeats is not None else 5 if args.quick else 7
     if args.threads:

@@ -1,0 +1,52 @@
+"""The benchmark script refuses option values it does not know, naming the valid ones (a
+misspelt model once ran a different model under the misspelt name)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench_script():
+    path = REPO_ROOT / "scripts" / "benchmark_recurrence.py"
+    spec = importlib.util.spec_from_file_location("benchmark_recurrence", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--models", "nn.LSTM,LSTM fast"], "unknown model 'LSTM fast'; the models are nn.LSTM, "
+         "LSTMEncoder, ON-LSTM fast, ON-LSTM ref"),
+        (["--models", "ON-LSTM ref:mkl"], "only 'ON-LSTM fast' takes a /variant or a :backend"),
+        (["--models", "ON-LSTM fast/fused"], "unknown variant 'fused'; the variants are "
+         "torch-ops, separate-projection"),
+        (["--models", "ON-LSTM fast:blas"], "unknown GEMM backend 'blas'"),
+        (["--sizes", "paper,tiny"], "--sizes: unknown 'tiny'; choose from paper, small"),
+        (["--modes", "eval"], "--modes: unknown 'eval'; choose from train, infer"),
+        (["--precisions", "bf16"], "choose from fp32, bf16-mixed"),
+    ],
+)  # fmt: skip
+def test_unknown_option_values_stop_with_the_valid_ones(bench_script, capsys, options, message):
+    with pytest.raises(SystemExit) as stopped:
+        bench_script.main(options)
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_known_model_names_pass(bench_script):
+    for model in ("nn.LSTM", "LSTMEncoder", "ON-LSTM ref", "ON-LSTM fast:onednn",
+                  "ON-LSTM fast/torch-ops", "ON-LSTM fast/separate-projection:treernn"):  # fmt: skip
+        assert bench_script.model_problem(model) is None, model
