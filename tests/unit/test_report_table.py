@@ -154,11 +154,19 @@ def test_systematic_generalisation_partitions_are_columns(tmp_path):
                     f"test/sysgen_{split}/acc/ops3": 0.1,
                 }
                 overrides = [f"model={model}", f"task.datamodule.split={split}", f"seed={seed}"]
-                make_run(sweep, str(job), overrides, metrics, model=model, seed=seed, split=split)
+                run = make_run(
+                    sweep, str(job), overrides, metrics, model=model, seed=seed, split=split
+                )
+                # Ordered Memory's tree F1 and the trivial trees' (written after testing): the
+                # partitions' table has no F1 column, so no rows of trivial trees either
+                scores = {"corpus_f1": 0.4, "sentence_f1": 0.5, "sentences": 10}
+                data = {"test": {"layer1": scores}, "baselines": {"right_branching": scores}}
+                (run / "tree_f1.json").write_text(json.dumps(data))
                 job += 1
     table = report_table([sweep])
     assert table.papers == ["sysgen"]
     assert [r.label for r in table.rows][:2] == ["model=lstm", "model=ordered_memory"]
+    assert [r.kind for r in table.rows].count("baseline") == 0
     assert [c.key for c in table.columns] == ["sysgen_A", "sysgen_B", "sysgen_C"]
     om = row(table, "model=ordered_memory")
     assert om.n == 2

@@ -220,8 +220,10 @@ def build_table(runs: Sequence[Run], paper: str = "auto", skipped=()) -> Table:
     column_keys |= {k for _, cells in paper_rows for k in cells if k != "parse_f1"}
     f1_columns = sorted(k for k in column_keys if k.startswith("parse_f1/"))
 
+    # the trivial trees' F1 rows, under the F1 columns (none: e.g. the systematic-generalisation
+    # table, whose only columns are the partitions' accuracies)
     baselines: dict[str, list[float]] = {}
-    for run in runs:
+    for run in runs if f1_columns else ():
         for name, value in run.baselines.items():
             baselines.setdefault(name, []).append(value)
     for name, values in baselines.items():
