@@ -440,3 +440,18 @@ def test_reading_sweeps_loads_neither_torch_nor_lightning(tmp_path):
         assert "treernn.commands" in imported  # the import log is there
         assert not {"torch", "lightning"} & imported, command
     assert "9 jobs" in result.stdout and "9 finished" in result.stdout
+
+
+def test_output_cut_short_by_its_reader_ends_quietly(tmp_path):
+    """``report claims ... | head``: the reader closes the pipe before the table is written; the
+    command stops with the status SIGPIPE gives (141) and no traceback."""
+    sweep = logic_sweep(tmp_path)
+    save_multirun(sweep, {"model": "ordered_memory,lstm,onlstm", "seed": "1,2,3"}, [], BASIC)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "treernn", "report", "claims", str(sweep)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    process.stdout.close()  # the reader is gone before the first line
+    stderr = process.stderr.read()
+    assert process.wait(timeout=120) == 141, stderr
+    assert stderr == ""

@@ -4,7 +4,8 @@ One module per command, each with ``add_arguments(parser)`` and ``run(args) -> i
 one-line summaries are in :data:`COMMANDS`. :func:`main` builds one argparse parser with a
 subcommand per module, runs the chosen one, and prints a :class:`~treernn.errors.UserError` as
 one line ``error: ...`` with exit status 1 (the traceback too under ``TREERNN_DEBUG=1`` or
-``HYDRA_FULL_ERROR=1``); any other exception is a bug and keeps its traceback. Training is
+``HYDRA_FULL_ERROR=1``); output cut short by its reader (``| head``) ends it quietly with
+status 141, as SIGPIPE would; any other exception is a bug and keeps its traceback. Training is
 ``python train.py``; benchmarks are in ``scripts/``.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -65,6 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     try:
         return int(args.run(args) or 0)
+    except BrokenPipeError:
+        # the reader went away (``... | head``): stop quietly, with the status a shell gives a
+        # program killed by SIGPIPE; stdout goes to /dev/null so that the flush at exit does
+        # not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
     except UserError as error:
         if show_tracebacks():
             traceback.print_exc()
