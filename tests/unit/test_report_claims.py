@@ -26,6 +26,7 @@ from treernn.reporting.claims import (
     decide_claims,
     improvement_at_end,
     load_sweeps,
+    reading_notes,
     to_markdown,
     welch_interval,
 )
@@ -194,6 +195,11 @@ def outcomes_by_claim(tmp_path: Path) -> dict[str, tuple[str, list]]:
     return {claim.text: (word, outcomes) for claim, word, outcomes in decide_claims(sweeps)}
 
 
+def claim_outcome(decided, number: int):
+    """The first outcome of claim ``number`` (1-10) of decide_claims' list."""
+    return decided[number - 1][2][0]
+
+
 def claim(text_start: str, decided: dict) -> tuple[str, list]:
     (key,) = [text for text in decided if text.startswith(text_start)]
     return decided[key]
@@ -297,7 +303,7 @@ def test_the_report_says_which_machines_each_tables_runs_ran_on(tmp_path):
         record["machines"] = [{"cpu": cpu, "threads": 1} for cpu in cpus]
         (sweep / str(job) / "status.json").write_text(json.dumps(record))
     sweeps = load_sweeps([sweep, sst2_sweep(tmp_path)])
-    text = to_markdown(decide_claims(sweeps), sweeps)
+    text = to_markdown(decide_claims(sweeps), machines=True)
     assert text.rstrip().splitlines()[-1] == (
         "Runs: logic: 2 on Zen 4, 1 on Zen 4 + Zen 5, 6 on Zen 5; sst2: 6 on ?."
     )
@@ -333,10 +339,20 @@ def test_of_two_sweeps_of_a_table_the_claims_read_the_larger_budget(tmp_path, ca
     set_budgets((short, 2750), (longer, 11000))
     notes: list[str] = []
     sweeps = load_sweeps([short, longer], notes)
-    assert sorted(run.values["ppl"] for run in sweeps["lm"]) == [90, 91, 120, 121]
-    read = f"lm: read {longer} (11,000 updates), not {short} (2,750 updates)"
-    first = "Several sweeps of one table, the largest budget with every job finished read"
-    assert notes == [f"{first}: {read}"]
+    assert notes == []
+    decided = decide_claims(sweeps)
+    assert sorted(claim_outcome(decided, 1).better + claim_outcome(decided, 1).worse) == [
+        90,
+        91,
+        120,
+        121,
+    ]
+    read = f"claims 1, 2, 3 read {longer} (11,000 updates); not {short} (2,750 updates)"
+    first = (
+        "Several sweeps of table lm, each comparison reading the largest budget with every job "
+        "finished that ran both its models"
+    )
+    assert reading_notes(decided, sweeps) == [f"{first}: {read}"]
     assert treernn_main(["report", "claims", str(short), str(longer)]) == 0
     assert f"not {short} (2,750 updates)" in capsys.readouterr().out
     with pytest.raises(UserError, match="same budget"):
@@ -357,8 +373,7 @@ def test_a_sweep_without_a_finished_job_is_left_out_with_a_line(tmp_path, capsys
     (just_archived / "multirun.yaml").write_text("hydra: {}\n")
     notes: list[str] = []
     sweeps = load_sweeps([finished, started, just_archived], notes)
-    assert 80.0 not in [run.values["ppl"] for run in sweeps["lm"]]
-    assert len(sweeps["lm"]) == len(load_sweeps([finished])["lm"])
+    assert [sweep.path for sweep in sweeps["lm"]] == [finished]
     assert notes == [f"Left out, no finished job yet: {path}" for path in (started, just_archived)]
     assert treernn_main(["report", "claims", str(finished), str(started)]) == 0
     assert f"Left out, no finished job yet: {started}.\n" in capsys.readouterr().out
@@ -405,21 +420,51 @@ def test_a_longer_sweep_still_running_does_not_hide_a_complete_shorter_one(tmp_p
     for job, (model, seed, ppl) in enumerate([("onlstm", 1, 90.0), ("onlstm", 2, 91.0)]):
         make_run(longer, job, "lm", model, seed, {"test/ppl": ppl}, [200.0, 150.0], "val/ppl")
     set_budgets((short, 2750), (longer, 11000))
-    notes: list[str] = []
-    sweeps = load_sweeps([short, longer], notes)
-    assert sorted(run.values["ppl"] for run in sweeps["lm"]) == [100, 102, 104, 108, 110, 112]
-    assert notes[0].endswith(
-        f"lm: read {short} (2,750 updates, 6 of 6 jobs finished), "
+    sweeps = load_sweeps([short, longer])
+    decided = decide_claims(sweeps)
+    outcome = claim_outcome(decided, 1)
+    assert sorted(outcome.better + outcome.worse) == [100, 102, 104, 108, 110, 112]
+    assert reading_notes(decided, sweeps)[0].endswith(
+        f"claims 1, 2, 3 read {short} (2,750 updates, 6 of 6 jobs finished); "
         f"not {longer} (11,000 updates, 2 of 6 jobs finished)"
     )
     # the longer sweep done: it is read
     for job, (model, seed) in enumerate([("onlstm", 3), ("lstm", 1), ("lstm", 2), ("lstm", 3)]):
         make_run(longer, job + 2, "lm", model, seed, {"test/ppl": 95.0}, [200.0, 150.0], "val/ppl")
-    assert len([run for run in load_sweeps([short, longer])["lm"] if run.values["ppl"] < 100]) == 6
+    assert claim_outcome(decide_claims(load_sweeps([short, longer])), 1).sweep.path == longer
     # neither complete: the largest budget, as before
     (short / "5" / "status.json").write_text(json.dumps({"status": "running"}))
     (longer / "5" / "status.json").write_text(json.dumps({"status": "running"}))
-    assert max(run.values["ppl"] for run in load_sweeps([short, longer])["lm"]) == 95.0
+    outcome = claim_outcome(decide_claims(load_sweeps([short, longer])), 1)
+    assert outcome.better == [90.0, 91.0, 95.0]
+
+
+def test_a_longer_sweep_of_two_models_leaves_the_others_comparison_on_the_shorter(tmp_path):
+    """logic-long ran ON-LSTM, LSTM and Ordered Memory; a longer re-run of ON-LSTM and LSTM alone
+    (claim 4 still rising) decides claim 4, while claim 5 (Ordered Memory against LSTM) keeps
+    reading the sweep that ran both of its models, each at one budget."""
+    short = logic_sweep(tmp_path / "short")
+    longer = tmp_path / "long" / "logic"
+    # ON-LSTM 80, 82, 84 against LSTM 60, 62, 64 (ops7-12): d = 20, se = sqrt(8/3), df = 4
+    for job, (model, value) in enumerate(
+        [("onlstm", 80), ("onlstm", 82), ("onlstm", 84), ("lstm", 60), ("lstm", 62), ("lstm", 64)]
+    ):
+        make_run(longer, job, "logic", model, job % 3 + 1, ops(value))
+    set_budgets((short, 10000), (longer, 40000))
+    sweeps = load_sweeps([short, longer])
+    decided = decide_claims(sweeps)
+    onlstm, om = claim_outcome(decided, 4), claim_outcome(decided, 5)
+    assert (onlstm.sweep.path, om.sweep.path) == (longer, short)
+    assert (onlstm.better, onlstm.worse) == ([80.0, 82.0, 84.0], [60.0, 62.0, 64.0])
+    assert decided[3][1] == "shown" and onlstm.interval.difference == pytest.approx(20.0)
+    assert (om.better, om.worse) == ([70.0, 72.0, 74.0], [62.0, 64.0, 66.0])
+    assert reading_notes(decided, sweeps) == [
+        "Several sweeps of table logic, each comparison reading the largest budget with every job "
+        f"finished that ran both its models: claim 4 read {longer} (40,000 updates); "
+        f"claim 5 read {short} (10,000 updates)"
+    ]
+    # the machines line counts both sweeps' runs (6 + 9), each once
+    assert to_markdown(decided, machines=True).rstrip().endswith("Runs: logic: 15 on ?.")
 
 
 def test_reading_sweeps_loads_neither_torch_nor_lightning(tmp_path):

@@ -299,11 +299,13 @@ def table_report(args: argparse.Namespace) -> int:
 
 
 def claims_report(args: argparse.Namespace) -> int:
-    from treernn.reporting.claims import decide_claims, load_sweeps, to_markdown
+    from treernn.reporting.claims import decide_claims, load_sweeps, reading_notes, to_markdown
 
     notes: list[str] = []
     sweeps = load_sweeps(args.sweeps, notes)
-    text = to_markdown(decide_claims(sweeps), sweeps)
+    decided = decide_claims(sweeps)
+    notes += reading_notes(decided, sweeps)
+    text = to_markdown(decided, machines=True)
     if notes:
         text += "".join(f"{note}.\n" for note in notes)
     print(text, end="")

@@ -172,6 +172,7 @@ class Outcome:
     comparison: Comparison
     word: str
     table: str | None = None
+    sweep: Sweep | None = None  # the sweep whose runs were compared
     metric: str | None = None  # the column compared (a layer for parse_f1/layer*)
     better: list[float] | None = None
     worse: list[float] | None = None
@@ -214,18 +215,33 @@ def _column(runs: Sequence[Run], metric: str, higher: bool) -> str | None:
     return max(found, key=mean) if higher else min(found, key=mean)
 
 
-def decide(comparison: Comparison, sweeps: Mapping[str, Sequence[Run]]) -> Outcome:
-    """The outcome of one comparison from the runs of each table (see the module docstring)."""
-    table = next((name for name in comparison.tables if name in sweeps), None)
-    if table is None:
-        return Outcome(comparison, NO_RUN, reason=f"no sweep of table {comparison.tables[0]}")
-    runs = sweeps[table]
+def _sides(comparison: Comparison, runs: Sequence[Run]) -> tuple[list[Run], list[Run]]:
+    """The runs of the comparison's two models (the trivial trees: model A's runs)."""
     better_runs = _runs_of(runs, comparison.better)
     if comparison.worse == TRIVIAL_BEST:
-        worse_runs = better_runs
-    else:
-        worse_runs = _runs_of(runs, comparison.worse)
-    outcome = Outcome(comparison, NO_RUN, table)
+        return better_runs, better_runs
+    return better_runs, _runs_of(runs, comparison.worse)
+
+
+def choose_sweep(comparison: Comparison, candidates: Sequence[Sweep]) -> Sweep:
+    """Of a table's sweeps (ranked by :func:`load_sweeps`), the first that has finished runs of
+    both models compared, so that each comparison reads the largest budget that ran both (a long
+    re-run of two of a table's models leaves the others' comparisons on the sweep that ran them);
+    the first sweep where none has both (the outcome then says which model is missing)."""
+    for sweep in candidates:
+        if all(_sides(comparison, sweep.runs)):
+            return sweep
+    return candidates[0]
+
+
+def decide(comparison: Comparison, sweeps: Mapping[str, Sequence[Sweep]]) -> Outcome:
+    """The outcome of one comparison from each table's sweeps (see the module docstring)."""
+    table = next((name for name in comparison.tables if sweeps.get(name)), None)
+    if table is None:
+        return Outcome(comparison, NO_RUN, reason=f"no sweep of table {comparison.tables[0]}")
+    sweep = choose_sweep(comparison, sweeps[table])
+    better_runs, worse_runs = _sides(comparison, sweep.runs)
+    outcome = Outcome(comparison, NO_RUN, table, sweep)
     sides = ((comparison.better, better_runs), (comparison.worse, worse_runs))
     missing = [model for model, model_runs in sides if not model_runs]
     if missing:
@@ -307,7 +323,9 @@ def _updates(budget: int | None) -> str:
 
 
 @dataclass(frozen=True)
-class _Sweep:
+class Sweep:
+    """One sweep directory's finished runs of one table, with its budget and size."""
+
     path: Path
     runs: list[Run]
     budget: int | None
@@ -325,15 +343,15 @@ class _Sweep:
 
 def load_sweeps(
     paths: Iterable[str | Path], notes: list[str] | None = None
-) -> dict[str, list[Run]]:
-    """Table name -> its finished runs, one sweep directory at a time. Given several sweeps of
-    one table (``results/tables/*/*`` holds a table's short and long budgets), the claims read the
-    one with the largest budget (``trainer.max_steps``) whose jobs have all finished, so that a
-    long sweep still running (archived every few minutes into ``results/``) does not hide a
-    complete shorter one; where none is complete, the largest budget. A sweep without a finished
-    job yet is left out. A line for each sweep left out is appended to ``notes``. Sweeps of one
-    table with the same budget are an error, and so is having no finished run at all."""
-    found: dict[str, list[_Sweep]] = {}
+) -> dict[str, list[Sweep]]:
+    """Table name -> its sweeps (their finished runs), in the order a comparison prefers them:
+    those whose jobs have all finished first, each group by budget (``trainer.max_steps``),
+    largest first. ``results/tables/*/*`` holds a table's short and long budgets: a comparison
+    reads the first that ran both its models (:func:`choose_sweep`), so a long sweep still
+    running (archived every few minutes into ``results/``) does not hide a complete shorter one.
+    A sweep without a finished job yet is left out, with a line appended to ``notes``. Sweeps of
+    one table with the same budget are an error, and so is having no finished run at all."""
+    found: dict[str, list[Sweep]] = {}
     empty = []
     for path in map(Path, paths):
         runs, _ = load_runs([path], allow_empty=True)
@@ -349,7 +367,7 @@ def load_sweeps(
         size = sweep_size(path)
         for name in sorted(names, key=str):
             table_runs = [run for run in runs if run.table == name]
-            sweep = _Sweep(path, table_runs, _budget(table_runs), len(runs), size)
+            sweep = Sweep(path, table_runs, _budget(table_runs), len(runs), size)
             found.setdefault(str(name), []).append(sweep)
     if not found:
         raise UserError(
@@ -358,7 +376,7 @@ def load_sweeps(
         )
     if notes is not None:
         notes += [f"Left out, no finished job yet: {path}" for path in empty]
-    sweeps: dict[str, list[Run]] = {}
+    sweeps: dict[str, list[Sweep]] = {}
     for name, candidates in found.items():
         # the largest budget first; an unset budget counts as 0
         ranked = sorted(candidates, key=lambda sweep: sweep.budget or 0, reverse=True)
@@ -368,20 +386,42 @@ def load_sweeps(
                     f"{second.path}: a second sweep of table {name} with the same budget as "
                     f"{first.path}; give one per table"
                 )
-        chosen = next((sweep for sweep in ranked if sweep.complete), ranked[0])
-        sweeps[name] = chosen.runs
-        if notes is not None:
-            notes += [
-                f"Several sweeps of one table, the largest budget with every job finished read: "
-                f"{name}: read {chosen.describe()}, not {other.describe()}"
-                for other in ranked
-                if other is not chosen
-            ]
+        sweeps[name] = sorted(ranked, key=lambda sweep: not sweep.complete)  # a stable sort
     return sweeps
 
 
+def reading_notes(
+    decided: Sequence[tuple[Claim, str, list[Outcome]]], sweeps: Mapping[str, Sequence[Sweep]]
+) -> list[str]:
+    """For each table given several sweeps: which claims read which sweep, and the sweeps no
+    claim read."""
+    notes = []
+    for table, candidates in sweeps.items():
+        if len(candidates) < 2:
+            continue
+        readers: dict[Path, list[str]] = {sweep.path: [] for sweep in candidates}
+        for number, (_, _, outcomes) in enumerate(decided, start=1):
+            for outcome in outcomes:
+                if outcome.table == table and outcome.sweep is not None:
+                    claims = readers[outcome.sweep.path]
+                    if str(number) not in claims:
+                        claims.append(str(number))
+        parts = [
+            f"claim{'s' if len(readers[sweep.path]) > 1 else ''} "
+            f"{', '.join(readers[sweep.path])} read {sweep.describe()}"
+            for sweep in candidates
+            if readers[sweep.path]
+        ]
+        parts += [f"not {sweep.describe()}" for sweep in candidates if not readers[sweep.path]]
+        notes.append(
+            f"Several sweeps of table {table}, each comparison reading the largest budget with "
+            f"every job finished that ran both its models: {'; '.join(parts)}"
+        )
+    return notes
+
+
 def decide_claims(
-    sweeps: Mapping[str, Sequence[Run]], claims: Sequence[Claim] = CLAIMS
+    sweeps: Mapping[str, Sequence[Sweep]], claims: Sequence[Claim] = CLAIMS
 ) -> list[tuple[Claim, str, list[Outcome]]]:
     decided = []
     for claim in claims:
@@ -400,23 +440,33 @@ def _mean(values: Sequence[float] | None) -> str:
     return f"{text} (n={len(values)})"
 
 
-def machines_line(sweeps: Mapping[str, Sequence[Run]]) -> str:
+def runs_read(decided: Sequence[tuple[Claim, str, list[Outcome]]]) -> dict[str, list[Run]]:
+    """Table -> the runs of the sweeps its comparisons read, each sweep once."""
+    read: dict[str, dict[Path, Sweep]] = {}
+    for _, _, outcomes in decided:
+        for outcome in outcomes:
+            if outcome.table is not None and outcome.sweep is not None:
+                read.setdefault(outcome.table, {})[outcome.sweep.path] = outcome.sweep
+    return {
+        table: [run for sweep in by_path.values() for run in sweep.runs]
+        for table, by_path in read.items()
+    }
+
+
+def machines_line(runs_by_table: Mapping[str, Sequence[Run]]) -> str:
     """Which machines (and commits) the runs of each table ran on (their status.json records):
     sweeps kept across sessions may mix CPUs, whose GEMM backends round differently."""
     parts = []
-    for table, runs in sorted(sweeps.items()):
+    for table, runs in sorted(runs_by_table.items()):
         counts = collections.Counter(" + ".join(dict.fromkeys(run.machines)) or "?" for run in runs)
         where = ", ".join(f"{count} on {machine}" for machine, count in sorted(counts.items()))
         parts.append(f"{table}: {where}")
     return "Runs: " + "; ".join(parts) + "."
 
 
-def to_markdown(
-    decided: Sequence[tuple[Claim, str, list[Outcome]]],
-    sweeps: Mapping[str, Sequence[Run]] | None = None,
-) -> str:
+def to_markdown(decided: Sequence[tuple[Claim, str, list[Outcome]]], machines: bool = False) -> str:
     """One table: a row per comparison, the claim and its word on its first row; with
-    ``sweeps``, a line saying which machines each table's runs ran on."""
+    ``machines``, a line saying which machines the runs read of each table ran on."""
     header = ["#", "claim", "result", "comparison", "A", "B", "A - B", "95% interval", "word"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for number, (claim, word, outcomes) in enumerate(decided, start=1):
@@ -443,6 +493,6 @@ def to_markdown(
         "of 0; undecided: it contains 0, fewer than 2 seeds, or validation was still improving at "
         "the end of training.",
     ]
-    if sweeps:
-        lines += ["", machines_line(sweeps)]
+    if machines and runs_read(decided):
+        lines += ["", machines_line(runs_read(decided))]
     return "\n".join(lines) + "\n"
