@@ -33,9 +33,11 @@
 # logic-long (`report claims` reads, per comparison, the largest budget that ran both models).
 # sysgen-10k doubles sysgen-long (claim 6), after both models' validation was still rising at
 # 5,000 updates.
-# lm-33k gives the language models three times lm-long's 11,000 updates (claims 1-3), after both
-# models' validation perplexity was still falling by 2-4 points an epoch at its end (ON-LSTM
-# 112.4 -> 108.7, LSTM 112.6 -> 110.4 over the last epoch; about 11 h for the 10 jobs on 2 cores).
+# lm-33k gives the language models three times lm-long's 11,000 updates (claims 1-3; about 11 h
+# for the 10 jobs on 2 cores), after both models' validation perplexity was still falling by 2-4
+# points an epoch at its end (ON-LSTM 112.4 -> 108.7, LSTM 112.6 -> 110.4 over the last epoch):
+# it follows the gap and narrows its interval, but validation will most likely still be falling
+# (the recipe converges over hundreds of epochs, a GPU's job), so the rule may keep them undecided.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${TREERNN_RESULTS_DIR:-results}
