@@ -493,6 +493,7 @@ def to_markdown(decided: Sequence[tuple[Claim, str, list[Outcome]]], machines: b
         "of 0; undecided: it contains 0, fewer than 2 seeds, or validation was still improving at "
         "the end of training.",
     ]
-    if machines and runs_read(decided):
-        lines += ["", machines_line(runs_read(decided))]
+    read = runs_read(decided) if machines else {}
+    if read:
+        lines += ["", machines_line(read)]
     return "\n".join(lines) + "\n"
