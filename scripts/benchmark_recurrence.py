@@ -88,6 +88,7 @@ class Size:
 
 PAPER = Size("paper", 400, 1150, 3, 400, 10, 20, 70)
 SMALL = Size("small", 256, 256, 1, 256, 8, 32, 35)
+SIZES = {size.name: size for size in (PAPER, SMALL)}
 
 
 class NNLSTMStack(nn.Module):
@@ -555,7 +556,7 @@ def scaling_table(args: argparse.Namespace, device: torch.device) -> None:
 #: the ON-LSTM variants a model name may end in after "/" (ON-LSTM fast only)
 VARIANTS = ("torch-ops", "separate-projection")
 CHOICES = dict(
-    sizes=("paper", "small"),
+    sizes=tuple(SIZES),
     parts=("stack", "lm"),
     modes=("train", "infer"),
     precisions=("fp32", "bf16-mixed"),
@@ -637,8 +638,7 @@ def main(argv: list[str] | None = None) -> None:
         f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
         f"{load_description()}, warm-up {args.warmup}, timed steps {args.repeats}"
     )
-    sizes = {"paper": PAPER, "small": SMALL}
-    chosen = [sizes[name] for name in args.sizes.split(",")]
+    chosen = [SIZES[name] for name in args.sizes.split(",")]
     rooflines = roofline(args, chosen, device)
     if LSTMEncoder is None:
         print("treernn.encoders.lstm.LSTMEncoder not importable: skipped")
