@@ -25,7 +25,10 @@ SLURM_SETUP = REPO_ROOT.parent / "shared" / "tools" / "slurm-local.sh"
 
 #: a tiny logic classifier on one CPU, validated (and checkpointed) every 100 updates
 LOGIC = tiny_logic(validate_every=100)
-SLURM = ["hydra/launcher=slurm", "hydra.launcher.timeout_min=10"]
+#: the jobs looked at every second (a cluster's default is 10 s): a cancelled job is reported
+#: within seconds, not half a minute
+FAST_POLL = "hydra.launcher.poll_s=1"
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.timeout_min=10", FAST_POLL]
 
 
 def _slurm_up() -> bool:
@@ -95,17 +98,22 @@ def _metrics(job_dir: Path) -> dict[str, float]:
 BUDGET = ["trainer.max_steps=3000", "seed=1"]
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> dict[str, float]:
+#: for ``scancel``, which needs no time limit: long enough that the job is still running when
+#: its first checkpoint (update 100) has been seen and the cancel arrives (700 updates, about
+#: 17 s, later), short enough that the test and its reference take well under a minute
+CANCEL_BUDGET = ["trainer.max_steps=800", "seed=1"]
+
+
+def _uninterrupted(log_dir: Path, budget: list[str]) -> dict[str, float]:
     """The same job run here without interruption, on one thread as the SLURM task has."""
-    log_dir = tmp_path_factory.mktemp("reference")
-    result = run_cli([*LOGIC, *BUDGET, "threads=1", f"paths.log_dir={log_dir}"])
+    result = run_cli([*LOGIC, *budget, "threads=1", f"paths.log_dir={log_dir}"])
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (p.parent for p in log_dir.glob("logic/lstm/*/metrics.json"))
     return _metrics(run_dir)
 
 
-def test_a_time_limit_requeues_the_job_which_resumes_exactly(tmp_path, uninterrupted):
+def test_a_time_limit_requeues_the_job_which_resumes_exactly(tmp_path):
+    uninterrupted = _uninterrupted(tmp_path / "reference", BUDGET)
     sweep = tmp_path / "runs" / "multirun" / "logic" / "lstm" / "limit"
     with ReleaseRequeued():
         # a 1-minute limit and USR2 10 s before it (see BUDGET): the job is requeued at least once
@@ -117,6 +125,7 @@ def test_a_time_limit_requeues_the_job_which_resumes_exactly(tmp_path, uninterru
                 "hydra/launcher=slurm",
                 "hydra.launcher.timeout_min=1",
                 "hydra.launcher.signal_delay_s=10",
+                FAST_POLL,
                 f"paths.log_dir={tmp_path / 'runs'}",
                 "sweep_id=limit",
             ],
@@ -155,10 +164,15 @@ def test_a_two_task_ddp_job_has_one_run_directory(tmp_path):
     assert not list(job.parent.glob("[1-9]*"))  # one job, one directory, whatever the ranks
 
 
-def test_scancel_stops_the_job_with_a_checkpoint_and_the_resumed_sweep_finishes_it(
-    tmp_path, uninterrupted
-):
-    args = [*SLURM, *LOGIC, *BUDGET, f"paths.log_dir={tmp_path / 'runs'}", "sweep_id=cancel"]
+def test_scancel_stops_the_job_with_a_checkpoint_and_the_resumed_sweep_finishes_it(tmp_path):
+    uninterrupted = _uninterrupted(tmp_path / "reference", CANCEL_BUDGET)
+    args = [
+        *SLURM,
+        *LOGIC,
+        *CANCEL_BUDGET,
+        f"paths.log_dir={tmp_path / 'runs'}",
+        "sweep_id=cancel",
+    ]
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
     submitter = subprocess.Popen(
         [sys.executable, str(REPO_ROOT / "train.py"), "-m", *args],

@@ -89,6 +89,7 @@ if SubmititSlurmLauncher is None:
 
 
 class SlurmLauncher(SubmititSlurmLauncher):
+    #: seconds between two looks at the jobs (``hydra.launcher.poll_s``)
     poll_s: float = 10.0
 
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
@@ -107,6 +108,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
 
         assert self.config is not None
         params = dict(self.params)
+        self.poll_s = float(params.pop("poll_s", self.poll_s))
         executor = submitit.AutoExecutor(
             folder=params.pop("submitit_folder"),
             cluster="slurm",
