@@ -23,6 +23,15 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(int(threads))
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slow tests (``@pytest.mark.slow``: seconds to minutes each) first, in their collected
+    order, then the fast ones. Under ``-n 2`` with work stealing (``--dist=worksteal`` in
+    pyproject.toml), a worker that runs out of tests takes the unstarted ones from the end of the
+    other's queue: with the long ones started early, the two finish within seconds of each
+    other, where a 3-minute SLURM test started last kept one worker busy while the other idled."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _torch_defaults():
     torch.manual_seed(0)
