@@ -508,14 +508,14 @@ def precision_summary(args: argparse.Namespace, device: torch.device) -> None:
     print("\nUnder bf16-mixed, our models' products (bf16 where the probe found bf16 at least 10%")
     print("faster than fp32 at the product's shape on this machine, fp32 otherwise):")
     for (model, product, shape), dtype in sorted(gemm.DECISIONS.items()):
-        print(f"  {model:16s} {product:28s} {shape:32s} {dtype}")
+        print(f"  {model:16s} {product:40s} {shape:32s} {dtype}")
     print("  (gates, states, distances and every elementwise step stay fp32 in every case)")
     if onlstm_projected.DECISIONS:
         print(
             "ON-LSTM layers whose projection runs inside the step loop (above) keep it there "
-            "under bf16-mixed\nwhen both of their products are bf16 (treernn's bf16 kernels: "
-            "AVX512-BF16) or both fp32;\nwhen only one is, the projection runs over all steps "
-            "first."
+            "under bf16-mixed\n(with treernn's bf16 kernels: AVX512-BF16), their loop's "
+            "precision decided once per mode\n(shape (B x D+H) @ (D+H x G)); other layers "
+            "decide their two products apart."
         )
     lstm = (
         "oneDNN's bf16 LSTM primitive"

@@ -420,25 +420,33 @@ def test_bf16_products_inside_the_loop_are_the_separate_paths(
         torch.testing.assert_close(grad, wanted, rtol=1e-4, atol=1e-4, msg=name)
 
 
-@bf16_kernels
-@pytest.mark.parametrize("decided", ["bf16", "fp32", "mixed"])
-def test_eval_under_bf16_mixed_is_one_call_where_both_products_agree(
-    decided, extension, monkeypatch
-) -> None:
-    """Eval without autograd under bf16 autocast: one ``infer_projected`` call per layer, with
-    bf16 products where both of a layer's products are decided bf16 and fp32 ones where both are
-    fp32, bit for bit what the general path gives under autocast with autograd; a layer whose
-    two products differ goes down the general path."""
-    monkeypatch.setenv(gemm.ENV_VAR, "treernn")
-    monkeypatch.setenv(onlstm_kernel.ENV_VAR, "rows")
-    projection, steps = {"bf16": (True, True), "fp32": (False, False), "mixed": (True, False)}[
-        decided
-    ]
+def _decide_loop_and_products(monkeypatch, loop: bool, products: bool) -> list[str]:
+    """Patch the bf16 probes: ``loop`` for a loop with the projection inside (timed with runs
+    and labelled so), ``products`` for everything else; returns the labels asked, in order."""
+    asked: list[str] = []
+    monkeypatch.setattr(gemm, "DECISIONS", {})  # this test's decisions only
 
     def pays(batch, in_features, out_features, device, runs=None, label=""):
-        return projection if runs is None else steps  # the steps' probe times their loop
+        asked.append(label)
+        return loop if "one loop" in label else products
 
     monkeypatch.setattr(gemm, "bf16_pays", pays)
+    return asked
+
+
+@bf16_kernels
+@pytest.mark.parametrize("decided", ["bf16", "fp32"])
+def test_eval_under_bf16_mixed_is_one_call_at_the_loops_precision(
+    decided, extension, monkeypatch
+) -> None:
+    """Eval without autograd under bf16 autocast, the projection inside the loop: one
+    ``infer_projected`` call per layer in the precision decided for the loop itself (the
+    separate products' probes, patched to the opposite answer, are not asked), bit for bit what
+    the general path gives under autocast with autograd, which decides its loop alike."""
+    monkeypatch.setenv(gemm.ENV_VAR, "treernn")
+    monkeypatch.setenv(onlstm_kernel.ENV_VAR, "rows")
+    bf16 = decided == "bf16"
+    asked = _decide_loop_and_products(monkeypatch, loop=bf16, products=not bf16)
     torch.manual_seed(6)
     encoder = ONLSTMEncoder(6, 12, num_layers=2, chunk_size=3, weight_drop=0.3).eval()
     x = torch.randn(4, 7, 6)
@@ -447,8 +455,76 @@ def test_eval_under_bf16_mixed_is_one_call_where_both_products_agree(
         taken = _spy_on_inference(extension, monkeypatch)
         with torch.no_grad():
             result = encoder(x)
-    assert taken == {"bf16": [True, True], "fp32": [False, False], "mixed": []}[decided]
+    assert taken == [bf16, bf16]
+    assert asked and all("one loop" in label for label in asked)
+    assert {"training", "inference"} == {label.rsplit(" ", 1)[1] for label in asked}
+    decisions = {key: value for key, value in gemm.DECISIONS.items() if key[0] == "ON-LSTM"}
+    loop_shapes = {shape for _, _, shape in decisions}
+    assert loop_shapes == {"(4 x 18) @ (18 x 56)", "(4 x 24) @ (24 x 56)"}  # (B x D+H) @ (D+H x G)
+    assert set(decisions.values()) == {"bfloat16" if bf16 else "float32"}
     assert torch.equal(result.hidden, expected.hidden)
     assert torch.equal(result.tree_signal.values, expected.tree_signal.values)
     for (h, c), (h_ref, c_ref) in zip(result.state, expected.state):
         assert torch.equal(h, h_ref) and torch.equal(c, c_ref)
+
+
+@bf16_kernels
+def test_separate_layers_decide_their_two_products_apart(extension, monkeypatch) -> None:
+    """The projection over all steps (placement ``separate``): the projection and the recurrent
+    steps are decided by their own probes; one bf16 and one fp32 runs the general path (no
+    one-call inference) with the projection in bf16 and the steps in fp32."""
+    monkeypatch.setenv(gemm.ENV_VAR, "treernn")
+    monkeypatch.setenv(onlstm_kernel.ENV_VAR, "separate")
+    asked = _decide_loop_and_products(monkeypatch, loop=False, products=True)
+    steps_probe = gemm.bf16_pays
+
+    def pays(batch, in_features, out_features, device, runs=None, label=""):
+        return steps_probe(batch, in_features, out_features, device, runs, label) and runs is None
+
+    monkeypatch.setattr(gemm, "bf16_pays", pays)  # the projection bf16, the steps' loop fp32
+    encoder = ONLSTMEncoder(6, 12, num_layers=1, chunk_size=3).eval()
+    taken = _spy_on_inference(extension, monkeypatch)
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        encoder(torch.randn(4, 7, 6))
+    assert taken == []
+    assert not any("one loop" in label for label in asked)
+    products = {product: dtype for (_, product, _), dtype in gemm.DECISIONS.items()}
+    assert products == {"input projection": "bfloat16", "recurrent steps": "float32"}
+
+
+@bf16_kernels
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("placement", ["loop", "rows"])
+def test_the_loops_precision_probe_times_the_loop_in_both_precisions(
+    training, placement, extension
+) -> None:
+    """loop_precision_runs: the loop with the projection inside it at ``placement``, fp32 and
+    bf16, inference (one call) or training (forward and backward: the gradients of the inputs and
+    both weights, three products' FLOPs); the two give close results that differ (the bf16
+    products ran); under autocast it runs as without it; it draws nothing from the run's random
+    streams."""
+    batch, depth, hidden, chunk = 3, 5, 8, 4
+    runs = onlstm_kernel.loop_precision_runs(
+        batch, depth, hidden, chunk, extension, placement, training
+    )
+    state = torch.get_rng_state()
+    loops, flops = runs()
+    gates = 4 * hidden + 2 * (hidden // chunk)
+    passes = 3 if training else 1
+    assert flops == passes * 2.0 * onlstm_kernel.PROBE_STEPS * batch * (depth + hidden) * gates
+    assert sorted(loops) == ["bfloat16", "float32"]
+    fp32, bf16 = loops["float32"](), loops["bfloat16"]()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        again = loops["float32"]()
+    assert torch.equal(state, torch.get_rng_state())
+    for value, wanted, repeated in zip(bf16, fp32, again):
+        assert value.dtype == wanted.dtype == torch.float32
+        assert torch.equal(repeated, wanted)
+    assert not torch.equal(bf16[0], fp32[0])
+    torch.testing.assert_close(bf16[0], fp32[0], rtol=5e-2, atol=5e-2)
+    if training:  # the gradients of the inputs, W_ih and W_hh
+        assert [tuple(g.shape) for g in fp32] == [
+            (onlstm_kernel.PROBE_STEPS, batch, depth),
+            (gates, depth),
+            (gates, hidden),
+        ]

@@ -55,6 +55,7 @@ from treernn.kernels.onlstm_projected import (
     in_loop_bf16,
     infer_in_loop,
     loop_placement,
+    loop_precision_runs,
 )
 from treernn.kernels.weight_ops import dropconnect
 
@@ -270,13 +271,38 @@ class ONLSTMEncoder(Encoder):
         self, layer: ONLSTMLayer, steps: int, batch: int, x: Tensor
     ) -> tuple[torch.dtype | None, torch.dtype | None]:
         """Under bf16 autocast, the dtypes of a layer's input projection and recurrent products
-        (:func:`gemm.product_dtype`: bf16 where a probe finds it faster here, else None)."""
+        (:func:`gemm.product_dtype`: bf16 where a probe finds it faster here, else None). Where
+        the projection runs inside the step loop (fp32 placement, :func:`loop_placement`, and
+        ``treernn``'s bf16 kernels here) the loop is one product per step and its precision one
+        decision, timed on that loop in this mode (:func:`loop_precision_runs`); elsewhere the
+        projection over all steps and the recurrent products are decided apart."""
         num_gates = layer.hh.weight.size(0)
+        kernel, training = fused_kernel(x), torch.is_grad_enabled()
+        if (
+            kernel is not None
+            and x.dtype == torch.float32
+            and gemm.bf16_requested(x.device)
+            and gemm.treernn_available(torch.bfloat16)
+        ):
+            placement = loop_placement(
+                batch, layer.input_size, layer.hidden_size, layer.chunk_size, x.dtype, x.device,
+                self.gemm_backend, kernel, training,
+            )  # fmt: skip
+            if placement in IN_LOOP:
+                mode = "training" if training else "inference"
+                dtype = gemm.product_dtype(
+                    batch, layer.input_size + layer.hidden_size, num_gates, x.device, "ON-LSTM",
+                    f"projection + steps in one loop, {mode}",
+                    loop_precision_runs(
+                        batch, layer.input_size, layer.hidden_size, layer.chunk_size, kernel,
+                        placement, training,
+                    ),
+                )  # fmt: skip
+                return dtype, dtype
         projection_dtype = gemm.product_dtype(
             gemm.rows_bucket(steps * batch), layer.input_size, num_gates, x.device,
             "ON-LSTM", "input projection",
         )  # fmt: skip
-        kernel, training = fused_kernel(x), torch.is_grad_enabled()
         steps_name = "recurrent steps"
         if x.device.type != "cpu":  # the loop is timed as it runs there, training or not
             steps_name += ", training" if training else ", inference"

@@ -18,6 +18,7 @@ stays faster: [W_ih | W_hh] (4830 x 2300 floats) streams from memory at every st
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from types import ModuleType
@@ -163,6 +164,65 @@ def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kerne
         ", ".join(f"{name} {flops / value / 1e9:.0f}" for name, value in seconds.items()),
     )
     return choice
+
+
+def loop_precision_runs(
+    batch: int,
+    depth: int,
+    hidden: int,
+    chunk_size: int,
+    kernel: ModuleType,
+    placement: str,
+    training: bool,
+):
+    """For :func:`gemm.product_dtype`: a layer's loop with the projection inside it at
+    ``placement`` (``loop`` or ``rows``), over :data:`PROBE_STEPS` steps of random data, with
+    fp32 and with bf16 products, as it runs in the mode: the one-call inference
+    (:func:`infer_in_loop`), or for ``training`` the autograd node's forward and backward
+    (:class:`ONLSTMProjectedRecurrence`, gradients of the inputs and both weights). Where the
+    projection runs inside the loop it is no product of its own, so the layer's precision is
+    decided once, on this loop: deciding the two products apart could ask one in bf16 and the
+    other in fp32, which sends the layer down the slower separate path (a 2-core AMD Zen 4, one
+    layer of 256: 1.13x fp32 in training and 1.03x in inference, against 1.56x and 1.67x with
+    both in bf16 inside the loop). The data come from a generator of the probe's own and the
+    gradients are returned, not accumulated, so a run does not depend on whether the choice was
+    already kept."""
+
+    def runs():
+        num_gates = gate_count(hidden, chunk_size)
+        generator = torch.Generator().manual_seed(0)
+        inputs = torch.randn(PROBE_STEPS, batch, depth, generator=generator)
+        input_weight = torch.randn(num_gates, depth, generator=generator) / depth**0.5
+        recurrent_weight = torch.randn(num_gates, hidden, generator=generator) / hidden**0.5
+        bias = torch.zeros(num_gates)
+        state = torch.zeros(batch, hidden)
+        own_rows = placement == "rows"
+
+        def infer(bf16: bool):
+            return infer_in_loop(
+                kernel, inputs, input_weight, bias, recurrent_weight, None, None, None,
+                chunk_size, own_rows, bf16=bf16,
+            )  # fmt: skip
+
+        def train(bf16: bool):
+            leaves = [t.clone().requires_grad_() for t in (inputs, input_weight, recurrent_weight)]
+            outputs = ONLSTMProjectedRecurrence.apply(
+                leaves[0], leaves[1], bias, leaves[2], state, state, None, chunk_size, "auto",
+                1.0, own_rows, torch.bfloat16 if bf16 else None,
+            )[0]  # fmt: skip
+            return torch.autograd.grad(outputs.sum(), leaves)
+
+        def run(bf16: bool):  # as the layer runs it: autocast off inside, autograd as the mode
+            with torch.autocast("cpu", enabled=False), torch.set_grad_enabled(training):
+                return (train if training else infer)(bf16)
+
+        loops = {"float32": functools.partial(run, False)}
+        if gemm.treernn_available(torch.bfloat16):
+            loops["bfloat16"] = functools.partial(run, True)
+        passes = 3 if training else 1  # the backward pass's products: twice the forward's
+        return loops, passes * 2.0 * PROBE_STEPS * batch * (depth + hidden) * num_gates
+
+    return runs
 
 
 def fast_projected_recurrence(
