@@ -127,16 +127,30 @@ def _decide_placement(
     return projection_placement(batch, depth, hidden, chunk_size, kernel, dtype)
 
 
-def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kernel) -> str:
-    """Times the placements on random data (forward loops of :data:`PROBE_STEPS` steps, the
-    weights packed per call as in training) and returns the fastest."""
-    num_gates = gate_count(hidden, chunk_size)
+def _probe_data(batch: int, depth: int, hidden: int, num_gates: int):
+    """A probe's random problem of :data:`PROBE_STEPS` steps, from a generator of its own (probing
+    draws nothing from the run's random streams): inputs (T, B, D), W_ih, W_hh, a zero bias and
+    a zero state."""
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(PROBE_STEPS, batch, depth, generator=generator)
     input_weight = torch.randn(num_gates, depth, generator=generator) / depth**0.5
     recurrent_weight = torch.randn(num_gates, hidden, generator=generator) / hidden**0.5
-    bias = torch.zeros(num_gates)
-    state = torch.zeros(batch, hidden)
+    return (
+        inputs,
+        input_weight,
+        recurrent_weight,
+        torch.zeros(num_gates),
+        torch.zeros(batch, hidden),
+    )
+
+
+def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kernel) -> str:
+    """Times the placements on random data (forward loops of :data:`PROBE_STEPS` steps, the
+    weights packed per call as in training) and returns the fastest."""
+    num_gates = gate_count(hidden, chunk_size)
+    inputs, input_weight, recurrent_weight, bias, state = _probe_data(
+        batch, depth, hidden, num_gates
+    )
 
     def in_loop(placement):
         packed = _pack(kernel, input_weight, recurrent_weight, 1.0)
@@ -190,12 +204,8 @@ def loop_precision_runs(
 
     def runs():
         num_gates = gate_count(hidden, chunk_size)
-        generator = torch.Generator().manual_seed(0)
-        inputs = torch.randn(PROBE_STEPS, batch, depth, generator=generator)
-        input_weight = torch.randn(num_gates, depth, generator=generator) / depth**0.5
-        recurrent_weight = torch.randn(num_gates, hidden, generator=generator) / hidden**0.5
-        bias = torch.zeros(num_gates)
-        state = torch.zeros(batch, hidden)
+        data = _probe_data(batch, depth, hidden, num_gates)
+        inputs, input_weight, recurrent_weight, bias, state = data
         own_rows = placement == "rows"
 
         def infer(bf16: bool):
