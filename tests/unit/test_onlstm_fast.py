@@ -717,3 +717,16 @@ def test_the_precision_probe_times_both_recurrences(extension, monkeypatch) -> N
     assert fp32[0].dtype == bf16[0].dtype == torch.float32
     assert not torch.equal(fp32[0], bf16[0])
     torch.testing.assert_close(bf16[0], fp32[0], rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_the_probe_loops_run_inside_a_bf16_autocast_forward(extension, monkeypatch, training):
+    """A probe may be asked inside a bf16-mixed forward (the placement's, on a machine with no kept
+    choice): its loop runs with autocast off, as the layer runs it. With autocast on, the
+    training loop's backward products came out bf16 and the compiled step refused its fp32 state
+    ("state must be a CPU tensor of dtype Float"), crashing a first bf16-mixed run."""
+    monkeypatch.setenv(gemm.ENV_VAR, "aten")  # no backend probe: the loop itself is under test
+    loops, _ = onlstm_kernel._own_loops(3, 8, 4, torch.device("cpu"), training)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for loop in loops.values():
+            loop()
