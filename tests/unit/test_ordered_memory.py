@@ -546,7 +546,67 @@ def test_slot_chain_gradcheck(chain_path):
             torch.testing.assert_close(first, second, atol=1e-12, rtol=1e-12)
 
 
-def test_bf16_autocast_trains_and_stays_close_to_fp32(monkeypatch):
+def chain_in_two_precisions(products: torch.dtype, overwrite_right: bool):
+    """slot_chain with a float64 state and its products in ``products`` (the operands'
+    precision, as bf16 operands under a float32 state): the output and every gradient."""
+    torch.manual_seed(0)
+    rows, width, size = 5, 4, 6
+
+    def tensor(*shape, scale=1.0):
+        return (torch.randn(*shape, dtype=torch.float64) * scale).requires_grad_()
+
+    cumulative = torch.rand(rows, width, dtype=torch.float64).cumsum(1).div(3.0).requires_grad_()
+    weights = (tensor(4 * size, size), tensor(4 * size, 4 * size, scale=0.5), tensor(4 * size))
+    inputs = (
+        tensor(rows, size),  # x_t
+        tensor(rows, width, size),  # memory
+        cumulative,
+        (1.0 + torch.rand(size, dtype=torch.float64)).requires_grad_(),  # norm_weight
+        tensor(size),  # norm_bias
+    )
+    right_projected = tensor(width, rows, 4 * size).detach().to(products).requires_grad_()
+    left_mask = torch.bernoulli(torch.full((rows, size), 0.7, dtype=torch.float64)) / 0.7
+    hidden_mask = (torch.rand(rows, 4 * size) * 2.0).to(products)
+    operands = om_kernel.slot_chain_operands(*weights, products, gemm_backend="aten")
+    x_t, memory, cumulative, norm_weight, norm_bias = inputs
+    right = right_projected * 1.0  # a non-leaf the chain may overwrite
+    out = slot_chain(
+        x_t, memory, right, cumulative, *weights, norm_weight, norm_bias, left_mask,
+        hidden_mask, 1e-5, operands, overwrite_right=overwrite_right,
+    )  # fmt: skip
+    out.sin().sum().backward()
+    leaves = (*inputs, right_projected, *weights)
+    return out.detach(), [leaf.grad for leaf in leaves]
+
+
+@pytest.mark.parametrize("overwrite_right", [False, True])
+def test_kernels_run_the_chain_under_lower_precision_products(monkeypatch, overwrite_right):
+    """Products in a lower precision than the state (bf16 under a float32 state; here float32
+    under float64, where both paths' products see the same inputs): the compiled kernels do the
+    chain's elementwise work in the state's precision, and give the torch-ops path's result."""
+    calls = {"compose_forward": 0, "compose_backward": 0}
+    kernel = om_kernel.chain_kernel(torch.zeros(1, dtype=torch.float64))
+    assert kernel is not None, "the om_chain C++ extension did not build; see the log"
+
+    class Counted:
+        def __getattr__(self, name):
+            if name in calls:
+                calls[name] += 1
+            return getattr(kernel, name)
+
+    chain_module = __import__("treernn.kernels.ordered_memory_chain", fromlist=["x"])
+    monkeypatch.setattr(chain_module, "chain_kernel", lambda like: Counted())
+    out, grads = chain_in_two_precisions(torch.float32, overwrite_right)
+    assert calls == {"compose_forward": 4, "compose_backward": 4}  # one per slot
+    monkeypatch.setattr(chain_module, "chain_kernel", lambda like: None)
+    out_torch, grads_torch = chain_in_two_precisions(torch.float32, overwrite_right)
+    torch.testing.assert_close(out, out_torch, atol=1e-6, rtol=1e-6)
+    for grad, grad_torch in zip(grads, grads_torch, strict=True):
+        assert grad.dtype == grad_torch.dtype
+        torch.testing.assert_close(grad, grad_torch, atol=1e-5, rtol=1e-5)
+
+
+def test_bf16_autocast_trains_and_stays_close_to_fp32(monkeypatch, chain_path):
     # bf16 products even where this CPU has no bf16 kernels (slow, but the arithmetic is the same)
     monkeypatch.setattr(gemm, "bf16_pays", lambda *shape: True)
     torch.manual_seed(0)

@@ -33,8 +33,10 @@ This module computes the same function (tests compare the two in float64) faster
   the mix, the LayerNorm and eq. 7 forward; their gradients backward) is one pass over each row
   in a compiled kernel (``csrc/om_chain.cpp``, built on first use by
   :mod:`treernn.kernels.cpp_ext`) instead of about ten torch ops forward and fifteen backward;
-  float32 and float64 on the CPU. The torch-ops path stays for CUDA, bf16 products, machines
-  without a compiler and ``TREERNN_CPP_EXT=0``; the tests run both.
+  float32 and float64 on the CPU. Under bf16 products the state and this elementwise work stay
+  fp32, so the kernels run it there too, all but the ReLU layer, which is bf16 (as autocast's)
+  and stays on torch ops. The torch-ops path stays for CUDA, machines without a compiler and
+  ``TREERNN_CPP_EXT=0``; the tests run both.
 * Dropout masks are sampled once per sequence (after sorting the rows), see the model file.
 
 Precision: fp32 by default (exact). Deviation, only when asked for: under

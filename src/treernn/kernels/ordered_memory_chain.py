@@ -22,8 +22,9 @@ from treernn.kernels.cpp_ext import load_extension
 # ----------------------------------------------------------------------------- the slot chain
 def chain_kernel(like: Tensor):
     """The compiled elementwise kernels of the chain (``csrc/om_chain.cpp``) where they can run
-    tensors like ``like`` (CPU, float32 or float64) and the extension is built; None otherwise
-    (the torch-ops path then runs: CUDA, bf16 products, no compiler, or ``TREERNN_CPP_EXT=0``)."""
+    states like ``like`` (CPU, float32 or float64) and the extension is built; None otherwise
+    (the torch-ops path then runs: CUDA, no compiler, or ``TREERNN_CPP_EXT=0``). Under bf16
+    products the state stays fp32 and the kernels run all of it but the bf16 ReLU layer."""
     if like.device.type != "cpu" or like.dtype not in (torch.float32, torch.float64):
         return None
     return load_extension("om_chain")
@@ -219,7 +220,11 @@ def _slot_chain_forward(
     ]
     writes, outs = cumulative.unsqueeze(-1).unbind(1), out.unbind(1)
     gemm_in_state_dtype = gemm_dtype == x_t.dtype
-    kernel = chain_kernel(x_t) if gemm_in_state_dtype else None
+    # the elementwise work runs in the state's precision, so the kernels run it under bf16
+    # products too; only the ReLU layer (bf16 there, like autocast's) stays on torch ops, and
+    # the kernel writes the next slot's left input in fp32 here, cast into ``lefts`` after it
+    kernel = chain_kernel(x_t)
+    left_fp32 = None if gemm_in_state_dtype or kernel is None else x_t.new_empty(rows, size)
     if kernel is None:
         normed, means, rstds = [], [], []
     else:  # the kernel writes the LayerNorm's output and statistics into these
@@ -241,7 +246,7 @@ def _slot_chain_forward(
             torch.addmm(rights[k], left, left_t, out=hidden)
         else:
             packed[0].addmm(rights[k], left, out=hidden)
-        if kernel is not None:
+        if kernel is not None and gemm_in_state_dtype:
             kernel.relu_scale(hidden, hidden_scale)
         else:
             if hidden_scale is not None:  # relu(a) * m == relu(a * m) for m >= 0
@@ -255,6 +260,7 @@ def _slot_chain_forward(
             second.copy_(torch.addmm(second_bias, hidden, second_t))
         if kernel is not None:
             last = k == width - 1
+            next_left = None if last else views[0][k + 1 if save else 0]
             kernel.compose_forward(
                 second,
                 below,
@@ -269,9 +275,11 @@ def _slot_chain_forward(
                 means[buffer_slot],
                 rstds[buffer_slot],
                 outs[k],
-                None if last else views[0][k + 1 if save else 0],
+                next_left if left_fp32 is None or last else left_fp32,
                 None if last else left_mask,
             )
+            if left_fp32 is not None and not last:
+                next_left.copy_(left_fp32)
             below = outs[k]
             continue
         gates.sigmoid_()
@@ -388,7 +396,7 @@ class _SlotChain(torch.autograd.Function):
         writes, belows = cumulative.unsqueeze(-1).unbind(1), (x_t, *out.unbind(1))
         mixed_k, mean_k, rstd_k = mixeds.unbind(0), means.unbind(0), rstds.unbind(0)
         hidden_k = hiddens.unbind(0)
-        kernel = chain_kernel(x_t) if gemm_in_state_dtype else None
+        kernel = chain_kernel(x_t)  # under bf16 products too, as in the forward pass
         if kernel is not None:
             grad_mixed = x_t.new_empty(width, rows, size)  # d loss / d LN input, per slot
             d_mixeds, verticals = grad_mixed.unbind(0), gates[1]
@@ -416,8 +424,10 @@ class _SlotChain(torch.autograd.Function):
                     grad_belows[k],
                     grad_normeds[k],
                     d_mixeds[k],
-                    grad_seconds[k],
+                    grad_seconds[k] if gemm_in_state_dtype else target[0],
                 )
+                if not gemm_in_state_dtype:
+                    grad_seconds[k].copy_(target[0])
             else:
                 if carry is None:
                     grad_belows[k].copy_(grad_outs[k])
@@ -451,7 +461,7 @@ class _SlotChain(torch.autograd.Function):
                 d_hidden = torch.mm(grad_seconds[k], weight_second_gemm)  # (rows, 4H)
             else:
                 d_hidden = packed[2].mm(grad_seconds[k])
-            if kernel is not None:
+            if kernel is not None and gemm_in_state_dtype:
                 kernel.relu_backward(d_hidden, hidden_k[k], hidden_scale, grad_firsts[k])
             else:
                 torch.ops.aten.threshold_backward.grad_input(
@@ -463,6 +473,8 @@ class _SlotChain(torch.autograd.Function):
                 d_left = torch.mm(grad_firsts[k], weight_left_gemm)  # (rows, H)
             else:
                 d_left = packed[3].mm(grad_firsts[k])
+            if kernel is not None:  # the kernel reads it in the state's precision
+                d_left = d_left.to(x_t.dtype)
             if kernel is None:  # the kernel adds this into the next slot's pass itself
                 carry = _left_carry(d_mixed, vertical, d_left, left_mask)
         if kernel is not None:  # what the first slot sends back to x_t through its left input
