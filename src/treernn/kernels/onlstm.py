@@ -648,9 +648,9 @@ def _probe_loop(
         return step, 3 * flops
     arguments = (gates, weight, state, state, None, chunk_size, False, backend, kernel)
 
-    def forward() -> None:
+    def forward():
         with torch.autocast(device.type, enabled=False):
-            _fast_forward(*arguments, product_dtype)
+            return _fast_forward(*arguments, product_dtype)
 
     return forward, flops
 
