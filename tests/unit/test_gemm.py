@@ -435,3 +435,19 @@ def test_a_model_can_have_its_own_loop_timed(fresh_choices, monkeypatch) -> None
     assert sorted(stored.values()) == ["bfloat16", "float32"]
     assert all("bf16-mixed Model loop" in key for key in stored)
     assert gemm._PROBED[gemm._precision_key(4, 5, 7, " Model loop")] == "no bf16 kernel"
+
+
+def test_products_are_timed_with_autocast_off() -> None:
+    """A probe asked inside a bf16-mixed forward times an fp32 candidate in fp32: under autocast
+    aten's mm ran in bf16, and on an Intel Xeon with AMX that kept aten as the fastest fp32
+    backend and fp32 products that bf16 beat 3-5 times. A run that asks for bf16 gets it."""
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    seen = {"float32": set(), "bfloat16": set()}
+    products = {
+        "float32": lambda: seen["float32"].add(torch.mm(a, b).dtype),
+        "bfloat16": lambda: seen["bfloat16"].add(torch.mm(a.bfloat16(), b.bfloat16()).dtype),
+    }
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        gemm.time_in_turns(products, 1e9)
+        assert torch.mm(a, b).dtype == torch.bfloat16  # autocast is on around the probe
+    assert seen == {"float32": {torch.float32}, "bfloat16": {torch.bfloat16}}

@@ -221,11 +221,17 @@ def cpu_name(cpuinfo: str) -> str:
     )
 
 
+#: the probes' revision, part of every kept choice's key: a choice kept by a probe since found
+#: wrong is probed again, not reused (2: probes ran under the caller's autocast, see
+#: :func:`time_in_turns`)
+PROBES_REVISION = 2
+
+
 def _machine_key(batch, in_features, out_features, dtype, threads, device_type="cpu") -> str:
     machine = _cpu_model() if device_type == "cpu" else _accelerator_model(device_type)
     return (
         f"{machine} | {batch}x{in_features}x{out_features} {_dtype_name(dtype)} | "
-        f"{threads} threads | torch {torch.__version__}"
+        f"{threads} threads | torch {torch.__version__} | probes {PROBES_REVISION}"
     )
 
 
@@ -293,11 +299,18 @@ def time_in_turns(
     """Seconds per call of each product: rounds taken in turn, best round kept (so that load from
     other processes hits them alike), after one warm-up call each (first-call set-up, caches).
     With ``give_up``, a product whose warm-up call takes over ``give_up`` times the first's is
-    timed by that call alone (a bf16 product 50-100x slower than fp32 is not worth more rounds)."""
+    timed by that call alone (a bf16 product 50-100x slower than fp32 is not worth more rounds).
+
+    The products run with autocast off: a probe is often first asked inside a bf16-mixed forward,
+    where autocast would run an fp32 candidate that goes through torch (aten's ``mm``) in bf16.
+    On an Intel Xeon with AMX that made aten the "fastest fp32 backend" at many shapes and
+    fp32 "as fast as bf16" (498 against 496 GFLOP/s at (1024 x 400) @ (400 x 4830), where
+    fp32 runs at 250-260 and bf16 at 420-835), so the probes kept fp32 products that bf16 beat
+    3-5 times. A run that wants bf16 asks for it (a bf16 dtype, or autocast inside the run)."""
     # about 2 ms a round at 20 GFLOP/s, at least 2 products
     calls = max(2, min(50, int(4e7 / flops)))
     first = {}
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast(device.type, enabled=False):
         for name, product in products.items():
             product()  # set-up
             _synchronize(device)
