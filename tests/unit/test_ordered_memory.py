@@ -630,11 +630,12 @@ def test_bf16_autocast_trains_and_stays_close_to_fp32(monkeypatch, chain_path):
         assert reference(x, mask).hidden.dtype == torch.float32
 
 
-def test_off_the_cpu_precision_is_probed_on_the_recurrences_own_loop(monkeypatch):
-    """Off the CPU (a GPU) the products' precision is decided by timing the recurrence's fast
-    path itself, fp32 against bf16 products (a product faster alone made an H100's training
-    step slower): both loops run it with their dtype, forward and backward in training, without
-    dropout, drawing nothing from the run's random streams and leaving ``.grad`` alone."""
+def test_precision_is_probed_on_the_recurrences_own_loop(monkeypatch):
+    """The products' precision is decided by timing the recurrence's fast path itself, fp32
+    against bf16 products (a product faster alone made an H100's training step slower, and an
+    AMX Xeon's logic update 0.6-0.7x fp32): both loops run it with their dtype, forward and
+    backward in training, without dropout, drawing nothing from the run's random streams and
+    leaving ``.grad`` alone; the encoder asks with its loop, training or inference, on the CPU."""
     torch.manual_seed(0)
     recurrence = OrderedMemoryRecurrence(6, 8, dropout=0.1, memory_dropout=0.2).train()
     seen = []
@@ -675,6 +676,12 @@ def test_off_the_cpu_precision_is_probed_on_the_recurrences_own_loop(monkeypatch
         ("cell and projections", None),
     ]
     assert asked[0][:4] == (3, 32, 32, x.device)
+    asked.clear()
+    encoder = OrderedMemoryEncoder(6, 8, memory_slots=4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        encoder(torch.randn(3, 5, 6))
+    assert [args[5] for args in asked] == ["cell and projections, training"]
+    assert callable(asked[0][6])  # the encoder's own loop
 
 
 def test_bf16_autocast_keeps_fp32_products_without_bf16_kernels(monkeypatch):

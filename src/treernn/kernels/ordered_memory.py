@@ -84,10 +84,10 @@ from treernn.kernels.ordered_memory_chain import (  # noqa: F401 (tests patch th
 def product_dtype(x: Tensor, hidden_size: int, runs=None) -> torch.dtype | None:
     """The dtype of the recurrence's matrix products: bf16 under ``torch.autocast`` with bf16
     (bf16-mixed) where a probe finds that faster on this machine at the cell's largest product,
-    (B, 4H) x (4H, 4H) (:func:`gemm.product_dtype`), or, given ``runs`` (off the CPU: the
-    recurrence's own loop in both precisions, ``OrderedMemoryRecurrence.precision_runs``), where
-    that loop runs faster in bf16; None (the state's dtype) otherwise. Call it while autocast, if
-    any, is still on."""
+    (B, 4H) x (4H, 4H) (:func:`gemm.product_dtype`), or, given ``runs`` (what the encoder
+    gives: the recurrence's own loop in both precisions,
+    ``OrderedMemoryRecurrence.precision_runs``), where that loop runs faster in bf16; None (the
+    state's dtype) otherwise. Call it while autocast, if any, is still on."""
     width = 4 * hidden_size
     product = "cell and projections"
     if runs is not None:
