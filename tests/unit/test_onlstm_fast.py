@@ -722,11 +722,11 @@ def test_the_precision_probe_times_both_recurrences(extension, monkeypatch) -> N
 @pytest.mark.parametrize("training", [True, False])
 def test_the_probe_loops_run_inside_a_bf16_autocast_forward(extension, monkeypatch, training):
     """A probe may be asked inside a bf16-mixed forward (the placement's, on a machine with no kept
-    choice): its loop runs with autocast off, as the layer runs it. With autocast on, the
+    choice): its loops are timed with autocast off, as the layer runs them. With autocast on, the
     training loop's backward products came out bf16 and the compiled step refused its fp32 state
     ("state must be a CPU tensor of dtype Float"), crashing a first bf16-mixed run."""
     monkeypatch.setenv(gemm.ENV_VAR, "aten")  # no backend probe: the loop itself is under test
-    loops, _ = onlstm_kernel._own_loops(3, 8, 4, torch.device("cpu"), training)
+    loops, flops = onlstm_kernel._own_loops(3, 8, 4, torch.device("cpu"), training)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        for loop in loops.values():
-            loop()
+        seconds = gemm.time_in_turns(loops, flops)
+    assert sorted(seconds) == sorted(loops)

@@ -624,10 +624,10 @@ def _probe_loop(
     """A forward loop of :data:`PROBE_STEPS` steps on random data (a closure) and its FLOPs;
     ``training``: the recurrence's autograd node forward and backward (the gradients of the
     inputs and of the weight: three products per step's worth of FLOPs). The data come from a
-    generator of their own: probing draws nothing from the run's random streams. The loop runs
-    with autocast off, as the layer runs it: a probe may be asked inside a bf16-mixed forward
-    (the placement's, on a machine with no kept choice), where autocast would make the backward
-    pass's products bf16 and the compiled step refuse their state."""
+    generator of their own: probing draws nothing from the run's random streams. The probes
+    time it through :func:`gemm.time_in_turns`, with autocast off, as the layer runs it (a probe
+    asked inside a bf16-mixed forward would otherwise run the backward pass's products in bf16,
+    and the compiled step refuse their state)."""
     num_gates = gate_count(hidden, chunk_size)
     generator = torch.Generator().manual_seed(0)
     gates = torch.randn(PROBE_STEPS, batch, num_gates, generator=generator).to(device)
@@ -639,7 +639,7 @@ def _probe_loop(
         weight.requires_grad_(True)
 
         def step() -> None:
-            with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+            with torch.enable_grad():
                 outputs = ONLSTMRecurrence.apply(
                     gates, weight, state, state, None, chunk_size, backend, product_dtype
                 )[0]
@@ -647,12 +647,7 @@ def _probe_loop(
 
         return step, 3 * flops
     arguments = (gates, weight, state, state, None, chunk_size, False, backend, kernel)
-
-    def forward():
-        with torch.autocast(device.type, enabled=False):
-            return _fast_forward(*arguments, product_dtype)
-
-    return forward, flops
+    return functools.partial(_fast_forward, *arguments, product_dtype), flops
 
 
 def precision_runs(
