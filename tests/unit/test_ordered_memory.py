@@ -632,33 +632,42 @@ def test_bf16_autocast_trains_and_stays_close_to_fp32(monkeypatch, chain_path):
 
 def test_precision_is_probed_on_the_recurrences_own_loop(monkeypatch):
     """The products' precision is decided by timing the recurrence's fast path itself, fp32
-    against bf16 products (a product faster alone made an H100's training step slower, and an
-    AMX Xeon's logic update 0.6-0.7x fp32): both loops run it with their dtype, forward and
-    backward in training, without dropout, drawing nothing from the run's random streams and
-    leaving ``.grad`` alone; the encoder asks with its loop, training or inference, on the CPU."""
+    against bf16 products (a product faster alone made an H100's training step slower, and a
+    loop of full rows chose bf16 where an AMX Xeon's logic update ran at 0.85x fp32): both loops
+    run it with their dtype on rows of the batch's lengths (scaled to the probe's 16 tokens),
+    forward and backward in training, with the module's dropout there, drawing nothing from the
+    run's random streams and leaving ``.grad`` alone; the encoder asks with its loop, training or
+    inference, on the CPU."""
     torch.manual_seed(0)
-    recurrence = OrderedMemoryRecurrence(6, 8, dropout=0.1, memory_dropout=0.2).train()
+    recurrence = OrderedMemoryRecurrence(6, 8, dropout=0.1, memory_dropout=0.2)
     seen = []
     fused = om_encoder.fused_ordered_memory
 
     def spy(x, mask, state, weights, masks, dtype, *rest):
-        seen.append((dtype, masks.query is None and masks.cell_input is None, x.shape))
+        dropout = masks.query is not None and masks.cell_input is not None
+        seen.append((dtype, dropout, x.shape, mask.sum(1).tolist()))
         out = fused(x, mask, state, weights, masks, dtype, *rest)
         seen[-1] += (out[0].requires_grad,)
         return out
 
     monkeypatch.setattr(om_encoder, "fused_ordered_memory", spy)
     state = torch.get_rng_state()
-    for training in (True, False):
-        loops, flops = recurrence.precision_runs(3, 5, training, torch.device("cpu"))
-        assert flops == 2.0 * 3 * om_encoder.PROBE_STEPS * 32 * 32 * (3 if training else 1)
+    steps = om_encoder.PROBE_STEPS
+    assert steps == 16
+    # the batch's lengths (of 40 tokens) scaled to 16 tokens, rounded up; a short batch as it is
+    batches = [([40, 27, 13, 1], 40, [16, 11, 6, 1]), ([7, 3, 5], 7, [7, 3, 5])]
+    for training, (lengths, tokens, expected) in zip((True, False), batches, strict=True):
+        recurrence.train(training)
+        mask = torch.arange(tokens)[None] < torch.tensor(lengths)[:, None]
+        loops, flops = recurrence.precision_runs(mask, 5, training, torch.device("cpu"))
+        assert flops == 2.0 * sum(expected) * 32 * 32 * (3 if training else 1)
         with torch.no_grad():  # as gemm.time_in_turns calls them
             loops["float32"]()
             loops["bfloat16"]()
-        shape = (3, om_encoder.PROBE_STEPS, 6)
+        shape = (len(lengths), min(tokens, steps), 6)
         assert seen[-2:] == [
-            (None, True, shape, training),
-            (torch.bfloat16, True, shape, training),
+            (None, training, shape, expected, training),
+            (torch.bfloat16, training, shape, expected, training),
         ]
     assert torch.equal(state, torch.get_rng_state())
     assert all(parameter.grad is None for parameter in recurrence.parameters())
@@ -740,3 +749,55 @@ def test_slot_chain_operands_pack_only_where_a_packed_gemm_runs(monkeypatch):
         usable = name in gemm.candidates(torch.device("cpu"), torch.float32) and name != "aten"
         assert (packed is not None) == usable
         assert om_kernel.slot_chain_operands(*weights, torch.float64, batch=4)[-1] is None
+
+
+@pytest.mark.parametrize(
+    ("padding_side", "padding_mode"),
+    [("right", "invariant"), ("left", "invariant"), ("left", "authors_left")],
+)
+def test_steps_on_rows_rounded_up_to_a_multiple_give_the_same_pass(
+    padding_side, padding_mode, monkeypatch, chain_path
+):
+    """Where products run on oneDNN a step computes its active rows rounded up to a multiple
+    (row_multiple), the extra rows' results dropped: outputs, final state and every gradient are
+    the ones of the exact row counts, in training with dropout."""
+    fused, _ = fused_and_reference(
+        padding_side=padding_side, padding_mode=padding_mode, memory_slots=4
+    )
+    lengths = torch.tensor([[9], [6], [2], [1], [8], [5], [3]])
+    positions = torch.arange(9)[None]
+    mask = positions < lengths if padding_side == "right" else positions >= 9 - lengths
+    x = torch.randn(7, 9, 5, dtype=torch.float64)
+    chain_rows = []
+
+    def recording_chain(x_t, *args, **kwargs):
+        chain_rows.append(x_t.size(0))
+        return slot_chain(x_t, *args, **kwargs)
+
+    monkeypatch.setattr(om_kernel, "slot_chain", recording_chain)
+    passes = {}
+    for multiple in (1, 3):
+        monkeypatch.setattr(om_kernel, "row_multiple", lambda *args, m=multiple: m)
+        chain_rows.clear()
+        passes[multiple] = run_with_gradients(fused.train(), x, mask, seed=3)
+        rows = set(chain_rows)
+        if multiple == 1:
+            assert rows & {1, 2, 4, 5}, rows  # row counts that are no multiple of 3
+        else:  # multiples of 3, or the whole batch
+            assert rows <= {3, 6, 7} and rows != {7}, rows
+    assert_same_pass(passes[1], passes[3])
+
+
+def test_rows_are_rounded_up_where_the_products_run_on_onednn(monkeypatch):
+    cpu, weights = torch.device("cpu"), (torch.randn(24, 6), torch.randn(24, 24), torch.randn(24))
+    monkeypatch.setenv(gemm.ENV_VAR, "aten")
+    on_aten = om_kernel.slot_chain_operands(*weights, torch.float32, batch=4)
+    assert om_kernel.row_multiple(cpu, None, on_aten) == 1  # fp32 on aten (MKL's sgemm)
+    assert om_kernel.row_multiple(cpu, torch.bfloat16, on_aten) == om_kernel.ROW_MULTIPLE == 16
+    assert om_kernel.row_multiple(torch.device("cuda"), torch.bfloat16, on_aten) == 1
+    for name in ("mkl", "onednn", "treernn"):
+        if name in gemm.candidates(cpu, torch.float32):
+            monkeypatch.setenv(gemm.ENV_VAR, name)
+            operands = om_kernel.slot_chain_operands(*weights, torch.float32, batch=4)
+            expected = 16 if name == "onednn" else 1
+            assert om_kernel.row_multiple(cpu, None, operands) == expected, name

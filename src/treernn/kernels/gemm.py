@@ -223,8 +223,9 @@ def cpu_name(cpuinfo: str) -> str:
 
 #: the probes' revision, part of every kept choice's key: a choice kept by a probe since found
 #: wrong is probed again, not reused (2: probes ran under the caller's autocast, see
-#: :func:`time_in_turns`)
-PROBES_REVISION = 2
+#: :func:`time_in_turns`; 3: Ordered Memory's loop was probed with full rows only, see
+#: ``OrderedMemoryRecurrence.precision_runs``)
+PROBES_REVISION = 3
 
 
 def _machine_key(batch, in_features, out_features, dtype, threads, device_type="cpu") -> str:

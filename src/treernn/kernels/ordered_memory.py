@@ -207,6 +207,7 @@ def _scheduled_forward(
     # (REFERENCE.md, ON-LSTM "Speed"): split once with unbind instead.
     projected_steps, query_steps = projected.unbind(1), queries.unbind(1)  # T x (B, H)
     pointer, memory, candidate = state.cumulative_pointer, state.memory, state.candidate
+    multiple = row_multiple(x.device, gemm_dtype, operands)
     outputs, attentions = [], []
     for t in range(steps):
         active = schedule.active[t]  # rows [0, active) read a token at step t
@@ -214,55 +215,55 @@ def _scheduled_forward(
             outputs.append(x.new_zeros(batch_size, hidden_size))
             attentions.append(x.new_zeros(batch_size, num_slots))
             continue
-        x_t = projected_steps[t][:active]  # (active, H)
         window = schedule.window[t]  # slots [N - window, N) can be pointed at
         if window > 1:  # fewer where the mask of eq. (10) is below the threshold for every row
             window = _reachable_window(pointer[:active, num_slots - window + 1 :], MASK_THRESHOLD)
         window_start = num_slots - window
+        # the step computes `rows` >= active rows (see row_multiple) and keeps the first active
+        rows = active if window == 0 else min(batch_size, -(-active // multiple) * multiple)
+        x_t = projected_steps[t][:rows]  # (rows, H)
         if window == 0:  # every active row is at its first token: cp = 0, rcp = 1
             new_pointer = x.new_zeros(active, num_slots)
             new_memory = candidate[:active]
             new_candidate = x_t.unsqueeze(1).expand(active, num_slots, hidden_size)
             attention = x.new_zeros(active, num_slots)
             output = x_t
-        else:
-            previous = candidate[:active, window_start:]  # (active, window, H) M_hat_{t-1}
-            keys = previous if key_mask is None else previous * key_mask[:active]
+        else:  # on `rows` rows: (active, ...) below reads (rows, ...) where rows > active
+            previous = candidate[:rows, window_start:]  # (active, window, H) M_hat_{t-1}
+            keys = previous if key_mask is None else previous * key_mask[:rows]
             keys = _layer_norm(
                 _linear(keys, weights.key_weight, weights.key_bias, key_weight_gemm),
                 weights.key_norm,
             )  # (active, window, H)
-            features = F.relu(query_steps[t][:active].unsqueeze(1) + keys)  # (active, window, H)
+            features = F.relu(query_steps[t][:rows].unsqueeze(1) + keys)  # (active, window, H)
             if score_mask is not None:
-                features = features * score_mask[:active]
+                features = features * score_mask[:rows]
             scores = F.linear(features, weights.score_weight, weights.score_bias).squeeze(
                 -1
             ) / math.sqrt(hidden_size)  # (active, window)
             allowed = torch.cat(  # cp_{t-1}^{i+1}, with cp^N = 1 (eq. 10)
-                [pointer[:active, window_start + 1 :], x.new_ones(active, 1)], dim=1
+                [pointer[:rows, window_start + 1 :], x.new_ones(rows, 1)], dim=1
             )
             attention = masked_attention(scores, allowed)  # (active, window) p_t
             cumulative = attention.cumsum(dim=1)  # cp_t, eq. (3)
             # rcp_t = 1 - sum_{j < i} p^j (eq. 4); written so that it is exactly 1 below p
             reverse_cumulative = 1.0 - cumulative + attention
             if schedule.has_first[t]:
-                first = schedule.first[:active, t, None]  # (active, 1)
+                first = schedule.first[:rows, t, None]  # (active, 1)
                 attention = attention.masked_fill(first, 0.0)
                 cumulative = cumulative.masked_fill(first, 0.0)
                 reverse_cumulative = reverse_cumulative.masked_fill(first, 1.0)
             # eq. (5); slots below the window are never read before being overwritten
             erase = reverse_cumulative.unsqueeze(-1)  # (active, window, 1)
-            memory_window = memory[:active, window_start:] * (1.0 - erase) + previous * erase
+            memory_window = memory[:rows, window_start:] * (1.0 - erase) + previous * erase
             # eqs. (6)-(7) slot by slot; the cell's first layer on M_t for all slots at once
-            right = (
-                memory_window if right_mask is None else memory_window * right_mask[:active, None]
-            )
+            right = memory_window if right_mask is None else memory_window * right_mask[:rows, None]
             # slot-major, so that each slot's rows are contiguous for addmm
             right_projected = _linear(  # bf16 under bf16-mixed, like autocast's
                 right.transpose(0, 1), weight_right, first_bias, right_weight_gemm, True
             )  # (window, active, 4H)
-            step_hidden_mask = None if hidden_mask is None else hidden_mask[:active]
-            step_left_mask = None if left_mask is None else left_mask[:active]
+            step_hidden_mask = None if hidden_mask is None else hidden_mask[:rows]
+            step_left_mask = None if left_mask is None else left_mask[:rows]
             slots = slot_chain(
                 x_t,
                 memory_window,
@@ -279,6 +280,13 @@ def _scheduled_forward(
                 operands,
                 overwrite_right=True,  # right_projected is read nowhere else
             )
+            if rows > active:  # the extra rows' results are dropped (no gradient reaches them)
+                slots, cumulative, memory_window = (
+                    slots[:active],
+                    cumulative[:active],
+                    memory_window[:active],
+                )
+                attention, x_t = attention[:active], x_t[:active]
             output = slots[:, -1]  # slots (active, window, H); the output is the last, (active, H)
             if window_start == 0:  # the window is the whole memory: nothing to copy around it
                 new_pointer, new_memory, new_candidate = cumulative, memory_window, slots
@@ -305,6 +313,32 @@ def _scheduled_forward(
     attention = torch.stack(attentions, dim=1) if steps else x.new_zeros(batch_size, 0, num_slots)
     final = OrderedMemoryState(pointer, memory, candidate, state.tokens_seen + lengths[order])
     return hidden[inverse], attention[inverse], final.index_select(inverse)
+
+
+#: where each new product shape builds a kernel, a step computes its rows in multiples of this
+ROW_MULTIPLE = 16
+
+
+def row_multiple(device: torch.device, gemm_dtype: torch.dtype | None, operands: tuple) -> int:
+    """How many rows a step computes in multiples of: :data:`ROW_MULTIPLE` where the step's
+    products run on oneDNN (bf16 products on the CPU, or the slot chain's ``onednn`` backend),
+    else 1 (every step exactly its ``active`` rows).
+
+    oneDNN builds (JIT-compiles) a kernel for each new product shape, about 1-3 ms on an Intel
+    Xeon with AMX, and keeps the last 1,024 it built. A step's row count is the number of rows
+    still reading a token, so products of ``active`` rows and weight gradients over
+    ``active * window`` rows came in new shapes all through a run: 70-150 new shapes an update in
+    the logic preset, 160-240 ms of its update, and bf16-mixed ran at 0.4-0.6x fp32. Rounded up
+    to a multiple of 16 the shapes are few and come back (the extra rows are computed and
+    dropped; they cost at most 15 rows a step). MKL, the ``treernn`` backend and GPUs' libraries
+    build nothing per shape."""
+    if device.type != "cpu":
+        return 1
+    packed = operands[-1]
+    on_onednn = gemm_dtype == torch.bfloat16 or (
+        packed is not None and packed[0].backend == "onednn"
+    )
+    return ROW_MULTIPLE if on_onednn else 1
 
 
 def _reachable_window(mask_pointer: Tensor, threshold: float) -> int:
