@@ -45,6 +45,14 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "onlstm-paper": ("ON-LSTM LM, paper size", ["experiment=onlstm/onlstm_ptb"]),
     "lstm-paper": ("AWD-LSTM LM, paper size", ["experiment=onlstm/lstm_ptb"]),
     "om-logic-paper": ("Ordered Memory, logic, paper size", ["experiment=om/ordered_memory_logic"]),
+    "ld-treelstm": (
+        "LdTreeLSTM, UD English-EWT, small preset",
+        ["experiment=tdlstm/ld_treelstm_ewt_small"],
+    ),
+    "tree-lstm-listops": (
+        "Tree-LSTM on gold trees, ListOps, small preset",
+        ["experiment=om/tree_lstm_listops_small"],
+    ),
 }
 PRECISIONS = ("32-true", "bf16-mixed")
 
