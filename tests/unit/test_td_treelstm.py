@@ -128,3 +128,43 @@ def test_missing_tree_and_unknown_impl_are_clear_errors():
         TopDownTreeLSTM(input_size=2, hidden_size=2)(torch.zeros(1, 2, 2))
     with pytest.raises(ValueError, match="impl='batched'"):  # the spelling before issue 27
         TopDownTreeLSTM(input_size=2, hidden_size=2, impl="batched")
+
+
+def test_bf16_autocast_runs_fp32_where_the_encoders_own_probe_says_bf16_does_not_pay(monkeypatch):
+    """Under bf16-mixed the encoder asks gemm.product_dtype with its own forward and backward on
+    the batch being read (encoders.base.in_decided_precision); where bf16 does not pay it runs
+    exactly as with precision=32, else its LSTM cells follow autocast."""
+    from treernn.kernels import gemm
+
+    vocab, _ = build_vocabulary([w for tree in SMALL_TREES for w in tree.words], unk_threshold=0)
+    batch = collate_trees([encode_tree(tree, vocab) for tree in SMALL_TREES])
+    torch.manual_seed(0)
+    encoder = LdTreeLSTM(input_size=4, hidden_size=3, num_layers=2, dropout=0.3)
+    x = torch.randn(*batch.tokens.shape, 4)
+    asked = []
+
+    def decide(rows, in_features, out_features, device, model_name, product, runs):
+        loops, flops = runs()
+        assert set(loops) == {"float32", "bfloat16"} and flops > 0
+        rng = torch.get_rng_state()
+        with torch.no_grad():  # as gemm.time_in_turns calls them
+            for loop in loops.values():
+                loop()
+        assert torch.equal(rng, torch.get_rng_state())
+        asked.append((rows, in_features, model_name, product))
+        return None if pays is False else torch.bfloat16
+
+    monkeypatch.setattr(gemm, "product_dtype", decide)
+    for pays in (False, True):
+        torch.manual_seed(1)
+        expected = encoder(x, batch.mask, tree=batch.tree).hidden
+        torch.manual_seed(1)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = encoder(x, batch.mask, tree=batch.tree).hidden
+        if pays is False:
+            torch.testing.assert_close(hidden, expected, atol=0, rtol=0)
+        else:  # bf16 products: close to fp32, not equal
+            assert not torch.equal(hidden, expected)
+            torch.testing.assert_close(hidden.float(), expected, atol=0.05, rtol=0.05)
+    assert all(parameter.grad is None for parameter in encoder.parameters())
+    assert asked == [(len(SMALL_TREES), 3, "LdTreeLSTM", "encoder, training")] * 2

@@ -332,3 +332,48 @@ def test_bad_calls_say_what_to_do(encoder_class):
     assert (
         model.input_view == "constituency_tree" and model.output_size == 4 and model.input_size == 3
     )
+
+
+# ---------------------------------------------------------------- bf16-mixed
+
+
+@pytest.mark.parametrize("encoder_class", ENCODERS)
+def test_bf16_autocast_runs_fp32_where_the_encoders_own_probe_says_bf16_does_not_pay(
+    encoder_class, monkeypatch
+):
+    """Under bf16-mixed a tree encoder asks gemm.product_dtype with its own forward (and
+    backward, in training) on the batch being read, in fp32 and under bf16 autocast; where bf16
+    does not pay it runs exactly as with precision=32, else it follows autocast."""
+    from treernn.kernels import gemm
+
+    torch.manual_seed(0)
+    model = encoder_class(input_size=3, hidden_size=8, dropout=0.3)
+    x = torch.randn(2, 4, 3)
+    tree = TreeBatch.from_trees([((0, 1), (2, 3)), (0, (1, (2, 3)))])
+    asked, dtypes = [], []
+
+    def decide(batch, in_features, out_features, device, model_name, product, runs):
+        loops, flops = runs()
+        assert set(loops) == {"float32", "bfloat16"} and flops > 0
+        rng = torch.get_rng_state()
+        with torch.no_grad():  # as gemm.time_in_turns calls them
+            for loop in loops.values():
+                loop()
+        assert torch.equal(rng, torch.get_rng_state())  # the probe draws nothing of the run's
+        asked.append((batch, in_features, out_features, model_name, product))
+        return None if pays is False else torch.bfloat16
+
+    monkeypatch.setattr(gemm, "product_dtype", decide)
+    for pays in (False, True):
+        torch.manual_seed(1)
+        expected = model(x, tree=tree).pooled
+        torch.manual_seed(1)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            pooled = model(x, tree=tree).pooled
+        dtypes.append(pooled.dtype)
+        if pays is False:
+            torch.testing.assert_close(pooled, expected, atol=0, rtol=0)
+    assert all(parameter.grad is None for parameter in model.parameters())
+    name = encoder_class.__name__
+    assert asked == [(2, 8, 8, name, "tree, training")] * 2
+    assert dtypes == [torch.float32, torch.bfloat16]

@@ -7,12 +7,16 @@ Hydra, no config objects. Tasks own embeddings, decoders and losses; encoders ow
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
+import torch
 from torch import Tensor, nn
 
 from treernn.errors import ConfigValueError
+from treernn.kernels import gemm
 
 #: What an encoder reads besides the embedded tokens (see ``Encoder.input_view``).
 InputView = Literal["tokens", "constituency_tree", "dependency_tree"]
@@ -111,6 +115,68 @@ def last_real_step(hidden: Tensor, mask: Tensor | None) -> Tensor:
     lengths = mask.long().sum(1).clamp(min=1)  # (B,)
     index = (lengths - 1).view(-1, 1, 1).expand(-1, 1, hidden.size(-1))
     return hidden.gather(1, index).squeeze(1)
+
+
+def in_decided_precision(
+    module: nn.Module,
+    encode: Callable[[Tensor], EncoderOutput],
+    x: Tensor,
+    width: int,
+    flops: Callable[[], float],
+    product: str = "encoder",
+) -> EncoderOutput:
+    """``encode(x)``, under bf16-mixed only where bf16 pays for this encoder here.
+
+    For encoders whose products follow autocast (plain torch modules), under a bf16 autocast:
+    :func:`gemm.product_dtype` times ``encode`` on the batch being read, in fp32 and under bf16
+    autocast, forward and (in training) backward to ``module``'s parameters, and where bf16 is
+    not at least 10% faster the encoder runs as with precision=32 (autocast off, fp32 input;
+    logged once). Their row counts (a tree level's nodes, a batch's words) change from batch to
+    batch, so a product timed alone does not tell: on an Intel Xeon with AMX the Tree-LSTM's
+    ListOps update ran at 0.49x fp32 in bf16. The decision is kept per (batch, ``width``) like the
+    GEMM backends'; ``flops()`` (about one forward's products) is for the log line only."""
+    if not gemm.bf16_requested(x.device):
+        return encode(x)
+    training = torch.is_grad_enabled()
+    label = f"{product}, {'training' if training else 'inference'}"
+    runs = partial(_autocast_runs, module, encode, x, training, flops)
+    name = type(module).__name__
+    if gemm.product_dtype(x.size(0), width, width, x.device, name, label, runs) is not None:
+        return encode(x)
+    with torch.autocast(x.device.type, enabled=False):
+        return encode(x.float())
+
+
+def _autocast_runs(
+    module: nn.Module,
+    encode: Callable[[Tensor], EncoderOutput],
+    x: Tensor,
+    training: bool,
+    flops: Callable[[], float],
+) -> tuple[dict[str, Callable[[], None]], float]:
+    """The two runs :func:`in_decided_precision` times: dropout masks drawn with the caller's
+    random state restored afterwards, gradients returned rather than accumulated in ``.grad``;
+    no bf16 run on a CPU without oneDNN's bf16 kernels."""
+    inputs = x.detach()
+    parameters = [p for p in module.parameters() if p.requires_grad]
+    device = x.device
+    accelerators = [] if device.type != "cuda" else [device.index or 0]
+
+    def run(bf16: bool) -> None:
+        with (
+            torch.random.fork_rng(devices=accelerators),
+            torch.set_grad_enabled(training),
+            torch.autocast(device.type, torch.bfloat16, enabled=bf16),
+        ):
+            out = encode(inputs)
+            if training and parameters:
+                loss = out.hidden.float().sum() + out.pooled.float().sum()
+                torch.autograd.grad(loss, parameters, allow_unused=True)
+
+    loops = {"float32": partial(run, False)}
+    if device.type != "cpu" or gemm.onednn_available(torch.bfloat16):
+        loops["bfloat16"] = partial(run, True)
+    return loops, flops() * (3 if training else 1)
 
 
 def check_dropout(name: str, p: float) -> None:

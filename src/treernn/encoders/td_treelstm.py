@@ -30,6 +30,7 @@ Parameters are initialised uniformly in [-0.1, 0.1] as in the paper.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Literal
 
 import torch
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from treernn.encoders.base import Encoder, EncoderOutput, check_dropout
+from treernn.encoders.base import Encoder, EncoderOutput, check_dropout, in_decided_precision
 from treernn.encoders.top_down_tree import RIGHT, TopDownTree
 from treernn.errors import ConfigValueError
 from treernn.kernels.td_treelstm import LayerStates, batched_forward, lstm_cell
@@ -207,6 +208,15 @@ class TopDownTreeLSTM(Encoder):
             mask = torch.ones(batch, width, dtype=torch.bool, device=x.device)
         if not bool(mask[:, 0].all()):
             raise ValueError("every row needs ROOT at step 0 (mask[:, 0] must be True)")
+        encode = partial(self._encode, mask=mask, tree=tree)
+        width = self.hidden_sizes[0]
+        return in_decided_precision(self, encode, x, width, partial(self._flops, mask))
+
+    def _flops(self, mask: Tensor) -> float:
+        """About the products of one forward: each word through one LSTM a layer, (2H x 4H)."""
+        return 2.0 * float(mask.sum()) * sum(8 * size**2 for size in self.hidden_sizes)
+
+    def _encode(self, x: Tensor, mask: Tensor, tree: TopDownTree) -> EncoderOutput:
         if self.impl == "fast":
             layer_outputs = batched_forward(
                 x,

@@ -40,12 +40,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from treernn.encoders.base import Encoder, EncoderOutput, check_dropout
+from treernn.encoders.base import Encoder, EncoderOutput, check_dropout, in_decided_precision
 from treernn.errors import ConfigValueError
 
 Tree = Any  # int | str | tuple[Tree, ...]
@@ -407,8 +408,21 @@ class TreeEncoder(Encoder):
                 f"{name}: the padding mask and the trees' leaves disagree; build the TreeBatch "
                 "with the batch's lengths and padding side"
             )
+        encode = partial(self._encode, tree=tree)
+        return in_decided_precision(
+            self, encode, x, self.hidden_size, partial(_flops, self, tree), "tree"
+        )
+
+    def _encode(self, x: Tensor, tree: TreeBatch) -> EncoderOutput:
+        batch, length, _ = x.shape
         leaf_states = self.embed_leaves(x.reshape(batch * length, -1))  # (B*T, S)
         root = self.node_output(compose_bottom_up(leaf_states, tree, self.compose))  # (B, H)
         leaf_outputs = self.node_output(leaf_states).view(batch, length, -1)
         hidden = self.projection(leaf_outputs) * tree.leaf_mask.unsqueeze(-1)  # (B, T, H_out)
         return EncoderOutput(hidden=hidden, pooled=self.projection(root))
+
+
+def _flops(encoder: TreeEncoder, tree: TreeBatch) -> float:
+    """About a tree encoder's products on ``tree``: one (2H x 4H) product per node."""
+    nodes = 2.0 * float(tree.leaf_mask.sum())
+    return 2.0 * nodes * 2 * encoder.hidden_size * 4 * encoder.hidden_size
