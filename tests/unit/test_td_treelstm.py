@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.fixtures.dependency import FIGURE_2_HEADS, FIGURE_2_WORDS
+from tests.fixtures.precision import OwnLoopDecision
 from treernn.data.dependency import DependencyTree, build_vocabulary, collate_trees, encode_tree
 from treernn.encoders.td_treelstm import LdTreeLSTM, TopDownTreeLSTM
 
@@ -141,21 +142,10 @@ def test_bf16_autocast_runs_fp32_where_the_encoders_own_probe_says_bf16_does_not
     torch.manual_seed(0)
     encoder = LdTreeLSTM(input_size=4, hidden_size=3, num_layers=2, dropout=0.3)
     x = torch.randn(*batch.tokens.shape, 4)
-    asked = []
-
-    def decide(rows, in_features, out_features, device, model_name, product, runs):
-        loops, flops = runs()
-        assert set(loops) == {"float32", "bfloat16"} and flops > 0
-        rng = torch.get_rng_state()
-        with torch.no_grad():  # as gemm.time_in_turns calls them
-            for loop in loops.values():
-                loop()
-        assert torch.equal(rng, torch.get_rng_state())
-        asked.append((rows, in_features, model_name, product))
-        return None if pays is False else torch.bfloat16
-
+    decide = OwnLoopDecision()
     monkeypatch.setattr(gemm, "product_dtype", decide)
     for pays in (False, True):
+        decide.pays = pays
         torch.manual_seed(1)
         expected = encoder(x, batch.mask, tree=batch.tree).hidden
         torch.manual_seed(1)
@@ -167,4 +157,4 @@ def test_bf16_autocast_runs_fp32_where_the_encoders_own_probe_says_bf16_does_not
             assert not torch.equal(hidden, expected)
             torch.testing.assert_close(hidden.float(), expected, atol=0.05, rtol=0.05)
     assert all(parameter.grad is None for parameter in encoder.parameters())
-    assert asked == [(len(SMALL_TREES), 3, "LdTreeLSTM", "encoder, training")] * 2
+    assert decide.asked == [(len(SMALL_TREES), 3, 3, "LdTreeLSTM", "encoder, training")] * 2

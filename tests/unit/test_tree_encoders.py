@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.fixtures.precision import OwnLoopDecision
 from treernn.encoders.grc_tree import GRCTreeEncoder
 from treernn.encoders.tree_batch import TreeBatch
 from treernn.encoders.tree_lstm import TreeLSTMEncoder
@@ -350,21 +351,10 @@ def test_bf16_autocast_runs_fp32_where_the_encoders_own_probe_says_bf16_does_not
     model = encoder_class(input_size=3, hidden_size=8, dropout=0.3)
     x = torch.randn(2, 4, 3)
     tree = TreeBatch.from_trees([((0, 1), (2, 3)), (0, (1, (2, 3)))])
-    asked, dtypes = [], []
-
-    def decide(batch, in_features, out_features, device, model_name, product, runs):
-        loops, flops = runs()
-        assert set(loops) == {"float32", "bfloat16"} and flops > 0
-        rng = torch.get_rng_state()
-        with torch.no_grad():  # as gemm.time_in_turns calls them
-            for loop in loops.values():
-                loop()
-        assert torch.equal(rng, torch.get_rng_state())  # the probe draws nothing of the run's
-        asked.append((batch, in_features, out_features, model_name, product))
-        return None if pays is False else torch.bfloat16
-
+    decide, dtypes = OwnLoopDecision(), []
     monkeypatch.setattr(gemm, "product_dtype", decide)
     for pays in (False, True):
+        decide.pays = pays
         torch.manual_seed(1)
         expected = model(x, tree=tree).pooled
         torch.manual_seed(1)
@@ -375,5 +365,5 @@ def test_bf16_autocast_runs_fp32_where_the_encoders_own_probe_says_bf16_does_not
             torch.testing.assert_close(pooled, expected, atol=0, rtol=0)
     assert all(parameter.grad is None for parameter in model.parameters())
     name = encoder_class.__name__
-    assert asked == [(2, 8, 8, name, "tree, training")] * 2
+    assert decide.asked == [(2, 8, 8, name, "tree, training")] * 2
     assert dtypes == [torch.float32, torch.bfloat16]
