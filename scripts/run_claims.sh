@@ -40,6 +40,12 @@
 # (the recipe converges over hundreds of epochs, a GPU's job), so the rule may keep them undecided.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# This checkout's code: with treernn installed editable (pip install -e) from another checkout,
+# `python train.py` in a worktree imported that checkout's src/, so code changes there reached
+# the running sweep (seen 2026-11-29).
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+# Finished jobs are kept in (and restored from) $RESULTS: point TREERNN_RESULTS_DIR at the main
+# checkout's results/ when this worktree's commit predates the jobs kept there.
 RESULTS=${TREERNN_RESULTS_DIR:-results}
 archive() {  # sweep dir, copy dir
     [[ -f $1/multirun.yaml ]] && python -m treernn sweep archive "$1" "$2" | tail -n 2
