@@ -7,6 +7,7 @@ Hydra, no config objects. Tasks own embeddings, decoders and losses; encoders ow
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -147,6 +148,15 @@ def in_decided_precision(
         return encode(x.float())
 
 
+def random_state_kept(device: torch.device) -> contextlib.AbstractContextManager:
+    """Restores, on leaving, the random streams that dropout on ``device`` draws from (the
+    CPU's, and the current or given GPU's): a precision probe draws nothing from the run's."""
+    accelerators = []
+    if device.type == "cuda":
+        accelerators.append(torch.cuda.current_device() if device.index is None else device.index)
+    return torch.random.fork_rng(devices=accelerators)
+
+
 def _autocast_runs(
     module: nn.Module,
     encode: Callable[[Tensor], EncoderOutput],
@@ -160,11 +170,10 @@ def _autocast_runs(
     inputs = x.detach()
     parameters = [p for p in module.parameters() if p.requires_grad]
     device = x.device
-    accelerators = [] if device.type != "cuda" else [device.index or 0]
 
     def run(bf16: bool) -> None:
         with (
-            torch.random.fork_rng(devices=accelerators),
+            random_state_kept(device),
             torch.set_grad_enabled(training),
             torch.autocast(device.type, torch.bfloat16, enabled=bf16),
         ):

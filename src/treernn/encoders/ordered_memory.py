@@ -87,7 +87,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from treernn.encoders.base import Encoder, EncoderOutput, EvalStage, TreeSignal, check_dropout
+from treernn.encoders.base import (
+    Encoder,
+    EncoderOutput,
+    EvalStage,
+    TreeSignal,
+    check_dropout,
+    random_state_kept,
+)
 from treernn.encoders.ordered_memory_state import (
     OrderedMemoryMasks,
     OrderedMemoryState,
@@ -305,14 +312,10 @@ class OrderedMemoryRecurrence(nn.Module):
         x = torch.randn(size, generator=generator).to(device)
         mask = (torch.arange(steps)[None] < lengths[:, None]).to(device)
         parameters = [p for p in self.parameters() if p.requires_grad]
-        accelerators = []  # the random streams that the dropout masks draw from, restored after
-        if device.type == "cuda":
-            index = device.index
-            accelerators.append(torch.cuda.current_device() if index is None else index)
 
         def run(dtype: torch.dtype | None) -> None:
             with (
-                torch.random.fork_rng(devices=accelerators),
+                random_state_kept(device),
                 torch.set_grad_enabled(training),
                 torch.autocast(device.type, enabled=False),
             ):
