@@ -340,7 +340,9 @@ def cpu_description() -> str:
     treernn = (
         "not built"
         if kernels is None
-        else isa + (" and AVX512-BF16" if kernels.bf16_pairs() else "")
+        else isa
+        + (" and AVX512-BF16" if kernels.bf16_pairs() else "")
+        + (" (bf16 products on AMX tiles)" if kernels.amx() else "")
     )
     return (
         f"CPU {gemm.cpu_name(cpuinfo.read_text()) if cpuinfo.exists() else model}, "
@@ -513,7 +515,7 @@ def precision_summary(args: argparse.Namespace, device: torch.device) -> None:
     if onlstm_projected.DECISIONS:
         print(
             "ON-LSTM layers whose projection runs inside the step loop (above) keep it there "
-            "under bf16-mixed\n(with treernn's bf16 kernels: AVX512-BF16), their loop's "
+            "under bf16-mixed\n(with treernn's bf16 kernels: AMX or AVX512-BF16), their loop's "
             "precision decided once per mode\n(shape (B x D+H) @ (D+H x G)); other layers "
             "decide their two products apart."
         )

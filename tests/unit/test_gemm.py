@@ -375,22 +375,37 @@ def test_every_copy_of_the_treernn_products_equals_matmul(isa: str, dtype) -> No
         )
 
 
-def test_treernn_bf16_products_are_float32_sums_of_bf16_operands() -> None:
-    """AVX512-BF16 pairs: the products of the operands rounded to bf16, summed in float32."""
+@pytest.mark.parametrize("copy", ["AMX", "AVX512-BF16"])
+def test_treernn_bf16_products_are_float32_sums_of_bf16_operands(copy: str) -> None:
+    """Both copies of the bf16 products (AMX's tiles, where the CPU has them, and AVX512-BF16's
+    pairs): the products of the operands rounded to bf16, summed in float32. The shapes give AMX
+    partial row blocks (1-15 rows, 17-31, beyond 32), depths below, at and beyond its 32-wide
+    blocks with a remainder (and an odd K: a padded pair), an odd number of panels and a partial
+    last one, with and without the added term."""
     kernels = gemm.packed_kernels()
     if kernels is None or not kernels.bf16_pairs():
         pytest.skip("no AVX512-BF16 on this CPU")
+    if copy == "AMX" and not kernels.amx():
+        pytest.skip("no AMX tiles on this CPU")
+    shapes = [(1, 1, 1), (3, 5, 7), (20, 41, 97), (16, 64, 48), (37, 97, 40), (70, 200, 33)]
     generator = torch.Generator().manual_seed(1)
-    for rows, depth, outputs in [(1, 1, 1), (3, 5, 7), (20, 41, 97)]:  # odd K: a padded pair
-        weight = torch.randn(outputs, depth, generator=generator)
-        x = torch.randn(rows, depth, generator=generator)
-        added = torch.randn(rows, outputs, generator=generator)
-        rounded = x.bfloat16().double() @ weight.bfloat16().double().t()
-        result = kernels.linear(x, kernels.pack(weight, True), outputs, added)
-        assert result.dtype == torch.float32
-        torch.testing.assert_close(result.double(), added.double() + rounded, rtol=1e-5, atol=1e-5)
-        linear = gemm.PackedLinear(weight, rows, "treernn", torch.bfloat16)
-        torch.testing.assert_close(linear.mm(x).double(), rounded, rtol=1e-5, atol=1e-5)
+    before = kernels.set_amx(copy == "AMX")
+    try:
+        for rows, depth, outputs in shapes:
+            weight = torch.randn(outputs, depth, generator=generator)
+            x = torch.randn(rows, depth, generator=generator)
+            added = torch.randn(rows, outputs, generator=generator)
+            rounded = x.bfloat16().double() @ weight.bfloat16().double().t()
+            result = kernels.linear(x, kernels.pack(weight, True), outputs, added)
+            assert result.dtype == torch.float32
+            expected = added.double() + rounded
+            torch.testing.assert_close(result.double(), expected, rtol=1e-5, atol=1e-5)
+            linear = gemm.PackedLinear(weight, rows, "treernn", torch.bfloat16)
+            torch.testing.assert_close(linear.mm(x).double(), rounded, rtol=1e-5, atol=1e-5)
+            unrounded = x.double() @ weight.double().t()  # bf16 ran: far from the exact products
+            assert (result.double() - added.double() - unrounded).abs().max() > 1e-4
+    finally:
+        kernels.set_amx(before)
 
 
 def test_a_probe_under_load_is_not_kept(fresh_choices, monkeypatch, caplog) -> None:

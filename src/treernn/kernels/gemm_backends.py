@@ -51,7 +51,7 @@ def packed_kernels() -> ModuleType | None:
 
 def treernn_available(dtype: torch.dtype) -> bool:
     """Whether the ``treernn`` backend runs products in ``dtype`` here: float32 and float64
-    wherever it builds, bf16 on CPUs with AVX512-BF16."""
+    wherever it builds, bf16 on CPUs with AVX512-BF16 (on AMX's tiles where the CPU has them)."""
     if dtype not in (torch.float32, torch.float64, torch.bfloat16):
         return False
     kernels = packed_kernels()

@@ -319,9 +319,10 @@ def in_loop_bf16(
 ) -> bool:
     """Whether the loop with the projection inside it runs its products in bf16: both products
     asked in bf16 (under bf16-mixed, where the probes found bf16 faster), float32 inputs, and
-    ``treernn``'s bf16 kernels on this CPU (AVX512-BF16). Its products then read the bf16
-    weight and the states and inputs rounded to bf16, with float32 sums, as the separate
-    projection's and the recurrence's bf16 products do; everything else stays float32."""
+    ``treernn``'s bf16 kernels on this CPU (AVX512-BF16; AMX's tiles where it has them). Its
+    products then read the bf16 weight and the states and inputs rounded to bf16, with float32
+    sums, as the separate projection's and the recurrence's bf16 products do; everything else
+    stays float32."""
     return (
         projection_dtype == torch.bfloat16
         and product_dtype == torch.bfloat16

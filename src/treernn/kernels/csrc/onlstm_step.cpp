@@ -1112,6 +1112,9 @@ void backward_sequence(const at::Tensor& packed_t, const at::Tensor& activations
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("amx", &cpu_has_amx, "whether the bf16 products can run on AMX's tiles here");
+  m.def("set_amx", &set_amx, "bf16 products on AMX (True, the default, where the CPU has it) or "
+        "AVX512-BF16; returns the previous setting", pybind11::arg("allowed"));
   m.doc() = "The fused elementwise work of one ON-LSTM step (treernn.kernels.onlstm).";
   m.def("forward_step", &forward_step, "One step's elementwise forward work, in place.",
         pybind11::arg("act"), pybind11::arg("product"), pybind11::arg("added"),

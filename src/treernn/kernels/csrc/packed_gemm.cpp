@@ -1,7 +1,8 @@
 // The ``treernn`` GEMM backend of treernn/kernels/gemm.py: a weight packed once into panels
 // (``pack``) and products C = added + A @ W^T of small batches against it (``linear``), with the
-// micro-kernels of packed_gemm.h (AVX-512, AVX-512 BF16, AVX2 + FMA, or portable C++, chosen at
-// run time). Panels are split over torch's threads (at::parallel_for, compiled with OpenMP).
+// micro-kernels of packed_gemm.h (bf16: AMX tiles or AVX-512 BF16; float32 and float64: AVX-512,
+// AVX2 + FMA or portable C++; chosen at run time). Panels are split over torch's threads
+// (at::parallel_for, compiled with OpenMP).
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -92,6 +93,9 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_outpu
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("amx", &cpu_has_amx, "whether the bf16 products can run on AMX's tiles here");
+  m.def("set_amx", &set_amx, "bf16 products on AMX (True, the default, where the CPU has it) or "
+        "AVX512-BF16; returns the previous setting", pybind11::arg("allowed"));
   m.doc() = "Packed-panel products of small batches (treernn.kernels.gemm, backend treernn).";
   m.def("pack", &pack, pybind11::arg("weight"), pybind11::arg("bf16"));
   m.def("linear", &linear, pybind11::arg("x"), pybind11::arg("packed"),

@@ -14,8 +14,10 @@
 // as pairs too: B rows of K2 32-bit words (zero-padded to even K). Sums run over k in order within
 // each output, in float32 (float64 for float64), so results do not depend on the thread count.
 //
-// Instruction sets are chosen at run time (``detected_isa``); the build itself stays portable
-// (no -march=native), and ``isa`` arguments force a lower one (the tests run every copy).
+// bf16 products run on AMX's tiles where the CPU has them and Linux grants them (``use_amx``;
+// the same layouts are AMX's A and B tiles), else on AVX512-BF16. Instruction sets are chosen at
+// run time (``detected_isa``); the build itself stays portable (no -march=native), and ``isa``
+// arguments (bf16: ``set_amx``) force a lower one (the tests run every copy).
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -34,6 +36,11 @@
 #define TREERNN_AVX512_BF16 \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
 #define TREERNN_AVX2 __attribute__((target("avx2,fma")))
+#define TREERNN_AMX_BF16                                                                  \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma,amx-tile," \
+                        "amx-bf16")))
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace {
@@ -64,6 +71,39 @@ bool cpu_has_bf16_pairs() {
 #else
   return false;
 #endif
+}
+
+// Whether this CPU has AMX's bf16 tiles (amx-tile, amx-bf16) and Linux lets this process use
+// them (XTILEDATA is granted per process on request; oneDNN asks the same way). Asked once.
+bool cpu_has_amx() {
+#ifdef TREERNN_X86_KERNELS
+  static const bool has = [] {
+    if (!cpu_has_bf16_pairs() || !__builtin_cpu_supports("amx-tile") ||
+        !__builtin_cpu_supports("amx-bf16"))
+      return false;
+    constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;  // arch_prctl, asm/prctl.h
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+// Whether the bf16 products use AMX where the CPU has it (set_amx turns it off, for the tests
+// and the benchmarks: the AVX512-BF16 tiles then run). One flag per extension.
+bool& amx_allowed() {
+  static bool allowed = true;
+  return allowed;
+}
+
+bool use_amx() { return amx_allowed() && cpu_has_amx(); }
+
+// set_amx(allowed): returns the previous setting.
+bool set_amx(bool allowed) {
+  const bool before = amx_allowed();
+  amx_allowed() = allowed;
+  return before;
 }
 
 // ``requested`` (kIsaAuto: the detected one), never above what the CPU has.
@@ -324,6 +364,96 @@ void product_avx512_bf16(const Product<uint32_t, uint32_t, float>& m, int64_t p0
   product_in_tiles(m, p0, p1, tiles);
 }
 
+// ---- AMX, bf16 pairs: blocks of up to 32 rows x 2 panels in four 16 x 16 float32 tiles ---------
+//
+// The packed panels are already AMX's B layout: a panel's rows of 16 pairs (64 bytes) for k pairs
+// k2, k2 + 1, ... are 64 bytes apart, so 16 of them are one B tile; 16 pairs of 16 rows of A (rows
+// lda words apart) are one A tile. Tiles: 0-3 the sums (row blocks 0 and 1 x panels p and p + 1),
+// 4-5 A (row blocks 0 and 1), 6-7 B (panels p and p + 1). The last depth % 16 pairs, the added
+// term and the masked stores run in the epilogue on AVX512-BF16, from the sums stored to a buffer.
+// Sums in float32 as the AVX512-BF16 tiles' (another order within each 32-k block).
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+TREERNN_AMX_BF16 void amx_block(const Product<uint32_t, uint32_t, float>& m, int64_t row,
+                                int64_t rows0, int64_t rows1, int64_t p0, int64_t p1) {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) config.colsb[t] = 64;
+  config.rows[0] = config.rows[1] = config.rows[4] = static_cast<uint8_t>(rows0);
+  config.rows[2] = config.rows[3] = config.rows[5] = static_cast<uint8_t>(rows1);
+  if (rows1 == 0) config.colsb[2] = config.colsb[3] = config.colsb[5] = 0;
+  config.rows[6] = config.rows[7] = 16;
+  _tile_loadconfig(&config);
+  const int64_t panels = panels_of(m.n_outputs);
+  const int64_t blocks = m.depth / 16, rest = blocks * 16;
+  const int64_t stride = m.lda * 4;
+  const uint32_t* a0 = m.a + row * m.lda;
+  const uint32_t* a1 = a0 + 16 * m.lda;
+  alignas(64) float sums[4][16 * 16];
+  for (int64_t p = p0; p < p1; p += 2) {
+    const bool two = p + 1 < std::min(p1, panels);
+    const uint32_t* w0 = m.packed + p * m.depth * kPanel;
+    const uint32_t* w1 = two ? w0 + m.depth * kPanel : w0;
+    _tile_zero(0);
+    _tile_zero(1);
+    if (rows1) {
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      _tile_loadd(4, a0 + b * 16, stride);
+      _tile_loadd(6, w0 + b * 16 * kPanel, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      if (two) {
+        _tile_loadd(7, w1 + b * 16 * kPanel, 64);
+        _tile_dpbf16ps(1, 4, 7);
+      }
+      if (rows1) {
+        _tile_loadd(5, a1 + b * 16, stride);
+        _tile_dpbf16ps(2, 5, 6);
+        if (two) _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+    _tile_stored(0, sums[0], 64);
+    if (two) _tile_stored(1, sums[1], 64);
+    if (rows1) {
+      _tile_stored(2, sums[2], 64);
+      if (two) _tile_stored(3, sums[3], 64);
+    }
+    for (int q = 0; q < (two ? 2 : 1); ++q) {
+      const uint32_t* w = q ? w1 : w0;
+      const int64_t col = (p + q) * kPanel;
+      const __mmask16 mask = tail_mask(m.n_outputs - col);
+      for (int64_t r = 0; r < rows0 + rows1; ++r) {
+        const int64_t block = r < rows0 ? 0 : 1, in_block = r < rows0 ? r : r - rows0;
+        __m512 acc = _mm512_load_ps(sums[2 * block + q] + in_block * 16);
+        const uint32_t* a = m.a + (row + r) * m.lda;
+        for (int64_t k = rest; k < m.depth; ++k)
+          acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32(static_cast<int>(a[k])),
+                                 (__m512bh)_mm512_loadu_si512(w + k * kPanel));
+        if (m.added != nullptr)
+          acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, m.added + (row + r) * m.ld_added + col));
+        _mm512_mask_storeu_ps(m.c + (row + r) * m.ldc + col, mask, acc);
+      }
+    }
+  }
+  _tile_release();
+}
+
+void product_amx_bf16(const Product<uint32_t, uint32_t, float>& m, int64_t p0, int64_t p1) {
+  for (int64_t row = 0; row < m.rows; row += 32) {
+    const int64_t rows = std::min<int64_t>(32, m.rows - row);
+    const int64_t rows0 = std::min<int64_t>(16, rows);
+    amx_block(m, row, rows0, rows - rows0, p0, p1);
+  }
+}
+
 // ---- AVX2 + FMA, float32: tiles of R rows x 1 panel (2 x 8 lanes, 2R accumulators) -----------
 
 template <int R>
@@ -383,9 +513,11 @@ void product_panels(const Product<T, T, T>& m, int64_t p0, int64_t p1, int64_t i
   product_scalar(m, p0, p1);
 }
 
-// Panels [p0, p1) of a bf16 product (callers check cpu_has_bf16_pairs first).
+// Panels [p0, p1) of a bf16 product (callers check cpu_has_bf16_pairs first): on AMX's tiles
+// where the CPU has them (use_amx), else on AVX512-BF16.
 void product_panels_bf16(const Product<uint32_t, uint32_t, float>& m, int64_t p0, int64_t p1) {
 #ifdef TREERNN_X86_KERNELS
+  if (use_amx()) return product_amx_bf16(m, p0, p1);
   product_avx512_bf16(m, p0, p1);
 #endif
 }
