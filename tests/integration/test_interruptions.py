@@ -125,6 +125,25 @@ def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_exact(
         assert rates[:4] == ["0.001", "0.001", "0.001", "0.0005"]
 
 
+def test_a_signal_just_before_a_validation_stops_after_it_and_resumes_exactly(
+    tmp_path, uninterrupted
+):
+    """SIGTERM in the update after which the validation at 40 is due: the run validates first and
+    stops after update 41. Saved at 40, before that validation, it resumed past it without running
+    it (Lightning's restarted loop counts it as done): one validation fewer in the CSV and one
+    plateau observation fewer, the learning rate then halved a validation late (a SLURM requeue
+    test saw it once in a hundred requeues)."""
+    stopped = run_cli([*PLATEAU, f"paths.log_dir={tmp_path}", *_signal_at(40, "SIGTERM")])
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "interrupted by SIGTERM at epoch 2, step 41" in stopped.stderr
+    (run_dir,) = _run_dirs(tmp_path, "logic", "lstm")
+    assert checkpoints.inspect_checkpoint(run_dir / "checkpoints" / "last.ckpt").global_step == 41
+    resumed = run_cli([*PLATEAU, f"paths.log_dir={tmp_path}", "ckpt_path=last"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _metrics(run_dir) == _metrics(uninterrupted["plateau"])
+    assert _csv(run_dir) == _csv(uninterrupted["plateau"])
+
+
 @pytest.mark.parametrize(
     ("setting", "step", "checkpoint_step"),
     [("ptb", 16, 14), ("logic", 33, 30)],  # after the end of epoch 1 / the validation at 30

@@ -28,6 +28,16 @@ def ends_epoch(trainer: Trainer) -> bool:
     return last_step or bool(trainer.is_last_batch)
 
 
+def validates_after(trainer: Trainer) -> bool:
+    """True where a validation runs right after this training batch (Lightning's own test, asked
+    at the batch's end). A checkpoint taken there, before that validation, resumes past it:
+    Lightning's restarted loop counts the validation as done and never runs it (the run then has
+    one validation fewer, and its plateau scheduler one observation fewer, than without the
+    stop)."""
+    loop = trainer.fit_loop
+    return bool(loop.epoch_loop._should_check_val_fx(loop._data_fetcher))
+
+
 def validates_by_epochs(trainer: Trainer) -> bool:
     """True when validation runs at the end of epochs (not every N updates)."""
     return trainer.check_val_every_n_epoch is not None and trainer.val_check_interval == 1.0

@@ -12,6 +12,11 @@
   checkpoint. A requeue signal that arrives while the job is still setting up is remembered
   (:func:`install_immediate_handlers`) and acted on after the first batch.
 
+A signal is acted on at a batch's end, but not at the end of an epoch or of a batch after which a
+validation is due: that validation runs first and the run stops after the next batch (saved
+before a due validation, the run would resume past it without running it; Lightning's restarted
+loop counts it as done).
+
 Lightning would act on a signal where it lands: Ctrl-C mid-step ends in ``sys.exit(1)`` with no
 checkpoint, SIGTERM exits with status 0, and its requeue handler saves in the middle of an
 optimizer step. Here a signal only sets a flag; the save happens where the weights, the loop
@@ -28,7 +33,7 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from treernn.callbacks.checkpoint import LastCheckpoint, ends_epoch
+from treernn.callbacks.checkpoint import LastCheckpoint, ends_epoch, validates_after
 from treernn.errors import RunInterrupted
 
 log = logging.getLogger("treernn")
@@ -97,6 +102,7 @@ class GracefulStop(Callback):
         self.requeue_signal = requeue_signal
         self.job_id = job_id
         self.pending: int | None = None  # the signal that asked to stop
+        self._waited_for_validation = False
         self._previous: dict[int, Any] = {}
 
     # ---------------------------------------------------------------------------- handlers
@@ -140,6 +146,12 @@ class GracefulStop(Callback):
         self._restore()
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, error: BaseException):
+        if isinstance(error, Requeued):
+            # SLURM answers the requeue with SIGTERM, which may come after this: keep ignoring
+            # it. Lightning's handler, put back here, passed it on to the set-up stage's handler
+            # and the requeued attempt ended recorded as "interrupted by SIGTERM".
+            for signum in STOP_SIGNALS:
+                self._previous.pop(signum, None)
         self._restore()
 
     # ---------------------------------------------------------------------------- stopping
@@ -151,6 +163,12 @@ class GracefulStop(Callback):
         if ends_epoch(trainer):
             # the epoch's validation and checkpoints come after this batch: let them run and
             # stop after the next batch (or, if training ends here, before testing: treernn.run)
+            return
+        if validates_after(trainer) and not self._waited_for_validation:
+            # saved before the validation due after this batch, the run would resume past it
+            # without running it: let it run and stop after the next batch (once: a run that
+            # validates after every update stops there anyway)
+            self._waited_for_validation = True
             return
         pending = torch.tensor(float(self.pending or 0), device=trainer.strategy.root_device)
         signum = int(trainer.strategy.reduce(pending, reduce_op="max"))
