@@ -36,11 +36,18 @@
 #define TREERNN_AVX512_BF16 \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
 #define TREERNN_AVX2 __attribute__((target("avx2,fma")))
+// AMX's tiles: Linux (the process asks for the tile state) and a compiler with AMX intrinsics
+// (GCC 11, clang 12); elsewhere the bf16 products stay on AVX512-BF16 and the rest builds as before
+#if defined(__linux__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+#define TREERNN_AMX_KERNELS 1
 #define TREERNN_AMX_BF16                                                                  \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma,amx-tile," \
                         "amx-bf16")))
+#include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
 #endif
 
 namespace {
@@ -76,10 +83,11 @@ bool cpu_has_bf16_pairs() {
 // Whether this CPU has AMX's bf16 tiles (amx-tile, amx-bf16) and Linux lets this process use
 // them (XTILEDATA is granted per process on request; oneDNN asks the same way). Asked once.
 bool cpu_has_amx() {
-#ifdef TREERNN_X86_KERNELS
+#ifdef TREERNN_AMX_KERNELS
   static const bool has = [] {
-    if (!cpu_has_bf16_pairs() || !__builtin_cpu_supports("amx-tile") ||
-        !__builtin_cpu_supports("amx-bf16"))
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // leaf 7: EDX bit 22 AMX-BF16, 24 AMX-TILE
+    if (!cpu_has_bf16_pairs() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) ||
+        !(edx & (1u << 22)) || !(edx & (1u << 24)))
       return false;
     constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;  // arch_prctl, asm/prctl.h
     return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
@@ -364,6 +372,7 @@ void product_avx512_bf16(const Product<uint32_t, uint32_t, float>& m, int64_t p0
   product_in_tiles(m, p0, p1, tiles);
 }
 
+#ifdef TREERNN_AMX_KERNELS
 // ---- AMX, bf16 pairs: blocks of up to 32 rows x 2 panels in four 16 x 16 float32 tiles ---------
 //
 // The packed panels are already AMX's B layout: a panel's rows of 16 pairs (64 bytes) for k pairs
@@ -453,6 +462,7 @@ void product_amx_bf16(const Product<uint32_t, uint32_t, float>& m, int64_t p0, i
     amx_block(m, row, rows0, rows - rows0, p0, p1);
   }
 }
+#endif  // TREERNN_AMX_KERNELS
 
 // ---- AVX2 + FMA, float32: tiles of R rows x 1 panel (2 x 8 lanes, 2R accumulators) -----------
 
@@ -517,7 +527,9 @@ void product_panels(const Product<T, T, T>& m, int64_t p0, int64_t p1, int64_t i
 // where the CPU has them (use_amx), else on AVX512-BF16.
 void product_panels_bf16(const Product<uint32_t, uint32_t, float>& m, int64_t p0, int64_t p1) {
 #ifdef TREERNN_X86_KERNELS
+#ifdef TREERNN_AMX_KERNELS
   if (use_amx()) return product_amx_bf16(m, p0, p1);
+#endif
   product_avx512_bf16(m, p0, p1);
 #endif
 }
