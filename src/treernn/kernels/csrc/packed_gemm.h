@@ -446,8 +446,10 @@ TREERNN_AMX_BF16 void amx_block(const Product<uint32_t, uint32_t, float>& m, int
         for (int64_t k = rest; k < m.depth; ++k)
           acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32(static_cast<int>(a[k])),
                                  (__m512bh)_mm512_loadu_si512(w + k * kPanel));
-        if (m.added != nullptr)
-          acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, m.added + (row + r) * m.ld_added + col));
+        if (m.added != nullptr) {
+          const float* added = m.added + (row + r) * m.ld_added + col;
+          acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, added));
+        }
         _mm512_mask_storeu_ps(m.c + (row + r) * m.ldc + col, mask, acc);
       }
     }
