@@ -466,3 +466,46 @@ def test_products_are_timed_with_autocast_off() -> None:
         gemm.time_in_turns(products, 1e9)
         assert torch.mm(a, b).dtype == torch.bfloat16  # autocast is on around the probe
     assert seen == {"float32": {torch.float32}, "bfloat16": {torch.bfloat16}}
+
+
+# ----------------------------------------------------------------------------- rounded rows
+def test_rows_are_rounded_under_bf16_autocast_on_the_cpu_only():
+    """16 rows at a time up to 255, then 1/8 of the octave (32 from 256, 256 from 2,048); 1 (no
+    rounding) in fp32 and under fp16 autocast, whose products do not go to oneDNN's bf16."""
+    cpu = torch.device("cpu")
+    rows = (1, 37, 255, 256, 300, 3000)
+    assert [gemm.rounding(r, cpu) for r in rows] == [1] * 6
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert [gemm.rounding(r, cpu) for r in rows] == [16, 16, 16, 32, 32, 256]
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert gemm.rounding(37, cpu) == 1
+
+
+def test_rounded_rows_linear_runs_padded_rows_and_gives_f_linear_numbers(monkeypatch):
+    """Under bf16 autocast the product runs on 35 rows padded to 48 and gives what F.linear gives
+    on the 35 (forward and the three gradients); in fp32 it is F.linear on the rows as they are."""
+    linear, shapes = torch.nn.functional.linear, []
+
+    def recording(x, weight, bias=None):
+        shapes.append(tuple(x.shape))
+        return linear(x, weight, bias)
+
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(5, 7, 6), torch.randn(4, 6), torch.randn(4)
+    for bf16, expected_shape in ((False, (5, 7, 6)), (True, (48, 6))):
+        runs = []
+        for rounded in (False, True):
+            inputs = [t.clone().requires_grad_(True) for t in (x, weight, bias)]
+            shapes.clear()
+            monkeypatch.setattr(torch.nn.functional, "linear", recording if rounded else linear)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                out = gemm.rounded_rows_linear(*inputs) if rounded else linear(*inputs)
+            out.float().square().sum().backward()
+            runs.append((out, [t.grad for t in inputs]))
+            if rounded:
+                assert shapes == [expected_shape]
+        (plain, plain_grads), (padded, padded_grads) = runs
+        assert padded.shape == plain.shape == (5, 7, 4) and padded.dtype == plain.dtype
+        torch.testing.assert_close(padded, plain, atol=0, rtol=0)
+        for got, want in zip(padded_grads, plain_grads, strict=True):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

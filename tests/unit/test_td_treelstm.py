@@ -158,3 +158,52 @@ def test_bf16_autocast_runs_fp32_where_the_encoders_own_probe_says_bf16_does_not
             torch.testing.assert_close(hidden.float(), expected, atol=0.05, rtol=0.05)
     assert all(parameter.grad is None for parameter in encoder.parameters())
     assert decide.asked == [(len(SMALL_TREES), 3, 3, "LdTreeLSTM", "encoder, training")] * 2
+
+
+def test_bf16_level_products_run_on_rounded_rows_with_the_same_results(monkeypatch):
+    """Under bf16 autocast (the encoder's probe answering bf16) every level's products run on
+    row counts rounded up to a multiple of 16 (oneDNN builds a kernel per new shape) and the
+    left-dependent LSTM of Eq. 6 in fp32; outputs and gradients are the unrounded run's."""
+    from treernn.kernels import gemm
+
+    vocab, _ = build_vocabulary([w for tree in SMALL_TREES for w in tree.words], unk_threshold=0)
+    batch = collate_trees([encode_tree(tree, vocab) for tree in SMALL_TREES])
+    torch.manual_seed(0)
+    encoder = LdTreeLSTM(input_size=4, hidden_size=3, num_layers=2).eval()
+    x = torch.randn(*batch.tokens.shape, 4)
+    decide = OwnLoopDecision()
+    decide.pays = True
+    monkeypatch.setattr(gemm, "product_dtype", decide)
+    linear, rows = torch.nn.functional.linear, []
+
+    def recording(inputs, weight, bias=None):
+        if torch.is_autocast_enabled("cpu"):  # not the probe's fp32 loop
+            rows.append(inputs.numel() // inputs.size(-1))
+        return linear(inputs, weight, bias)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", recording)
+    summaries = []  # (packed input, q_K) of each call of Eq. 6's LSTM
+    hook = encoder.left_dependent_lstm.register_forward_hook(
+        lambda module, args, out: summaries.append((args[0], out[1][0].detach()))
+    )
+    runs = []
+    for rounding in (gemm.rounding, lambda count, device: 1):
+        monkeypatch.setattr(gemm, "rounding", rounding)
+        encoder.zero_grad(set_to_none=True)
+        rows.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = encoder(x, batch.mask, tree=batch.tree).hidden
+        hidden.float().square().sum().backward()
+        runs.append((hidden, {n: p.grad for n, p in encoder.named_parameters()}, list(rows)))
+    (rounded, rounded_grads, rounded_rows), (plain, plain_grads, plain_rows) = runs
+    assert rounded_rows and all(count % 16 == 0 for count in rounded_rows)
+    assert any(count % 16 for count in plain_rows)
+    torch.testing.assert_close(rounded, plain, atol=0, rtol=0)
+    hook.remove()
+    assert len(summaries) > 2
+    with torch.no_grad():  # each call (bf16 runs included) gave the fp32 summary exactly
+        for packed, summary in summaries:
+            expected = encoder.left_dependent_lstm(packed)[1][0]
+            torch.testing.assert_close(summary, expected, atol=0, rtol=0)
+    for name, grad in rounded_grads.items():
+        torch.testing.assert_close(grad, plain_grads[name], atol=1e-4, rtol=1e-3, msg=name)

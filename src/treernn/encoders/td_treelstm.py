@@ -30,6 +30,7 @@ Parameters are initialised uniformly in [-0.1, 0.1] as in the paper.
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from typing import Literal
 
@@ -41,6 +42,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 from treernn.encoders.base import Encoder, EncoderOutput, check_dropout, in_decided_precision
 from treernn.encoders.top_down_tree import RIGHT, TopDownTree
 from treernn.errors import ConfigValueError
+from treernn.kernels import gemm
 from treernn.kernels.td_treelstm import LayerStates, batched_forward, lstm_cell
 
 GENERATORS = ("GEN-L", "GEN-R", "GEN-NX-L", "GEN-NX-R")
@@ -133,8 +135,12 @@ class TopDownTreeLSTM(Encoder):
         packed = pack_padded_sequence(
             sequences[rows], lengths[rows].cpu(), batch_first=True, enforce_sorted=False
         )
-        _, (last_hidden, _) = self.left_dependent_lstm(packed)  # (1, N', H_ld)
-        return summary.index_copy(0, rows, last_hidden[0])
+        # fp32 under bf16-mixed on the CPU: a packed sequence's steps have ever fewer rows, and
+        # oneDNN would build a bf16 kernel for each new count (see gemm.rounded_rows_linear)
+        in_fp32 = gemm.autocast_row_multiple(sequences.device) > 1
+        with torch.autocast("cpu", enabled=False) if in_fp32 else contextlib.nullcontext():
+            _, (last_hidden, _) = self.left_dependent_lstm(packed)  # (1, N', H_ld)
+        return summary.index_copy(0, rows, last_hidden[0].to(summary.dtype))
 
     def step(self, edge_type: int, inputs: Tensor, predecessor_state: LayerStates) -> LayerStates:
         """One generation step of LSTM_z for N nodes of one edge type (used by the tree sampler).

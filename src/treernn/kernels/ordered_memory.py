@@ -316,7 +316,7 @@ def _scheduled_forward(
 
 
 #: where each new product shape builds a kernel, a step computes its rows in multiples of this
-ROW_MULTIPLE = 16
+ROW_MULTIPLE = gemm.ROW_MULTIPLE
 
 
 def row_multiple(device: torch.device, gemm_dtype: torch.dtype | None, operands: tuple) -> int:

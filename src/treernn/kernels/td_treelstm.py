@@ -10,6 +10,9 @@ reference. This module computes the same numbers faster:
   fewer kernel launches).
 * The first layer's input projections (and the LdTreeLSTM summaries of Eq. 6) do not depend on the
   recurrence and are computed for all steps beforehand, one product per edge type.
+* Under bf16 autocast on the CPU the products run on rows rounded up to a multiple of 16
+  (:func:`treernn.kernels.gemm.rounded_rows_linear`): a level's node count changes from level to
+  level and batch to batch, and oneDNN would build a kernel for each new count.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from treernn.encoders.top_down_tree import RIGHT, TopDownTree
+from treernn.kernels.gemm import rounded_rows_linear
 
 LayerStates = list[tuple[Tensor, Tensor]]  # per layer (h, c), each (N, H_l)
 
@@ -92,7 +95,7 @@ def batched_forward(
             inputs = torch.cat([inputs, summary], dim=-1)
         cell = cells[edge_type][0]
         first_layer = first_layer.index_copy(
-            0, selected, F.linear(inputs, cell.weight_ih, cell.bias_ih)
+            0, selected, rounded_rows_linear(inputs, cell.weight_ih, cell.bias_ih)
         )
 
     # All four LSTMs' recurrent (and upper-layer input) weights stacked: one product per level
@@ -130,12 +133,12 @@ def batched_forward(
         for layer in range(num_layers):
             hidden_prev = previous[layer][0][predecessor_index]  # (n, H)
             cell_prev = previous[layer][1][predecessor_index]
-            recurrent = own_type(F.linear(hidden_prev, *recurrent_weights[layer]), types)
+            recurrent = own_type(rounded_rows_linear(hidden_prev, *recurrent_weights[layer]), types)
             if layer == 0:
                 pre = first_layer[start:end]
             else:
                 weight, bias = input_weights[layer - 1]
-                pre = own_type(F.linear(dropout(below), weight, bias), types)
+                pre = own_type(rounded_rows_linear(dropout(below), weight, bias), types)
             hidden, memory = lstm_cell(pre + recurrent, cell_prev)
             new_state.append((hidden, memory))
             below = hidden

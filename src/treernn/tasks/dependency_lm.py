@@ -30,6 +30,7 @@ from treernn.data.dependency import DependencyBatch
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.base import Encoder
 from treernn.errors import ConfigValueError
+from treernn.kernels.gemm import rounded_rows_linear
 from treernn.metrics import Perplexity
 from treernn.tasks.base import Task, build_encoder
 
@@ -152,7 +153,8 @@ class DependencyLanguageModel(Task):
     def token_nll(self, batch: DependencyBatch) -> tuple[Tensor, Tensor]:
         """Exact-softmax negative log-likelihood of each word (B, T) and the word mask (B, T)."""
         hidden, targets, mask = self.hidden_and_targets(batch)
-        logits = self.decoder(hidden)  # (B, T, V)
+        # (B, T, V); T changes from batch to batch (rows rounded under bf16, see there)
+        logits = rounded_rows_linear(hidden, self.decoder.weight, self.decoder.bias)
         nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
         return nll * mask, mask
 
