@@ -393,12 +393,12 @@ def autocast_row_multiple(device: torch.device) -> int:
 def rounding(rows: int, device: torch.device) -> int:
     """What :func:`rounded_rows_linear` rounds ``rows`` up to a multiple of: 1 where
     :func:`autocast_row_multiple` is 1; else :data:`ROW_MULTIPLE`, or for more rows 1/8 of
-    the power of two at or below ``rows`` (at most 8 shapes an octave; at most 1/8 of the rows
+    :func:`rows_bucket`'s power of two (at most 8 shapes an octave; at most 1/8 of the rows
     added)."""
     multiple = autocast_row_multiple(device)
     if multiple == 1:
         return 1
-    return max(multiple, (1 << max(0, rows.bit_length() - 1)) // 8)
+    return max(multiple, rows_bucket(rows) // 8)
 
 
 def rounded_rows_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
