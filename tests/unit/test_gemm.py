@@ -347,7 +347,9 @@ ISAS = {"portable C++": 1, "AVX2 + FMA": 2, "AVX-512": 3}
 def test_every_copy_of_the_treernn_products_equals_matmul(isa: str, dtype) -> None:
     """Each instruction-set copy of the micro-kernels (forced; those this CPU lacks skipped) at
     shapes with partial tiles and a partial last panel: added + x @ W^T, written in place or
-    into ``out``, from a contiguous or a transposed weight (the backward pass packs W.T)."""
+    into ``out``, from a contiguous or a transposed weight (the backward pass packs W.T). The
+    AVX-512 copy runs four panels at a time while four are left (1-6 rows a tile), then two:
+    the last six shapes take 1-3 such tiles of every row count, with 0-3 panels left over."""
     kernels = gemm.packed_kernels()
     if kernels is None:
         pytest.fail("the packed_gemm extension did not build")
@@ -355,7 +357,9 @@ def test_every_copy_of_the_treernn_products_equals_matmul(isa: str, dtype) -> No
         pytest.skip(f"this CPU has no {isa}")
     generator = torch.Generator().manual_seed(0)
     tolerance = 1e-5 if dtype == torch.float32 else 1e-12
-    for rows, depth, outputs in [(1, 1, 1), (3, 5, 7), (13, 17, 33), (20, 40, 97), (37, 8, 64)]:
+    shapes = [(1, 1, 1), (3, 5, 7), (13, 17, 33), (20, 40, 97), (37, 8, 64)]
+    shapes += [(1, 5, 64), (2, 11, 130), (3, 6, 80), (4, 7, 70), (6, 9, 64), (17, 20, 200)]
+    for rows, depth, outputs in shapes:
         weight = torch.randn(outputs, depth, generator=generator, dtype=dtype)
         x = torch.randn(rows, depth, generator=generator, dtype=dtype)
         added = torch.randn(rows, outputs, generator=generator, dtype=dtype)

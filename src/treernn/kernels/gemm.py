@@ -227,8 +227,9 @@ def cpu_name(cpuinfo: str) -> str:
 #: :func:`time_in_turns`; 3: Ordered Memory's loop was probed with full rows only, see
 #: ``OrderedMemoryRecurrence.precision_runs``; 4: the ``treernn`` backend's bf16 products run on
 #: AMX's tiles where the CPU has them, 3-6x faster than before there; 5: the level-batched tree
-#: encoders' bf16 products run on rounded rows, :func:`rounded_rows_linear`)
-PROBES_REVISION = 5
+#: encoders' bf16 products run on rounded rows, :func:`rounded_rows_linear`; 6: the ``treernn``
+#: backend's float32 products run four panels at a time, ``tile_quad`` in csrc/packed_gemm.h)
+PROBES_REVISION = 6
 
 
 def _machine_key(batch, in_features, out_features, dtype, threads, device_type="cpu") -> str:
