@@ -293,59 +293,45 @@ TREERNN_AVX512 inline void store_tile(const M& m, int64_t row, int64_t p, bool t
   }
 }
 
-template <int R>
-TREERNN_AVX512 void tile_avx512(const Product<float, float, float>& m, int64_t row, int64_t p,
+// Tiles of R rows x P panels (P = 2, or 4 while four panels are left; PR accumulators); with
+// P = 2 and not ``two`` the second panel reads the first again and its stores are masked off.
+// Per k, P weight loads and R broadcasts for PR FMAs: 4 x 6 issues 0.42 loads an FMA against
+// 0.63 for 2 x 8 (this Xeon's cores, and Zen's, issue at most two FMAs and two to three loads a
+// cycle), and ON-LSTM's one-layer inference loop ran 1.04-1.10x faster with it (Intel Xeon
+// family 6 model 207; docs/recurrence_speed.md, nineteenth session). Every output's sum runs over
+// k in the same order whatever the tile, so all give the same bits.
+constexpr int64_t kQuadRows = 6;
+
+template <int P, int R>
+TREERNN_AVX512 void tile_panels(const Product<float, float, float>& m, int64_t row, int64_t p,
                                 bool two) {
-  __m512 acc0[R], acc1[R];
-  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
-  const float* w0 = m.packed + p * m.depth * kPanel;
-  const float* w1 = two ? w0 + m.depth * kPanel : w0;
+  __m512 acc[P][R];
+  for (int j = 0; j < P; ++j)
+    for (int r = 0; r < R; ++r) acc[j][r] = _mm512_setzero_ps();
+  const float* w = m.packed + p * m.depth * kPanel;
+  const int64_t stride = two ? m.depth * kPanel : 0;  // one panel
   const float* a = m.a + row * m.lda;
   for (int64_t k = 0; k < m.depth; ++k) {
-    const __m512 b0 = _mm512_loadu_ps(w0 + k * kPanel);
-    const __m512 b1 = _mm512_loadu_ps(w1 + k * kPanel);
+    __m512 b[P];
+    for (int j = 0; j < P; ++j) b[j] = _mm512_loadu_ps(w + j * stride + k * kPanel);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       const __m512 x = _mm512_set1_ps(a[r * m.lda + k]);
-      acc0[r] = _mm512_fmadd_ps(x, b0, acc0[r]);
-      acc1[r] = _mm512_fmadd_ps(x, b1, acc1[r]);
+      for (int j = 0; j < P; ++j) acc[j][r] = _mm512_fmadd_ps(x, b[j], acc[j][r]);
     }
   }
-  store_tile<R>(m, row, p, two, acc0, acc1);
+  for (int j = 0; j < P; j += 2) store_tile<R>(m, row, p + j, two, acc[j], acc[j + 1]);
 }
 
-// Tiles of R rows x 4 panels (4R accumulators; R <= kQuadRows) while four panels are left
-// (the last may be partial: its stores are masked): per k, 4 weight loads and R broadcasts for 4R FMAs, 0.42 loads an FMA at R = 6 against
-// 0.63 for 8 rows x 2 panels (this Xeon's cores, and Zen's, issue at most two FMAs and two to
-// three loads a cycle). Every output's sum runs over k in the same order as the 2-panel tiles',
-// so both give the same bits. ON-LSTM's one-layer inference loop ran 1.04-1.10x faster with
-// them (Intel Xeon family 6 model 207; docs/recurrence_speed.md, nineteenth session).
-constexpr int64_t kQuadRows = 6;
+template <int R>
+TREERNN_AVX512 void tile_avx512(const Product<float, float, float>& m, int64_t row, int64_t p,
+                                bool two) {
+  tile_panels<2, R>(m, row, p, two);
+}
 
 template <int R>
 TREERNN_AVX512 void tile_quad(const Product<float, float, float>& m, int64_t row, int64_t p) {
-  __m512 acc[4][R];
-  for (int j = 0; j < 4; ++j)
-    for (int r = 0; r < R; ++r) acc[j][r] = _mm512_setzero_ps();
-  const int64_t stride = m.depth * kPanel;  // one panel
-  const float* w = m.packed + p * stride;
-  const float* a = m.a + row * m.lda;
-  for (int64_t k = 0; k < m.depth; ++k) {
-    const __m512 b0 = _mm512_loadu_ps(w + k * kPanel);
-    const __m512 b1 = _mm512_loadu_ps(w + stride + k * kPanel);
-    const __m512 b2 = _mm512_loadu_ps(w + 2 * stride + k * kPanel);
-    const __m512 b3 = _mm512_loadu_ps(w + 3 * stride + k * kPanel);
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const __m512 x = _mm512_set1_ps(a[r * m.lda + k]);
-      acc[0][r] = _mm512_fmadd_ps(x, b0, acc[0][r]);
-      acc[1][r] = _mm512_fmadd_ps(x, b1, acc[1][r]);
-      acc[2][r] = _mm512_fmadd_ps(x, b2, acc[2][r]);
-      acc[3][r] = _mm512_fmadd_ps(x, b3, acc[3][r]);
-    }
-  }
-  store_tile<R>(m, row, p, true, acc[0], acc[1]);
-  store_tile<R>(m, row, p + 2, true, acc[2], acc[3]);
+  tile_panels<4, R>(m, row, p, true);
 }
 
 // The same over bf16 pairs (vdpbf16ps: two products per float32 lane), float32 results.
