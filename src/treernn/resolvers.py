@@ -1,6 +1,7 @@
 """How a run's and a sweep's directories are named, and the resolvers the configs use for it
-(``${run_dir_name:}``, ``${sweep_dir_name:}``, ``${rank_zero_only:...}``, ``${pid:}``, the SLURM
-task counts): what Hydra needs before it composes a config.
+(``${run_dir_name:}``, ``${sweep_dir_name:}``, ``${rank_zero_only:...}``,
+``${unless_finished:...}``, ``${pid:}``, the SLURM task counts): what Hydra needs before it
+composes a config.
 
 Nothing here imports torch or Lightning, so that ``train.py`` registers these and lets Hydra
 compose (and reject a wrong choice or key, in about a second) before the heavy imports of a run
@@ -103,8 +104,9 @@ def sweep_dir_name(*, _root_: Any = None) -> str:
 
 def register_resolvers() -> None:
     """The resolvers the configs use: ``${run_dir_name:}``, ``${sweep_dir_name:}``, ``${pid:}``,
-    the SLURM task counts, and ``${rank_zero_only:value,otherwise}`` for Hydra's own files; call
-    before Hydra composes a config."""
+    the SLURM task counts, and ``${rank_zero_only:value,otherwise}`` and
+    ``${unless_finished:value,run_dir,otherwise}`` for Hydra's own files; call before Hydra
+    composes a config."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("run_dir_name"):
@@ -121,6 +123,18 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver(
             "rank_zero_only", lambda value, otherwise=None: value if is_rank_zero() else otherwise
         )
+    if not OmegaConf.has_resolver("unless_finished"):
+        OmegaConf.register_new_resolver("unless_finished", unless_finished)
+
+
+def unless_finished(value: Any, run_dir: str, otherwise: Any = None) -> Any:
+    """``value`` in rank 0 of a run that has not finished, else ``otherwise``: Hydra's own files
+    (``.hydra/``, ``train.log``) of a finished job stay as that job wrote them when a resumed
+    sweep passes over it (the job is skipped; Hydra would otherwise rewrite its composed config
+    with this invocation's paths and append to its log), and other DDP ranks write none."""
+    from treernn.runs import is_finished
+
+    return value if is_rank_zero() and not is_finished(Path(run_dir)) else otherwise
 
 
 def slurm_tasks_per_node(devices: Any) -> int:

@@ -50,6 +50,14 @@ def read_status(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
+def is_finished(run_dir: Path) -> bool:
+    """The run in ``run_dir`` finished: its record says so and its final metrics are there."""
+    return (
+        read_status(run_dir).get("status") == "finished"
+        and (Path(run_dir) / "metrics.json").is_file()
+    )
+
+
 def write_status(run_dir: Path, **fields: Any) -> dict[str, Any]:
     """Update ``status.json``: written atomically (a temporary file beside it, then a rename).
 

@@ -101,9 +101,8 @@ def plan_job(job_dir: Path, overrides: list[str], follower: bool = False) -> Job
             "a second time"
         )
     status = record.get("status")
-    metrics_file = Path(job_dir) / "metrics.json"
-    if status == "finished" and metrics_file.is_file():
-        return JobPlan("skip", metrics=json.loads(metrics_file.read_text()))
+    if runs.is_finished(job_dir):
+        return JobPlan("skip", metrics=json.loads((Path(job_dir) / "metrics.json").read_text()))
     if status in RESUMABLE:
         info, _ = runs.newest_complete_checkpoint(job_dir)
         if info is not None:

@@ -30,6 +30,13 @@ def _sweep_dir(log_dir: Path, name: str) -> Path:
     return log_dir / "multirun" / "logic" / "lstm" / name
 
 
+def _records(job_dir: Path) -> dict[str, bytes]:
+    """A job's own log and Hydra's record of how it was composed, byte for byte."""
+    paths = [job_dir / "train.log", *sorted((job_dir / ".hydra").glob("*.yaml"))]
+    assert len(paths) == 4, paths
+    return {path.name: path.read_bytes() for path in paths}
+
+
 def _metrics(job_dir: Path) -> dict[str, float]:
     values = json.loads((job_dir / "metrics.json").read_text())
     return {k: v for k, v in values.items() if "tokens_per_sec" not in k and k[:3] != "lr-"}
@@ -74,10 +81,13 @@ def test_a_sweep_killed_halfway_resumes_to_the_table_of_an_uninterrupted_one(tmp
     table = (sweep_dir / "table.md").read_text()
     assert table == (_sweep_dir(tmp_path / "whole", "s") / "table.md").read_text()
 
-    # all finished: resuming again skips every job and prints the same table
+    # all finished: resuming again skips every job, leaves their records as they were (Hydra
+    # writes no .hydra/ and no train.log line into a finished job) and prints the same table
+    records = {job: _records(sweep_dir / job) for job in ("0", "1", "2")}
     again = treernn_cli("sweep", "resume", str(sweep_dir))
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "finished before, skipped" in (sweep_dir / "2" / "train.log").read_text()
+    assert "job 2: finished before, skipped" in again.stdout + again.stderr
+    assert {job: _records(sweep_dir / job) for job in ("0", "1", "2")} == records
     assert (sweep_dir / "table.md").read_text() == table
 
 
@@ -91,11 +101,13 @@ def test_a_changed_sweep_is_refused_and_a_failed_job_runs_again(tmp_path):
     changed = run_cli([*args[:-1], "trainer.max_steps=80", "sweep_id=c"])
     one_line_error(changed, f"sweep {sweep_dir} was started with", "added: trainer.max_steps=80")
 
-    rerun = run_cli(args)
+    finished = _records(sweep_dir / "0")
+    rerun = run_cli(args, cwd=tmp_path)  # from elsewhere, as from another checkout
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     log = (sweep_dir / "1" / "train.log").read_text()
     assert "job 1: failed: RuntimeError: a crash; running it again from the start" in log
-    assert "job 0: finished before, skipped" in (sweep_dir / "0" / "train.log").read_text()
+    assert "job 0: finished before, skipped" in rerun.stdout + rerun.stderr
+    assert _records(sweep_dir / "0") == finished
     record = runs.read_status(sweep_dir / "1")
     assert record["status"] == "finished" and record["attempts"][0]["status"] == "failed"
 
@@ -133,6 +145,6 @@ def test_an_archived_sweep_restored_on_a_machine_that_lost_outputs_skips_its_job
     assert again.returncode == 0, again.stderr[-3000:]
     assert "sweep finished: 2 jobs" in again.stdout
     for job in ("0", "1"):
-        assert "finished before, skipped" in (sweep_dir / job / "train.log").read_text()
+        assert f"job {job}: finished before, skipped" in again.stdout + again.stderr
         assert not (sweep_dir / job / "checkpoints").exists()  # nothing trained again
         assert _metrics(sweep_dir / job) == before[job]

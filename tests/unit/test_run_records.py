@@ -178,3 +178,23 @@ def test_the_machine_entry_holds_the_commit_where_there_is_one(monkeypatch):
     assert runs.machine()["commit"] == "0123456789ab+changes"
     monkeypatch.setattr(runs, "code_version", lambda: None)
     assert "commit" not in runs.machine()
+
+
+def test_hydra_writes_its_files_into_a_run_that_has_not_finished_and_in_rank_zero_only(
+    tmp_path, monkeypatch
+):
+    from treernn.resolvers import unless_finished
+
+    for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    run_dir = str(tmp_path)
+    assert unless_finished(".hydra", run_dir) == ".hydra"  # a new run
+    runs.write_status(tmp_path, status="finished")
+    assert unless_finished(".hydra", run_dir) == ".hydra"  # no final metrics: not finished
+    (tmp_path / "metrics.json").write_text("{}")
+    assert unless_finished(".hydra", run_dir) is None
+    assert unless_finished("train.log", run_dir, "/dev/null") == "/dev/null"
+    runs.write_status(tmp_path, status="interrupted")  # resumed: Hydra writes its files again
+    assert unless_finished(".hydra", run_dir) == ".hydra"
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert unless_finished(".hydra", run_dir, "/dev/null") == "/dev/null"
