@@ -32,6 +32,7 @@ TABLES = sorted(
 #: what the issue asks each table to compare
 MODELS = {
     "logic": {"lstm", "onlstm", "ordered_memory", "tree_lstm"},
+    "logic_onlstm": {"lstm", "onlstm"},
     "sysgen": {"lstm", "ordered_memory"},
     "listops": {"lstm", "transformer", "tree_lstm", "ordered_memory"},
     "sst2": {"lstm", "ordered_memory"},
@@ -44,6 +45,7 @@ SEEDS = {"lm": 5}
 #: variant where there is one (ListOps: the half-size Transformer), else the paper's
 PRESETS = {
     "logic": ["om/{}_logic"],
+    "logic_onlstm": ["onlstm/{}_logic"],  # the ON-LSTM paper's width and recipe, not scaled
     "sysgen": ["om/{}_logic"],
     "listops": ["om/{}_listops_half", "om/{}_listops"],
     "sst2": ["om/{}_sst2"],
@@ -94,6 +96,7 @@ def test_a_table_compares_its_models_on_equal_terms(table, tmp_path: Path):
         sweep_params(table)["model"][0]
         == {
             "logic": "ordered_memory",
+            "logic_onlstm": "onlstm",
             "sysgen": "ordered_memory",
             "listops": "ordered_memory",
             "sst2": "ordered_memory",

@@ -5,6 +5,8 @@ best layer, "no run" rows, and the command on run directories as sweeps leave th
 from __future__ import annotations
 
 import json
+import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -465,6 +467,31 @@ def test_a_longer_sweep_of_two_models_leaves_the_others_comparison_on_the_shorte
     ]
     # the machines line counts both sweeps' runs (6 + 9), each once
     assert to_markdown(decided, machines=True).rstrip().endswith("Runs: logic: 15 on ?.")
+
+
+def test_claim_4_reads_the_papers_width_where_both_models_ran_there(tmp_path):
+    """table=logic_onlstm (ON-LSTM and LSTM at the ON-LSTM paper's width) decides claim 4 over
+    table=logic whatever their budgets, once it has finished runs of both models; claim 5 stays
+    on table=logic."""
+    logic = logic_sweep(tmp_path / "scaled")
+    wide = tmp_path / "wide" / "logic_onlstm"
+    # ON-LSTM 75, 77, 79 against LSTM 70, 72, 74: d = 5, se = sqrt(8/3), df = 4
+    for job, (model, value) in enumerate(
+        [("onlstm", 75), ("onlstm", 77), ("onlstm", 79), ("lstm", 70), ("lstm", 72), ("lstm", 74)]
+    ):
+        make_run(wide, job, "logic_onlstm", model, job % 3 + 1, ops(value))
+    set_budgets((logic, 40000), (wide, 2000))
+    decided = decide_claims(load_sweeps([logic, wide]))
+    onlstm, om = claim_outcome(decided, 4), claim_outcome(decided, 5)
+    assert (onlstm.table, onlstm.sweep.path, om.table) == ("logic_onlstm", wide, "logic")
+    assert (onlstm.better, onlstm.worse) == ([75.0, 77.0, 79.0], [70.0, 72.0, 74.0])
+    assert onlstm.interval.low == pytest.approx(5 - T4 * math.sqrt(8 / 3), 1e-3)
+
+    # only ON-LSTM's runs have finished at the paper's width: claim 4 reads table=logic
+    for job in ("3", "4", "5"):
+        shutil.rmtree(wide / job)
+    onlstm = claim_outcome(decide_claims(load_sweeps([logic, wide])), 4)
+    assert (onlstm.table, onlstm.better) == ("logic", [65.0, 67.0, 69.0])
 
 
 def test_reading_sweeps_loads_neither_torch_nor_lightning(tmp_path):
