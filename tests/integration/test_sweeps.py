@@ -91,7 +91,7 @@ def test_a_sweep_killed_halfway_resumes_to_the_table_of_an_uninterrupted_one(tmp
     assert (sweep_dir / "table.md").read_text() == table
 
 
-def test_a_changed_sweep_is_refused_and_a_failed_job_runs_again(tmp_path):
+def test_a_changed_sweep_is_refused_and_a_failed_job_runs_again(tmp_path, data_dir):
     args = ["-m", *LOGIC, "seed=1,2", f"paths.log_dir={tmp_path}", "sweep_id=c"]
     assert run_cli(args).returncode == 0
     # job 1 as a crash would have left it
@@ -102,7 +102,8 @@ def test_a_changed_sweep_is_refused_and_a_failed_job_runs_again(tmp_path):
     one_line_error(changed, f"sweep {sweep_dir} was started with", "added: trainer.max_steps=80")
 
     finished = _records(sweep_dir / "0")
-    rerun = run_cli(args, cwd=tmp_path)  # from elsewhere, as from another checkout
+    # from elsewhere, as from another checkout (a relative TREERNN_DATA_DIR, as CI's, made absolute)
+    rerun = run_cli(args, cwd=tmp_path, env={"TREERNN_DATA_DIR": str(data_dir)})
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     log = (sweep_dir / "1" / "train.log").read_text()
     assert "job 1: failed: RuntimeError: a crash; running it again from the start" in log
