@@ -441,6 +441,14 @@ def test_a_longer_sweep_still_running_does_not_hide_a_complete_shorter_one(tmp_p
     assert outcome.better == [90.0, 91.0, 95.0]
 
 
+def onlstm_against_lstm(sweep: Path, table: str, onlstm: list[int], lstm: list[int]) -> None:
+    """A sweep of ``table`` with ON-LSTM's and then the LSTM's runs (seeds 1-3) at these
+    accuracies (%) at every number of operators."""
+    values = [("onlstm", value) for value in onlstm] + [("lstm", value) for value in lstm]
+    for job, (model, value) in enumerate(values):
+        make_run(sweep, job, table, model, job % 3 + 1, ops(value))
+
+
 def test_a_longer_sweep_of_two_models_leaves_the_others_comparison_on_the_shorter(tmp_path):
     """logic-long ran ON-LSTM, LSTM and Ordered Memory; a longer re-run of ON-LSTM and LSTM alone
     (claim 4 still rising) decides claim 4, while claim 5 (Ordered Memory against LSTM) keeps
@@ -448,10 +456,7 @@ def test_a_longer_sweep_of_two_models_leaves_the_others_comparison_on_the_shorte
     short = logic_sweep(tmp_path / "short")
     longer = tmp_path / "long" / "logic"
     # ON-LSTM 80, 82, 84 against LSTM 60, 62, 64 (ops7-12): d = 20, se = sqrt(8/3), df = 4
-    for job, (model, value) in enumerate(
-        [("onlstm", 80), ("onlstm", 82), ("onlstm", 84), ("lstm", 60), ("lstm", 62), ("lstm", 64)]
-    ):
-        make_run(longer, job, "logic", model, job % 3 + 1, ops(value))
+    onlstm_against_lstm(longer, "logic", [80, 82, 84], [60, 62, 64])
     set_budgets((short, 10000), (longer, 40000))
     sweeps = load_sweeps([short, longer])
     decided = decide_claims(sweeps)
@@ -476,10 +481,7 @@ def test_claim_4_reads_the_papers_width_where_both_models_ran_there(tmp_path):
     logic = logic_sweep(tmp_path / "scaled")
     wide = tmp_path / "wide" / "logic_onlstm"
     # ON-LSTM 75, 77, 79 against LSTM 70, 72, 74: d = 5, se = sqrt(8/3), df = 4
-    for job, (model, value) in enumerate(
-        [("onlstm", 75), ("onlstm", 77), ("onlstm", 79), ("lstm", 70), ("lstm", 72), ("lstm", 74)]
-    ):
-        make_run(wide, job, "logic_onlstm", model, job % 3 + 1, ops(value))
+    onlstm_against_lstm(wide, "logic_onlstm", [75, 77, 79], [70, 72, 74])
     set_budgets((logic, 40000), (wide, 2000))
     decided = decide_claims(load_sweeps([logic, wide]))
     onlstm, om = claim_outcome(decided, 4), claim_outcome(decided, 5)
