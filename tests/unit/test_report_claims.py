@@ -322,7 +322,7 @@ def set_budgets(*sweeps: tuple[Path, int]) -> None:
 
 def test_of_two_sweeps_of_a_table_the_claims_read_the_larger_budget(tmp_path, capsys):
     """results/tables/*/* holds a table's short and long sweeps: the claims read the long one
-    (trainer.max_steps) and say which they left out; equal budgets stay an error."""
+    (trainer.max_steps) and say which they left out; one sweep given twice is an error."""
     short = lm_sweep(tmp_path / "short")
     longer = tmp_path / "long" / "lm"
     for job, (model, ppl) in enumerate(
@@ -357,7 +357,7 @@ def test_of_two_sweeps_of_a_table_the_claims_read_the_larger_budget(tmp_path, ca
     assert reading_notes(decided, sweeps) == [f"{first}: {read}"]
     assert treernn_main(["report", "claims", str(short), str(longer)]) == 0
     assert f"not {short} (2,750 updates)" in capsys.readouterr().out
-    with pytest.raises(UserError, match="same budget"):
+    with pytest.raises(UserError, match="same budget .* that ran the same jobs"):
         load_sweeps([short, short])
 
 
@@ -472,6 +472,58 @@ def test_a_longer_sweep_of_two_models_leaves_the_others_comparison_on_the_shorte
     ]
     # the machines line counts both sweeps' runs (6 + 9), each once
     assert to_markdown(decided, machines=True).rstrip().endswith("Runs: logic: 15 on ?.")
+
+
+def add_overrides(sweep: Path, *overrides: str) -> None:
+    """Give each of the sweep's runs these command-line overrides beside its model and seed."""
+    for path in sweep.glob("*/.hydra/overrides.yaml"):
+        OmegaConf.save(OmegaConf.create([*OmegaConf.load(path), *overrides]), path)
+
+
+def test_a_model_run_later_on_a_sweeps_terms_is_compared_with_its_models(tmp_path, capsys):
+    """logic-80k ran ON-LSTM and LSTM; Ordered Memory's runs at the same budget and overrides,
+    in a sweep of their own, are read with them as one sweep (claim 5 from both, the LSTM's runs
+    not run twice), while other overrides, or a job run in both, stay an error."""
+    pair = tmp_path / "logic-80k" / "logic"
+    onlstm_against_lstm(pair, "logic", [80, 82, 84], [60, 62, 64])
+    added = tmp_path / "logic-80k-om" / "logic"
+    for job, value in enumerate([90, 92, 94]):
+        make_run(added, job, "logic", "ordered_memory", job + 1, ops(value))
+    save_multirun(pair, {"model": "onlstm,lstm", "seed": "1,2,3"}, ["table=logic"], BASIC)
+    save_multirun(added, {"seed": "1,2,3"}, ["table=logic", "model=ordered_memory"], BASIC)
+    terms = ("trainer.max_steps=80000", "trainer.val_check_interval=1000")
+    for sweep, name in ((pair, "logic-80k"), (added, "logic-80k-om")):
+        add_overrides(sweep, "table=logic", *terms, f"sweep_id={name}")
+    shorter = logic_sweep(tmp_path / "logic-long")  # Ordered Memory 70-74 against LSTM 62-66
+    set_budgets((pair, 80000), (added, 80000), (shorter, 10000))
+
+    sweeps = load_sweeps([pair, added, shorter])
+    assert [sweep.paths for sweep in sweeps["logic"]] == [(pair, added), (shorter,)]
+    decided = decide_claims(sweeps)
+    om = claim_outcome(decided, 5)
+    # Ordered Memory 90, 92, 94 against the LSTM's 60, 62, 64: d = 30
+    assert (om.better, om.worse) == ([90.0, 92.0, 94.0], [60.0, 62.0, 64.0])
+    assert om.sweep.paths == (pair, added) and om.interval.difference == pytest.approx(30.0)
+    assert claim_outcome(decided, 4).better == [80.0, 82.0, 84.0]
+    assert reading_notes(decided, sweeps)[0].endswith(
+        f"claims 4, 5 read {pair} + {added} (80,000 updates, 9 of 9 jobs finished); "
+        f"not {shorter} (10,000 updates)"
+    )
+    assert treernn_main(["report", "claims", str(pair), str(added), str(shorter)]) == 0
+    assert f"read {pair} + {added} (80,000" in capsys.readouterr().out
+
+    # validated every 500 updates where the others were every 1,000: not one sweep
+    other = tmp_path / "other" / "logic"
+    for job, value in enumerate([90, 92, 94]):
+        make_run(other, job, "logic", "ordered_memory", job + 1, ops(value))
+    add_overrides(other, "table=logic", "trainer.max_steps=80000", "trainer.val_check_interval=500")
+    set_budgets((other, 80000))
+    differ = r"other overrides \(trainer.val_check_interval=1000 against 500\)"
+    with pytest.raises(UserError, match=differ):
+        load_sweeps([pair, other])
+    # the same job in both: which one would be read?
+    with pytest.raises(UserError, match="ran the same jobs \\(model=ordered_memory seed=1; "):
+        load_sweeps([pair, added, added])
 
 
 def test_claim_4_reads_the_papers_width_where_both_models_ran_there(tmp_path):

@@ -26,6 +26,12 @@ sweep with finished runs of both its models. A claim is shown when all its compa
 shown when any is not, else undecided; a claim with no sweep given says "no run". A metric
 written ``parse_f1/layer*`` is the layer whose mean F1 is highest for model A (chosen once over
 the row, as the notes' "best layer on average").
+
+A table's sweeps at one budget (``trainer.max_steps``) are read as one when they ran on the same
+overrides and no job twice: a model added to a finished comparison by a sweep of its own
+(``python train.py -m table=logic model=ordered_memory trainer.max_steps=80000 ...
+sweep_id=logic-80k-om`` beside ``logic-80k``'s ON-LSTM and LSTM) is compared with the models
+already there, which need not run again.
 """
 
 from __future__ import annotations
@@ -335,15 +341,42 @@ def _updates(budget: int | None) -> str:
     return f"{budget:,} updates" if budget else "no trainer.max_steps"
 
 
+#: overrides that say which job of a sweep a run is (or name the sweep), not what it was trained on
+JOB_OVERRIDES = ("model", "seed", "task.datamodule.split", "sweep_id")
+
+
+def _terms(runs: Sequence[Run]) -> dict[str, list[str]]:
+    """What a sweep's runs were told beyond their table's config and which job each is: each
+    override but the job's own (:data:`JOB_OVERRIDES`) and Hydra's and the paths', with its
+    values over the runs."""
+    terms: dict[str, set[str]] = {}
+    for run in runs:
+        for key, value in run.overrides.items():
+            if key not in JOB_OVERRIDES and not key.startswith(("hydra.", "paths.")):
+                terms.setdefault(key, set()).add(value)
+    return {key: sorted(values) for key, values in sorted(terms.items())}
+
+
+def _job(run: Run) -> str:
+    return f"model={run.model} seed={run.seed}" + (
+        f" split={run.split}" if run.split != "full" else ""
+    )
+
+
 @dataclass(frozen=True)
 class Sweep:
-    """One sweep directory's finished runs of one table, with its budget and size."""
+    """The finished runs of one table in one sweep directory, or in several sweeps run on the same
+    terms (a model added to a finished sweep by a sweep of its own), with their budget and size."""
 
-    path: Path
+    paths: tuple[Path, ...]
     runs: list[Run]
     budget: int | None
-    finished: int  # the sweep's finished runs, of every table
-    size: int | None  # jobs the sweep's command makes, None where unknown
+    finished: int  # the sweeps' finished runs, of every table
+    size: int | None  # jobs the sweeps' commands make, None where unknown
+
+    @property
+    def path(self) -> Path:
+        return self.paths[0]
 
     @property
     def complete(self) -> bool:
@@ -351,7 +384,40 @@ class Sweep:
 
     def describe(self) -> str:
         jobs = f", {self.finished} of {self.size} jobs finished" if self.size else ""
-        return f"{self.path} ({_updates(self.budget)}{jobs})"
+        where = " + ".join(map(str, self.paths))
+        return f"{where} ({_updates(self.budget)}{jobs})"
+
+    def joined(self, other: Sweep, table: str) -> Sweep:
+        """This sweep and ``other``, of the same table and budget, read as one: a comparison may
+        take one model's runs from each. Only on the same terms (:func:`_terms`) and with no job
+        run in both; else a :class:`UserError` that says which."""
+        here, there = _terms(self.runs), _terms(other.runs)
+        if here != there:
+            differ = sorted(key for key in {*here, *there} if here.get(key) != there.get(key))
+            shown = "; ".join(
+                f"{key}={','.join(here.get(key, ['(unset)']))} against "
+                f"{','.join(there.get(key, ['(unset)']))}"
+                for key in differ
+            )
+            raise UserError(
+                f"{other.path}: a second sweep of table {table} with the same budget as "
+                f"{self.describe()} but other overrides ({shown}): the two cannot be compared as "
+                "one sweep; give one of them, or run the second on the first's overrides"
+            )
+        both = sorted({_job(run) for run in self.runs} & {_job(run) for run in other.runs})
+        if both:
+            raise UserError(
+                f"{other.path}: a second sweep of table {table} with the same budget as "
+                f"{self.describe()} that ran the same jobs ({'; '.join(both)}): give one of them"
+            )
+        size = None if self.size is None or other.size is None else self.size + other.size
+        return Sweep(
+            self.paths + other.paths,
+            self.runs + other.runs,
+            self.budget,
+            self.finished + other.finished,
+            size,
+        )
 
 
 def load_sweeps(
@@ -363,7 +429,8 @@ def load_sweeps(
     reads the first that ran both its models (:func:`choose_sweep`), so a long sweep still
     running (archived every few minutes into ``results/``) does not hide a complete shorter one.
     A sweep without a finished job yet is left out, with a line appended to ``notes``. Sweeps of
-    one table with the same budget are an error, and so is having no finished run at all."""
+    one table with the same budget are read as one (:meth:`Sweep.joined`: a model run later beside
+    a finished sweep, on its overrides), or are an error; so is having no finished run at all."""
     found: dict[str, list[Sweep]] = {}
     empty = []
     for path in map(Path, paths):
@@ -380,7 +447,7 @@ def load_sweeps(
         size = sweep_size(path)
         for name in sorted(names, key=str):
             table_runs = [run for run in runs if run.table == name]
-            sweep = Sweep(path, table_runs, _budget(table_runs), len(runs), size)
+            sweep = Sweep((path,), table_runs, _budget(table_runs), len(runs), size)
             found.setdefault(str(name), []).append(sweep)
     if not found:
         raise UserError(
@@ -391,14 +458,12 @@ def load_sweeps(
         notes += [f"Left out, no finished job yet: {path}" for path in empty]
     sweeps: dict[str, list[Sweep]] = {}
     for name, candidates in found.items():
+        by_budget: dict[int | None, Sweep] = {}
+        for sweep in candidates:
+            first = by_budget.get(sweep.budget)
+            by_budget[sweep.budget] = sweep if first is None else first.joined(sweep, name)
         # the largest budget first; an unset budget counts as 0
-        ranked = sorted(candidates, key=lambda sweep: sweep.budget or 0, reverse=True)
-        for first, second in zip(ranked, ranked[1:]):
-            if first.budget == second.budget:
-                raise UserError(
-                    f"{second.path}: a second sweep of table {name} with the same budget as "
-                    f"{first.path}; give one per table"
-                )
+        ranked = sorted(by_budget.values(), key=lambda sweep: sweep.budget or 0, reverse=True)
         sweeps[name] = sorted(ranked, key=lambda sweep: not sweep.complete)  # a stable sort
     return sweeps
 
