@@ -511,6 +511,9 @@ def test_a_model_run_later_on_a_sweeps_terms_is_compared_with_its_models(tmp_pat
     )
     assert treernn_main(["report", "claims", str(pair), str(added), str(shorter)]) == 0
     assert f"read {pair} + {added} (80,000" in capsys.readouterr().out
+    # the two alone: the line still names both
+    assert treernn_main(["report", "claims", str(pair), str(added)]) == 0
+    assert f"claims 4, 5 read {pair} + {added} (80,000" in capsys.readouterr().out
 
     # validated every 500 updates where the others were every 1,000: not one sweep
     other = tmp_path / "other" / "logic"

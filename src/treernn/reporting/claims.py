@@ -471,11 +471,11 @@ def load_sweeps(
 def reading_notes(
     decided: Sequence[tuple[Claim, str, list[Outcome]]], sweeps: Mapping[str, Sequence[Sweep]]
 ) -> list[str]:
-    """For each table given several sweeps: which claims read which sweep, and the sweeps no
-    claim read."""
+    """For each table given several sweeps (or sweeps read as one): which claims read which
+    sweep, and the sweeps no claim read."""
     notes = []
     for table, candidates in sweeps.items():
-        if len(candidates) < 2:
+        if len(candidates) < 2 and len(candidates[0].paths) < 2:
             continue
         readers: dict[Path, list[str]] = {sweep.path: [] for sweep in candidates}
         for number, (_, _, outcomes) in enumerate(decided, start=1):
