@@ -45,7 +45,7 @@ from pathlib import Path
 
 from treernn.errors import UserError
 from treernn.reporting.curves import run_curve
-from treernn.reporting.run_records import Run, config_value, load_runs
+from treernn.reporting.run_records import IGNORED_OVERRIDES, Run, config_value, load_runs
 from treernn.sweeps import sweep_size
 
 TRIVIAL_BEST = "trivial:best"
@@ -341,18 +341,15 @@ def _updates(budget: int | None) -> str:
     return f"{budget:,} updates" if budget else "no trainer.max_steps"
 
 
-#: overrides that say which job of a sweep a run is (or name the sweep), not what it was trained on
-JOB_OVERRIDES = ("model", "seed", "task.datamodule.split", "sweep_id")
-
-
 def _terms(runs: Sequence[Run]) -> dict[str, list[str]]:
     """What a sweep's runs were told beyond their table's config and which job each is: each
-    override but the job's own (:data:`JOB_OVERRIDES`) and Hydra's and the paths', with its
-    values over the runs."""
+    override but the model, the sweep's name and those no table row is made of
+    (:data:`~treernn.reporting.run_records.IGNORED_OVERRIDES`: seed, split, Hydra's, paths), with
+    its values over the runs."""
     terms: dict[str, set[str]] = {}
     for run in runs:
         for key, value in run.overrides.items():
-            if key not in JOB_OVERRIDES and not key.startswith(("hydra.", "paths.")):
+            if key not in ("model", "sweep_id") and not key.startswith(IGNORED_OVERRIDES):
                 terms.setdefault(key, set()).add(value)
     return {key: sorted(values) for key, values in sorted(terms.items())}
 
