@@ -207,3 +207,29 @@ def test_bf16_level_products_run_on_rounded_rows_with_the_same_results(monkeypat
             torch.testing.assert_close(summary, expected, atol=0, rtol=0)
     for name, grad in rounded_grads.items():
         torch.testing.assert_close(grad, plain_grads[name], atol=1e-4, rtol=1e-3, msg=name)
+
+
+@pytest.mark.parametrize("cls", [TopDownTreeLSTM, LdTreeLSTM])
+def test_level_products_arriving_in_bf16_are_stored_at_the_states_precision(cls, monkeypatch):
+    """Under CUDA autocast the level products come back in bf16 and, unlike on the CPU, autocast
+    does not promote ``index_copy`` to one dtype: the first layer's projections are stored in
+    the states' fp32 (the GPU smoke run under bf16-mixed stopped there with "index_copy_(): self
+    and source expected to have the same dtype"). Emulated here without autocast."""
+    import torch.nn.functional as F
+
+    from treernn.kernels import td_treelstm as td_kernel
+
+    vocab, _ = build_vocabulary([w for tree in SMALL_TREES for w in tree.words], unk_threshold=0)
+    batch = collate_trees([encode_tree(tree, vocab) for tree in SMALL_TREES])
+    torch.manual_seed(0)
+    encoder = cls(input_size=4, hidden_size=3, num_layers=2).eval()
+    x = torch.randn(*batch.tokens.shape, 4)
+    expected = encoder(x, batch.mask, tree=batch.tree).hidden
+    monkeypatch.setattr(
+        td_kernel,
+        "rounded_rows_linear",
+        lambda inputs, weight, bias=None: F.linear(inputs, weight, bias).to(torch.bfloat16),
+    )
+    hidden = encoder(x, batch.mask, tree=batch.tree).hidden
+    assert not torch.equal(hidden.float(), expected)
+    torch.testing.assert_close(hidden.float(), expected, atol=0.05, rtol=0.05)

@@ -94,9 +94,10 @@ def batched_forward(
             summary = summarise_left_dependents(flat_x[dependents_flat], lengths)
             inputs = torch.cat([inputs, summary], dim=-1)
         cell = cells[edge_type][0]
-        first_layer = first_layer.index_copy(
-            0, selected, rounded_rows_linear(inputs, cell.weight_ih, cell.bias_ih)
-        )
+        # bf16 under autocast; index_copy needs one dtype (CPU autocast promotes it to the
+        # widest, CUDA autocast does not: the GPU run failed here before the cast)
+        projected = rounded_rows_linear(inputs, cell.weight_ih, cell.bias_ih)
+        first_layer = first_layer.index_copy(0, selected, projected.to(first_layer.dtype))
 
     # All four LSTMs' recurrent (and upper-layer input) weights stacked: one product per level
     # and layer gives every edge type's pre-activations; each step keeps its own type's.
