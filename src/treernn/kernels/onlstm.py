@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from treernn.kernels import gemm
+from treernn.kernels import cuda_graphs, gemm
 from treernn.kernels.cpp_ext import load_extension
 from treernn.kernels.gemm import PackedLinear, weight_gradient
 
@@ -115,6 +115,62 @@ def _torch_forward_steps(
             torch.where(real, c_new.view(batch, hidden), cs[t], out=cs[t + 1])
 
 
+def _graphed_forward_steps(
+    input_gates: Tensor,
+    weight: Tensor,
+    buffers: tuple[Tensor | None, ...],
+    step_mask: Tensor | None,
+    chunk_size: int,
+    gemm_backend: str,
+    product_dtype: torch.dtype | None,
+) -> None:
+    """:func:`_torch_forward_steps` replayed from a CUDA graph (:mod:`cuda_graphs`), writing the
+    same buffers."""
+    hs, cs, outputs, cumaxes, activations, tanh_cells, gates_buffer = buffers
+    batch = input_gates.size(1)
+    masked = step_mask is not None
+
+    def loop(input_gates, weight, hs, cs, outputs, cumaxes, activations, tanh_cells,
+             gates_buffer, step_mask):  # fmt: skip
+        recurrent = PackedLinear(weight, batch, gemm_backend, product_dtype)
+        outputs = outputs if masked else hs[1:]
+        _torch_forward_steps(input_gates, recurrent, hs, cs, outputs, cumaxes, activations,
+                             tanh_cells, gates_buffer, step_mask, chunk_size)  # fmt: skip
+
+    # without a step mask the outputs are a view of hs, which is copied back
+    tensors = [input_gates, weight, hs, cs, outputs if masked else None, cumaxes, activations,
+               tanh_cells, gates_buffer, step_mask]  # fmt: skip
+    written = [index for index in range(2, 8) if tensors[index] is not None]
+    options = (chunk_size, gemm_backend, product_dtype)
+    cuda_graphs.run("ON-LSTM forward steps", loop, tensors, written, options)
+
+
+def _graphed_backward_steps(
+    buffers: tuple[Tensor, ...],
+    gradients: tuple[Tensor | None, ...],
+    weight: Tensor,
+    step_mask: Tensor | None,
+    chunk_size: int,
+    gemm_backend: str,
+    product_dtype: torch.dtype | None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`_torch_backward_steps` replayed from a CUDA graph (:mod:`cuda_graphs`): fills
+    grad_gates (the last of ``gradients``) and returns the gradients of h0 and c0."""
+    batch = buffers[0].size(1)
+
+    def loop(activations, cumaxes, tanh_cells, cs, grad_outputs, distance_grads, grad_h,
+             grad_c, grad_gates, weight, step_mask):  # fmt: skip
+        to_hidden = PackedLinear(weight.t(), batch, gemm_backend, product_dtype)
+        return _torch_backward_steps(activations, cumaxes, tanh_cells, cs, grad_outputs,
+                                     distance_grads, grad_h, grad_c, grad_gates, to_hidden,
+                                     step_mask, chunk_size)  # fmt: skip
+
+    tensors = [*buffers, *gradients, weight, step_mask]
+    options = (chunk_size, gemm_backend, product_dtype)
+    grad_h, grad_c = cuda_graphs.run("ON-LSTM backward steps", loop, tensors, [8], options)
+    return grad_h, grad_c
+
+
 def _fused_forward_steps(
     kernel: ModuleType,
     input_gates: Tensor,
@@ -184,12 +240,19 @@ def _fast_forward(
     when ``save_for_backward``, what the backward pass needs.
     """
     steps, batch, num_gates = input_gates.shape
-    # h (B, H) -> h @ weight.T (B, G)
-    recurrent = PackedLinear(weight, batch, gemm_backend, product_dtype)
     buffers = forward_buffers(input_gates, steps, num_gates, h0, c0, step_mask, chunk_size,
                                save_for_backward)  # fmt: skip
     hs, cs, outputs, cumaxes, activations, tanh_cells, gates_buffer = buffers
-    if kernel is not None and recurrent.backend == "treernn":
+    # h (B, H) -> h @ weight.T (B, G)
+    recurrent = None if kernel is None else PackedLinear(weight, batch, gemm_backend, product_dtype)
+    if recurrent is None and cuda_graphs.enabled(input_gates):
+        _graphed_forward_steps(
+            input_gates, weight, buffers, step_mask, chunk_size, gemm_backend, product_dtype
+        )
+    elif recurrent is None:
+        recurrent = PackedLinear(weight, batch, gemm_backend, product_dtype)
+        _torch_forward_steps(input_gates, recurrent, *buffers, step_mask, chunk_size)
+    elif recurrent.backend == "treernn":
         # every step in one C++ call: products on the packed panels, elementwise work between
         masked_outputs = None if step_mask is None else outputs
         kernel.forward_sequence(
@@ -197,8 +260,6 @@ def _fast_forward(
             tanh_cells, gates_buffer, None if step_mask is None else step_mask.contiguous(),
             chunk_size,
         )  # fmt: skip
-    elif kernel is None:
-        _torch_forward_steps(input_gates, recurrent, *buffers, step_mask, chunk_size)
     else:
         _fused_forward_steps(kernel, input_gates, recurrent, *buffers, step_mask, chunk_size)
     distances = cumax_distances(cumaxes, step_mask)
@@ -356,6 +417,11 @@ def gate_gradients(
             None if distance_grads is None else distance_grads.contiguous(),
             grad_h, grad_c, grad_gates,
             None if step_mask is None else step_mask.contiguous(), ctx.chunk_size, grad_bias,
+        )  # fmt: skip
+    elif ctx.kernel is None and cuda_graphs.enabled(activations):
+        grad_h, grad_c = _graphed_backward_steps(
+            buffers, gradients, weight, step_mask, ctx.chunk_size, ctx.gemm_backend,
+            ctx.product_dtype,
         )  # fmt: skip
     elif ctx.kernel is None:
         grad_h, grad_c = _torch_backward_steps(
