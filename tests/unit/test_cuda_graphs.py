@@ -46,6 +46,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> list[_Replay]:
     cuda_graphs.clear()
     monkeypatch.setattr(cuda_graphs, "capture", capture)
     monkeypatch.setattr(cuda_graphs, "enabled", lambda like: True)
+    monkeypatch.setattr(cuda_graphs, "device_memory", lambda tensors: 1 << 50)
     monkeypatch.setenv("TREERNN_CPP_EXT", "0")  # the torch-ops loops, as on a GPU
     yield captured
     cuda_graphs.clear()
@@ -105,6 +106,29 @@ def test_each_shape_gets_its_own_graph(stand_in) -> None:
         _forward_backward(tensors, mask, chunk)
     assert len(stand_in) == 4
     assert sorted(graph.replays for graph in stand_in) == [1, 1, 2, 2]
+
+
+def test_least_recently_used_graphs_go_beyond_the_memory_share(stand_in, monkeypatch) -> None:
+    """With room for about two forward graphs' tensors, a third length evicts the graph used
+    least recently; that length then runs eagerly once and is captured again."""
+    with torch.no_grad():
+        for _ in range(2):
+            onlstm_kernel.fast_recurrence(*_recurrence(0, False, steps=5)[0], None, 2)
+    (five,) = cuda_graphs._GRAPHS.values()  # 6 and 7 steps: 1.13 and 1.27 times its bytes
+    share = 2.5 * five.nbytes
+    monkeypatch.setattr(
+        cuda_graphs, "device_memory", lambda tensors: share / cuda_graphs.MEMORY_FRACTION
+    )
+    with torch.no_grad():
+        for steps in (6, 6, 5, 7, 7):
+            tensors, mask, chunk = _recurrence(0, False, steps=steps)
+            onlstm_kernel.fast_recurrence(*tensors, mask, chunk)
+        kept = [key[2][0][0][0] for key in cuda_graphs._GRAPHS]  # input_gates' T of each graph
+        assert len(stand_in) == 3 and kept == [5, 7]  # 6 went out, not 5 (used after it)
+        for steps in (6, 6):
+            tensors, mask, chunk = _recurrence(0, False, steps=steps)
+            onlstm_kernel.fast_recurrence(*tensors, mask, chunk)
+        assert len(stand_in) == 4  # 6 seen again, then captured again
 
 
 def test_inference_loop_is_graphed_too(stand_in) -> None:

@@ -13,8 +13,10 @@ copies its tensors in, replays, and copies the loop's results back out into the 
 tensors (and clones what the loop returns), so nothing a caller holds is ever overwritten by a
 later replay, whichever graph, layer or call it comes from. The copies cost microseconds against
 the milliseconds of launches they save. A key is captured the second time it is seen (a shape
-seen once, such as a short last batch, runs eagerly), and at most :data:`MAX_GRAPHS` graphs are
-kept (least recently used first out); all of them share one memory pool per device.
+seen once, such as a short last batch, runs eagerly). The graphs' static tensors are kept under
+:data:`MEMORY_FRACTION` of the device's memory (``TREERNN_CUDA_GRAPHS_MEMORY``; AWD-LSTM's random
+sequence lengths make 50-100 keys at the paper's size, about 100 MB each), least recently used
+out first; all graphs share one memory pool per device.
 
 ``TREERNN_CUDA_GRAPHS=0`` turns graphs off (every loop eager, as on the CPU).
 """
@@ -31,8 +33,8 @@ import torch
 from torch import Tensor
 
 ENV_VAR = "TREERNN_CUDA_GRAPHS"
-#: graphs kept at most (each holds static copies of its call's tensors on the GPU)
-MAX_GRAPHS = int(os.environ.get("TREERNN_CUDA_GRAPHS_MAX", "64"))
+#: the share of the device's memory the graphs' static tensors may hold together
+MEMORY_FRACTION = float(os.environ.get("TREERNN_CUDA_GRAPHS_MEMORY", "0.1"))
 #: eager warm-up runs before a capture (cuBLAS handles and workspaces are made outside it)
 WARMUP_RUNS = 2
 
@@ -52,6 +54,7 @@ class _Graph:
     graph: Any  # torch.cuda.CUDAGraph, or a stand-in (tests)
     tensors: list[Tensor | None]  # static copies of the call's tensors
     returned: tuple[Tensor, ...]  # static tensors the loop returned
+    nbytes: int  # of both
 
 
 #: key -> captured graph, least recently used first
@@ -90,7 +93,8 @@ def run(
         _SEEN.discard(key)
         entry = _capture(loop, tensors)
         _GRAPHS[key] = entry
-        while len(_GRAPHS) > MAX_GRAPHS:
+        budget = MEMORY_FRACTION * device_memory(entry.tensors)
+        while len(_GRAPHS) > 1 and sum(graph.nbytes for graph in _GRAPHS.values()) > budget:
             _GRAPHS.popitem(last=False)
     else:
         _GRAPHS.move_to_end(key)
@@ -113,7 +117,14 @@ def _capture(loop: Callable, tensors: Sequence[Tensor | None]) -> _Graph:
     static = [None if t is None else t.detach().clone() for t in tensors]
     device = next(t.device for t in tensors if t is not None)
     graph, returned = capture(lambda: _as_tuple(loop(*static)), device)
-    return _Graph(graph, static, returned)
+    nbytes = sum(t.numel() * t.element_size() for t in (*static, *returned) if t is not None)
+    return _Graph(graph, static, returned, nbytes)
+
+
+def device_memory(tensors: Sequence[Tensor | None]) -> int:
+    """Total memory of the device the tensors are on (bytes). Replaced in the CPU tests."""
+    device = next(t.device for t in tensors if t is not None)
+    return torch.cuda.get_device_properties(device).total_memory
 
 
 def capture(fn: Callable[[], tuple[Tensor, ...]], device: torch.device) -> tuple[Any, tuple]:
