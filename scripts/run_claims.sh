@@ -32,7 +32,11 @@
 # 63.3, LSTM 66.5 -> 66.7 over the last 500 updates); Ordered Memory's comparison stays on
 # logic-long (`report claims` reads, per comparison, the largest budget that ran both models).
 # sysgen-10k doubles sysgen-long (claim 6), after both models' validation was still rising at
-# 5,000 updates.
+# 5,000 updates. sysgen-20k doubles sysgen-10k, after both were still rising at 10,000 (Ordered
+# Memory 94.1 -> 94.6 on A over the last 500 updates; the LSTM climbing late, on A from 5,000
+# updates and one seed on C from 8,500): about 15 h for Ordered Memory's 9 jobs on a 2-core
+# Xeon two at a time and 4-5 h for the LSTM's. It runs before lm-33k, whose claims will most
+# likely stay undecided whatever it gives.
 # logic-80k doubles logic-40k for ON-LSTM and LSTM (claim 4; about 3 h for the 6 jobs on 2 cores;
 # validation every 1,000 updates as there, since the lr halving counts validations),
 # after the LSTM's mean validation accuracy was still rising at its end (82.6 -> 91.0 over the last
@@ -109,17 +113,18 @@ declare -A SWEEPS=(
     [listops-27k]="table=listops trainer.max_steps=27000 trainer.val_check_interval=1350"
     [logic-40k]="table=logic model=onlstm,lstm trainer.max_steps=40000 trainer.val_check_interval=1000"
     [sysgen-10k]="table=sysgen trainer.max_steps=10000 trainer.val_check_interval=500"
+    [sysgen-20k]="table=sysgen trainer.max_steps=20000 trainer.val_check_interval=500"
     [logic-80k]="table=logic model=onlstm,lstm trainer.max_steps=80000 trainer.val_check_interval=1000"
     [lm-33k]="table=lm trainer.max_steps=33000"
     [logic-onlstm-12k]="table=logic_onlstm trainer.max_steps=12000 trainer.val_check_interval=1000"
     [logic-80k-om]="table=logic model=ordered_memory trainer.max_steps=80000 trainer.val_check_interval=1000"
 )
 ORDER=(lm tdlm sst2-phrases listops logic-long sysgen-long tdlm-long lm-long listops-long tdlm-stop
-    listops-stop listops-27k logic-40k sysgen-10k logic-onlstm-12k logic-80k lm-33k
+    listops-stop listops-27k logic-40k sysgen-10k logic-onlstm-12k logic-80k sysgen-20k lm-33k
     logic-80k-om)
 # the sweeps that the claims report reads (per comparison, the longest budget that ran both models)
 CLAIMS=(lm-33k tdlm-stop sst2-phrases listops-27k logic-long logic-80k logic-80k-om logic-onlstm-12k
-    sysgen-10k)
+    sysgen-10k sysgen-20k)
 for name in "${@:-${ORDER[@]}}"; do
     if [[ -z "${SWEEPS[$name]:-}" ]]; then
         echo "unknown sweep $name; choose from: ${ORDER[*]}" >&2
