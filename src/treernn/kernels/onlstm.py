@@ -243,14 +243,14 @@ def _fast_forward(
     buffers = forward_buffers(input_gates, steps, num_gates, h0, c0, step_mask, chunk_size,
                                save_for_backward)  # fmt: skip
     hs, cs, outputs, cumaxes, activations, tanh_cells, gates_buffer = buffers
-    # h (B, H) -> h @ weight.T (B, G)
-    recurrent = None if kernel is None else PackedLinear(weight, batch, gemm_backend, product_dtype)
-    if recurrent is None and cuda_graphs.enabled(input_gates):
+    graphed = kernel is None and cuda_graphs.enabled(input_gates)
+    # h (B, H) -> h @ weight.T (B, G); a graphed loop packs its own copy of the weight
+    recurrent = None if graphed else PackedLinear(weight, batch, gemm_backend, product_dtype)
+    if graphed:
         _graphed_forward_steps(
             input_gates, weight, buffers, step_mask, chunk_size, gemm_backend, product_dtype
         )
-    elif recurrent is None:
-        recurrent = PackedLinear(weight, batch, gemm_backend, product_dtype)
+    elif kernel is None:
         _torch_forward_steps(input_gates, recurrent, *buffers, step_mask, chunk_size)
     elif recurrent.backend == "treernn":
         # every step in one C++ call: products on the packed panels, elementwise work between
@@ -393,8 +393,11 @@ def gate_gradients(
     activations, cumaxes, tanh_cells, hs, cs = saved
     batch = activations.size(1)
     n_chunk = weight.size(1) // ctx.chunk_size
-    # (B, G) -> (B, H): grad_row @ weight
-    to_hidden = PackedLinear(weight.t(), batch, ctx.gemm_backend, ctx.product_dtype)
+    graphed = ctx.kernel is None and cuda_graphs.enabled(activations)
+    # (B, G) -> (B, H): grad_row @ weight; a graphed loop packs its own copy of the weight
+    to_hidden = None
+    if not graphed:
+        to_hidden = PackedLinear(weight.t(), batch, ctx.gemm_backend, ctx.product_dtype)
     distance_grads = None
     if grad_distances is not None:
         # both distances are 1 - sum(cumsum) / n (zeroed at padded steps)
@@ -408,7 +411,12 @@ def gate_gradients(
     buffers = (activations, cumaxes, tanh_cells, cs)
     gradients = (grad_outputs, distance_grads, grad_h, grad_c, grad_gates)
     grad_bias = None
-    if ctx.kernel is not None and to_hidden.backend == "treernn":
+    if graphed:
+        grad_h, grad_c = _graphed_backward_steps(
+            buffers, gradients, weight, step_mask, ctx.chunk_size, ctx.gemm_backend,
+            ctx.product_dtype,
+        )  # fmt: skip
+    elif ctx.kernel is not None and to_hidden.backend == "treernn":
         # every step in one C++ call; grad_h and grad_c updated in place
         grad_bias = grad_gates.new_empty(grad_gates.size(-1)) if bias_gradient else None
         ctx.kernel.backward_sequence(
@@ -417,11 +425,6 @@ def gate_gradients(
             None if distance_grads is None else distance_grads.contiguous(),
             grad_h, grad_c, grad_gates,
             None if step_mask is None else step_mask.contiguous(), ctx.chunk_size, grad_bias,
-        )  # fmt: skip
-    elif ctx.kernel is None and cuda_graphs.enabled(activations):
-        grad_h, grad_c = _graphed_backward_steps(
-            buffers, gradients, weight, step_mask, ctx.chunk_size, ctx.gemm_backend,
-            ctx.product_dtype,
         )  # fmt: skip
     elif ctx.kernel is None:
         grad_h, grad_c = _torch_backward_steps(
