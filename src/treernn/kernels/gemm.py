@@ -422,6 +422,59 @@ def rounded_rows_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -
     return F.linear(flat, weight, bias)[:rows].view(*x.shape[:-1], weight.size(0))
 
 
+def decided_linear(
+    x: Tensor, weight: Tensor, bias: Tensor | None, model: str, product: str
+) -> Tensor:
+    """``F.linear(x, weight, bias)`` for a model's own output layers (a language model's
+    decoder, a classifier's layers), under bf16-mixed in bf16 only where bf16 pays here.
+
+    Plain ``nn.Linear`` follows autocast whatever the machine: on a CPU without bf16 GEMM
+    kernels (an AMD Zen 3, AVX2 only) torch then runs the product on a reference loop, and the
+    PTB language model's tied decoder made a bf16-mixed training step 6x slower than fp32 at the
+    paper size and 30x at the small one. Here :func:`product_dtype` times this product (at
+    :func:`rows_bucket` rows, forward and, with autograd on, backward) under bf16 autocast
+    against fp32, once per shape and machine, and where bf16 is not at least 10% faster the
+    product runs as with precision=32 (autocast off; the first such decision of ``model`` is
+    logged). Where it pays, the rows are rounded as :func:`rounded_rows_linear` rounds them."""
+    if not bf16_requested(x.device):
+        return F.linear(x, weight, bias)
+    rows = x.numel() // max(1, x.size(-1))
+    bucket = rows_bucket(rows)
+    training = torch.is_grad_enabled() and weight.requires_grad
+    label = f"{product}, {'training' if training else 'inference'}"
+    runs = functools.partial(_linear_runs, bucket, weight, bias, training)
+    shape = (bucket, weight.size(1), weight.size(0))
+    if product_dtype(*shape, x.device, model, label, runs) is not None:
+        return rounded_rows_linear(x, weight, bias)
+    with torch.autocast(x.device.type, enabled=False):
+        return F.linear(x.float(), weight, bias)
+
+
+def _linear_runs(
+    rows: int, weight: Tensor, bias: Tensor | None, training: bool
+) -> tuple[dict[str, Callable[[], object]], float]:
+    """The runs :func:`decided_linear` times: the product on ``rows`` random rows in fp32 and
+    under bf16 autocast (none on a CPU without oneDNN's bf16 kernels), with the gradients of the
+    input and the weight when ``training`` (returned, not accumulated)."""
+    device = weight.device
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, weight.size(1), generator=generator).to(device)
+    w = weight.detach().float().requires_grad_(training)
+    b = None if bias is None else bias.detach().float()
+    x.requires_grad_(training)
+
+    def run(bf16: bool) -> None:
+        with torch.set_grad_enabled(training), torch.autocast(device.type, torch.bfloat16, bf16):
+            out = rounded_rows_linear(x, w, b)
+            if training:
+                torch.autograd.grad(out.float().sum(), (x, w))
+
+    runs: dict[str, Callable[[], object]] = {"float32": functools.partial(run, False)}
+    if device.type != "cpu" or onednn_available(torch.bfloat16):
+        runs["bfloat16"] = functools.partial(run, True)
+    return runs, 2.0 * rows * weight.size(0) * weight.size(1) * (3 if training else 1)
+
+
 def product_dtype(
     batch: int,
     in_features: int,
