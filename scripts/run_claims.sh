@@ -10,7 +10,11 @@
 # (TREERNN_RESULTS_DIR; `python -m treernn sweep archive`): after each sweep, on Ctrl-C or SIGTERM,
 # and every ARCHIVE_EVERY seconds (default 600) while a sweep runs. Committed, they survive a
 # machine that loses outputs/: each sweep first restores them (`sweep restore`) and skips those
-# jobs, and `report claims results/tables/...` prints the claims from any clone.
+# jobs, and `report claims results/tables/...` prints the claims from any clone. Unfinished jobs
+# are kept there too, each with its newest checkpoint only (`--unfinished`; a few MB a job for
+# the logic models): a machine that loses outputs/ but keeps the results directory (a new
+# checkout that recovers its uncommitted files, 2026-11-30) resumes them instead of starting
+# them again. Commit a sweep's results once it has finished (its kept checkpoints are gone then).
 # Budgets: the new tables (lm, tdlm) at their own; the comparisons that were undecided at the
 # tables' short budgets (logic ON-LSTM vs LSTM, systematic generalisation, SST-2 on sentences only)
 # at budgets where validation should have stopped rising; `report claims` says "undecided" where it
@@ -71,7 +75,7 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 # checkout's results/ when this worktree's commit predates the jobs kept there.
 RESULTS=${TREERNN_RESULTS_DIR:-results}
 archive() {  # sweep dir, copy dir
-    [[ -f $1/multirun.yaml ]] && python -m treernn sweep archive "$1" "$2" | tail -n 2
+    [[ -f $1/multirun.yaml ]] && python -m treernn sweep archive --unfinished "$1" "$2" | tail -n 3
     return 0
 }
 run() {

@@ -148,3 +148,45 @@ def test_restore_adds_what_the_sweep_lacks_and_replaces_nothing(tmp_path, capsys
     assert runs.read_status(sweep / "0")["status"] == "finished"
     assert (sweep / "1" / "status.json").read_text() == '{"status": "running"}'
     assert (sweep / "1" / ".hydra" / "overrides.yaml").is_file()
+
+
+def _checkpoint(path: Path, step: int) -> None:
+    """A checkpoint as treernn writes it, as far as ``newest_complete_checkpoint`` reads it."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"global_step": step, "epoch": 0, "treernn": {"config": {}}, "state_dict": {}}, path)
+
+
+def test_archive_unfinished_keeps_a_running_job_with_its_newest_checkpoint_only(tmp_path, capsys):
+    """--unfinished: a job still running is kept with the checkpoint a resumed run continues
+    from (not the older ones, not a damaged one), so that a machine that lost outputs/ resumes
+    it; once it has finished, its kept checkpoint leaves the copy. Without the flag, as before."""
+    sweep = make_sweep(tmp_path)
+    running = sweep / "1"
+    runs.write_status(running, status="running")
+    (running / "csv").mkdir()
+    (running / "csv" / "metrics.csv").write_text("step,val/acc\n9,0.5\n")
+    _checkpoint(running / "checkpoints" / "epoch000.ckpt", 500)
+    _checkpoint(running / "checkpoints" / "last.ckpt", 900)
+    (running / "checkpoints" / "epoch001.ckpt").write_bytes(b"half written")  # damaged
+    copy = tmp_path / "results" / "mine"
+    assert treernn_main(["sweep", "archive", str(sweep), str(copy)]) == 0
+    assert not (copy / "1").exists()
+    capsys.readouterr()
+    assert treernn_main(["sweep", "archive", "--unfinished", str(sweep), str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert "archived unfinished, with their newest checkpoint: jobs 1 (step 900)" in out
+    assert sorted(p.name for p in (copy / "1" / "checkpoints").iterdir()) == ["last.ckpt"]
+    # restored on a machine that lost outputs/: the job resumes from step 900
+    restored = tmp_path / "elsewhere" / "mine"
+    assert treernn_main(["sweep", "restore", str(copy), str(restored)]) == 0
+    info, _ = runs.newest_complete_checkpoint(restored / "1")
+    assert info.global_step == 900
+    assert treernn_main(["sweep", "status", "--exit-code", str(copy)]) == 1
+    # the job finishes: the copy keeps its results and drops the weights
+    runs.write_status(running, status="finished")
+    (running / "metrics.json").write_text('{"test/acc": 0.6}')
+    assert treernn_main(["sweep", "archive", "--unfinished", str(sweep), str(copy)]) == 0
+    assert not (copy / "1" / "checkpoints").exists()
+    assert (copy / "1" / "metrics.json").read_text() == '{"test/acc": 0.6}'

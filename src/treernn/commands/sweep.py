@@ -24,8 +24,12 @@ files, into ``<copy dir>`` (a few hundred KB a job, the same layout as the sweep
 skip those jobs. A sweep of many hours can so be kept in a repository, reported from any clone,
 and continued on a machine that lost its ``outputs/``: ``restore`` puts back what the sweep
 directory lacks (it never replaces a file) and a resumed sweep skips the finished jobs.
-Jobs that did not finish are left out (they need their checkpoints to resume). Files already in
-the archive are replaced.
+Jobs that did not finish are left out (they need their checkpoints to resume), unless
+``--unfinished``: then each of them is kept too, with its newest complete checkpoint only (the
+one a resumed run continues from; written to a temporary name, then renamed), so that a machine
+that lost ``outputs/`` resumes such a job where the copy was taken instead of starting it again.
+A job's kept checkpoint leaves the copy once the job has finished. Files already in the archive
+are replaced.
 """
 
 from __future__ import annotations
@@ -56,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     archive = actions.add_parser("archive", help="keep the finished jobs' results, no checkpoints")
     archive.add_argument("sweep_dir", type=Path)
     archive.add_argument("copy_dir", type=Path)
+    archive.add_argument(
+        "--unfinished",
+        action="store_true",
+        help="keep the unfinished jobs too, each with its newest complete checkpoint",
+    )
     restore = actions.add_parser("restore", help="put an archived sweep's files back")
     restore.add_argument("copy_dir", type=Path)
     restore.add_argument("sweep_dir", type=Path)
@@ -87,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "status":
         return _status(args.sweep_dir, args.exit_code)
     if args.action == "archive":
-        return _archive(args.sweep_dir, args.copy_dir)
+        return _archive(args.sweep_dir, args.copy_dir, args.unfinished)
     if args.action == "restore":
         return _restore(args.copy_dir, args.sweep_dir)
     cwd, arguments = resume_command(args.sweep_dir)
@@ -145,7 +154,7 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
 NOT_ARCHIVED = ("checkpoints", "wandb", "*.ckpt", ".lock")
 
 
-def _archive(sweep_dir: Path, target: Path) -> int:
+def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
     from treernn import runs
 
     _saved(sweep_dir)
@@ -154,19 +163,45 @@ def _archive(sweep_dir: Path, target: Path) -> int:
     for path in sweep_dir.iterdir():  # the sweep's own files: multirun.yaml, table.*, curves.*
         if path.is_file() and not path.name.startswith("."):
             shutil.copy2(path, target / path.name)
-    kept, left = [], []
+    kept, resumable, left = [], [], []
     for job_dir in _jobs(sweep_dir):
-        if runs.read_status(job_dir).get("status") != "finished":
+        copy = target / job_dir.name
+        finished = runs.read_status(job_dir).get("status") == "finished"
+        checkpoint = (
+            None if finished or not unfinished else runs.newest_complete_checkpoint(job_dir)[0]
+        )
+        if not finished and checkpoint is None:
             left.append(job_dir.name)
             continue
-        shutil.copytree(
-            job_dir, target / job_dir.name, symlinks=True, ignore=ignore, dirs_exist_ok=True
-        )
-        kept.append(job_dir.name)
+        shutil.copytree(job_dir, copy, symlinks=True, ignore=ignore, dirs_exist_ok=True)
+        if finished:
+            _keep_checkpoint(copy, None)  # one kept while it ran is no longer needed
+            kept.append(job_dir.name)
+        else:
+            _keep_checkpoint(copy, job_dir, checkpoint.path)
+            resumable.append(f"{job_dir.name} (step {checkpoint.global_step})")
     print(f"archived {len(kept)} finished jobs of {sweep_dir} in {target}", flush=True)
+    if resumable:
+        print(f"archived unfinished, with their newest checkpoint: jobs {', '.join(resumable)}")
     if left:
         print(f"not archived (not finished): jobs {', '.join(left)}", flush=True)
     return 0
+
+
+def _keep_checkpoint(copy: Path, job_dir: Path | None, checkpoint: Path | None = None) -> None:
+    """Leave in a job's ``copy`` only ``checkpoint`` (a file of ``job_dir``), or none."""
+    wanted = None if checkpoint is None else copy / checkpoint.relative_to(job_dir)
+    for path in [*copy.glob("checkpoints/*.ckpt"), *copy.glob("hpc_ckpt_*.ckpt")]:
+        if path != wanted:
+            path.unlink()
+    if wanted is None:
+        if (copy / "checkpoints").is_dir() and not any((copy / "checkpoints").iterdir()):
+            (copy / "checkpoints").rmdir()
+        return
+    wanted.parent.mkdir(parents=True, exist_ok=True)
+    partial = wanted.with_name(wanted.name + ".partial")
+    shutil.copy2(checkpoint, partial)
+    os.replace(partial, wanted)  # a copy interrupted half-way is never taken for a checkpoint
 
 
 def _restore(copy_dir: Path, sweep_dir: Path) -> int:
