@@ -41,7 +41,8 @@
 # updates and one seed on C from 8,500): about 15 h for Ordered Memory's 9 jobs on a 2-core
 # Xeon two at a time and 4-5 h for the LSTM's. It runs before lm-33k, whose claims will most
 # likely stay undecided whatever it gives.
-# logic-80k doubles logic-40k for ON-LSTM and LSTM (claim 4; about 3 h for the 6 jobs on 2 cores;
+# logic-80k doubles logic-40k for ON-LSTM and LSTM (claim 4; an ON-LSTM job about 2 h on a 2-core
+# Zen 5, 4.6 h on a Zen 3 (4.7-4.9 updates/s), the LSTM's shorter;
 # validation every 1,000 updates as there, since the lr halving counts validations),
 # after the LSTM's mean validation accuracy was still rising at its end (82.6 -> 91.0 over the last
 # 7,000 updates, as its seeds left the plateau one after another) while ON-LSTM's had been flat at
