@@ -474,7 +474,7 @@ def benchmark_size(
 def bf16_runs(model: str, device: torch.device) -> bool:
     """Whether ``model`` can run under bf16 autocast here: nn.LSTM needs oneDNN's bf16 LSTM
     primitive on CPU (our encoders fall back to fp32 by themselves)."""
-    return model != "nn.LSTM" or device.type != "cpu" or gemm.onednn_available(torch.bfloat16)
+    return model != "nn.LSTM" or gemm.bf16_kernels(device)
 
 
 def format_row(row: dict) -> str:
@@ -523,7 +523,7 @@ def precision_summary(args: argparse.Namespace, device: torch.device) -> None:
         )
     lstm = (
         "oneDNN's bf16 LSTM primitive"
-        if gemm.onednn_available(torch.bfloat16) or device.type != "cpu"
+        if gemm.bf16_kernels(device)
         else "not run: this CPU has no bf16 LSTM primitive (autocast would fail)"
     )
     print(f"Plain torch modules follow autocast: nn.LSTM {lstm}; the LM's embedding stays fp32,")

@@ -657,7 +657,7 @@ def test_precision_is_probed_on_the_recurrences_own_loop(monkeypatch):
     # the batch's lengths (of 40 tokens) scaled to 16 tokens, rounded up; a short batch as it is
     batches = [([40, 27, 13, 1], 40, [16, 11, 6, 1]), ([7, 3, 5], 7, [7, 3, 5])]
     # a CPU with bf16 GEMM kernels (the bf16 loops run on torch's reference loop elsewhere)
-    monkeypatch.setattr(om_encoder, "onednn_available", lambda dtype=torch.float32: True)
+    monkeypatch.setattr(om_encoder, "bf16_kernels", lambda device: True)
     for training, (lengths, tokens, expected) in zip((True, False), batches, strict=True):
         recurrence.train(training)
         mask = torch.arange(tokens)[None] < torch.tensor(lengths)[:, None]
@@ -674,7 +674,7 @@ def test_precision_is_probed_on_the_recurrences_own_loop(monkeypatch):
     assert torch.equal(state, torch.get_rng_state())
     assert all(parameter.grad is None for parameter in recurrence.parameters())
     # without bf16 GEMM kernels (an AVX2-only CPU) there is no bf16 loop to time: fp32 is kept
-    monkeypatch.setattr(om_encoder, "onednn_available", lambda dtype=torch.float32: False)
+    monkeypatch.setattr(om_encoder, "bf16_kernels", lambda device: False)
     loops, _ = recurrence.precision_runs(mask, 5, False, torch.device("cpu"))
     assert set(loops) == {"float32"}
     # the decision's name says which loop it timed; without the loop, the product alone

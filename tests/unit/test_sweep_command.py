@@ -178,6 +178,11 @@ def test_archive_unfinished_keeps_a_running_job_with_its_newest_checkpoint_only(
     out = capsys.readouterr().out
     assert "archived unfinished, with their newest checkpoint: jobs 1 (step 900)" in out
     assert sorted(p.name for p in (copy / "1" / "checkpoints").iterdir()) == ["last.ckpt"]
+    # archived again with no new checkpoint: the kept copy is not written again
+    inode = (copy / "1" / "checkpoints" / "last.ckpt").stat().st_ino
+    assert treernn_main(["sweep", "archive", "--unfinished", str(sweep), str(copy)]) == 0
+    assert (copy / "1" / "checkpoints" / "last.ckpt").stat().st_ino == inode
+    capsys.readouterr()
     # restored on a machine that lost outputs/: the job resumes from step 900
     restored = tmp_path / "elsewhere" / "mine"
     assert treernn_main(["sweep", "restore", str(copy), str(restored)]) == 0

@@ -175,10 +175,10 @@ def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
             continue
         shutil.copytree(job_dir, copy, symlinks=True, ignore=ignore, dirs_exist_ok=True)
         if finished:
-            _keep_checkpoint(copy, None)  # one kept while it ran is no longer needed
+            _keep_checkpoint(copy)  # one kept while it ran is no longer needed
             kept.append(job_dir.name)
         else:
-            _keep_checkpoint(copy, job_dir, checkpoint.path)
+            _keep_checkpoint(copy, checkpoint.path, job_dir)
             resumable.append(f"{job_dir.name} (step {checkpoint.global_step})")
     print(f"archived {len(kept)} finished jobs of {sweep_dir} in {target}", flush=True)
     if resumable:
@@ -188,8 +188,12 @@ def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
     return 0
 
 
-def _keep_checkpoint(copy: Path, job_dir: Path | None, checkpoint: Path | None = None) -> None:
-    """Leave in a job's ``copy`` only ``checkpoint`` (a file of ``job_dir``), or none."""
+def _keep_checkpoint(
+    copy: Path, checkpoint: Path | None = None, job_dir: Path | None = None
+) -> None:
+    """Leave in a job's ``copy`` only ``checkpoint`` (a file of ``job_dir``), or none; a kept
+    copy that is already that file (same size and time: copy2 keeps them) is not copied again,
+    so that archiving every few minutes does not rewrite an unchanged checkpoint."""
     wanted = None if checkpoint is None else copy / checkpoint.relative_to(job_dir)
     for path in [*copy.glob("checkpoints/*.ckpt"), *copy.glob("hpc_ckpt_*.ckpt")]:
         if path != wanted:
@@ -197,6 +201,13 @@ def _keep_checkpoint(copy: Path, job_dir: Path | None, checkpoint: Path | None =
     if wanted is None:
         if (copy / "checkpoints").is_dir() and not any((copy / "checkpoints").iterdir()):
             (copy / "checkpoints").rmdir()
+        return
+
+    def signature(path: Path) -> tuple[int, int]:
+        stat = path.stat()
+        return stat.st_size, stat.st_mtime_ns
+
+    if wanted.exists() and signature(wanted) == signature(checkpoint):
         return
     wanted.parent.mkdir(parents=True, exist_ok=True)
     partial = wanted.with_name(wanted.name + ".partial")

@@ -183,7 +183,7 @@ def _autocast_runs(
                 torch.autograd.grad(loss, parameters, allow_unused=True)
 
     loops = {"float32": partial(run, False)}
-    if device.type != "cpu" or gemm.onednn_available(torch.bfloat16):
+    if gemm.bf16_kernels(device):
         loops["bfloat16"] = partial(run, True)
     return loops, flops() * (3 if training else 1)
 

@@ -146,7 +146,7 @@ def _bf16_runs(layer: nn.LSTM, batch: int, device: torch.device, training: bool)
                     out.float().sum().backward()
 
         loops = {"float32": functools.partial(run, False)}
-        if device.type != "cpu" or gemm.onednn_available(torch.bfloat16):
+        if gemm.bf16_kernels(device):
             loops["bfloat16"] = functools.partial(run, True)
         products = 3 if training else 1  # backward: the input and the weight gradients
         flops = 2.0 * products * steps * batch * (layer.input_size + layer.hidden_size)

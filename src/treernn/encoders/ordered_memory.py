@@ -102,7 +102,7 @@ from treernn.encoders.ordered_memory_state import (
     masked_attention,
 )
 from treernn.errors import ConfigValueError
-from treernn.kernels.gemm import GemmBackend, check_backend, onednn_available
+from treernn.kernels.gemm import GemmBackend, bf16_kernels, check_backend
 from treernn.kernels.ordered_memory import fused_ordered_memory, product_dtype
 
 #: tokens of the loop that decides the products' precision (precision_runs)
@@ -330,9 +330,7 @@ class OrderedMemoryRecurrence(nn.Module):
         width = 4 * self.hidden_size
         flops = 2.0 * float(lengths.sum()) * width * width * (3 if training else 1)
         runs = {"float32": partial(run, None)}
-        # no bf16 run on a CPU without bf16 GEMM kernels (AVX2 only): torch's reference loop
-        # would take seconds of the probe's time to lose (0.1 GFLOP/s on an AMD Zen 3)
-        if device.type != "cpu" or onednn_available(torch.bfloat16):
+        if bf16_kernels(device):  # else torch's reference loop (0.1 GFLOP/s on an AMD Zen 3)
             runs["bfloat16"] = partial(run, torch.bfloat16)
         return runs, flops
 

@@ -381,6 +381,14 @@ def bf16_requested(device: torch.device) -> bool:
     )
 
 
+def bf16_kernels(device: torch.device) -> bool:
+    """Whether bf16 products run on bf16 kernels on ``device``: any accelerator, or a CPU where
+    oneDNN has them. Elsewhere (AVX2-only CPUs such as an AMD Zen 3) torch runs them on its
+    reference loop, 50-100x slower than fp32, so the precision probes leave out their bf16 run
+    there (and decide fp32) rather than time it."""
+    return device.type != "cpu" or onednn_available(torch.bfloat16)
+
+
 #: under bf16 autocast on the CPU, products whose row count changes from call to call are run
 #: on rows rounded up to a multiple of this (:func:`rounded_rows_linear`)
 ROW_MULTIPLE = 16
@@ -471,7 +479,7 @@ def _linear_runs(
                 torch.autograd.grad(out.float().sum(), (x, w))
 
     runs: dict[str, Callable[[], object]] = {"float32": functools.partial(run, False)}
-    if device.type != "cpu" or onednn_available(torch.bfloat16):
+    if bf16_kernels(device):
         runs["bfloat16"] = functools.partial(run, True)
     return runs, 2.0 * rows * weight.size(0) * weight.size(1) * (3 if training else 1)
 
