@@ -379,6 +379,32 @@ def test_every_copy_of_the_treernn_products_equals_matmul(isa: str, dtype) -> No
         )
 
 
+@pytest.mark.parametrize("isa", list(ISAS))
+def test_deep_step_products_give_the_bits_of_one_pass(isa: str) -> None:
+    """A step's product with a deep weight (more than 512 k, at most 64 rows) runs in blocks of
+    128 k on the AVX2 copy, its sums carried between blocks in float32: the same bits as the
+    same rows inside a product of 80 rows (one pass over k per tile), and close to float64's
+    sums. Depth 1030 and 61 outputs: a last block of 6 k and a partial last panel."""
+    kernels = gemm.packed_kernels()
+    if kernels is None:
+        pytest.fail("the packed_gemm extension did not build")
+    if ISAS[isa] > kernels.isa():
+        pytest.skip(f"this CPU has no {isa}")
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.randn(61, 1030, generator=generator)
+    many = torch.randn(80, 1030, generator=generator)
+    added = torch.randn(80, 61, generator=generator)
+    packed = kernels.pack(weight, False)
+    for rows in (1, 5, 20, 64):
+        step = kernels.linear(
+            many[:rows].contiguous(), packed, 61, added[:rows].contiguous(), None, ISAS[isa]
+        )
+        whole = kernels.linear(many, packed, 61, added, None, ISAS[isa])
+        assert torch.equal(step, whole[:rows])
+        exact = added[:rows].double() + many[:rows].double() @ weight.double().t()
+        torch.testing.assert_close(step.double(), exact, rtol=0, atol=1e-3)
+
+
 @pytest.mark.parametrize("copy", ["AMX", "AVX512-BF16"])
 def test_treernn_bf16_products_are_float32_sums_of_bf16_operands(copy: str) -> None:
     """Both copies of the bf16 products (AMX's tiles, where the CPU has them, and AVX512-BF16's

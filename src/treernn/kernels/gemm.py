@@ -229,8 +229,9 @@ def cpu_name(cpuinfo: str) -> str:
 #: AMX's tiles where the CPU has them, 3-6x faster than before there; 5: the level-batched tree
 #: encoders' bf16 products run on rounded rows, :func:`rounded_rows_linear`; 6: the ``treernn``
 #: backend's float32 products run four panels at a time, ``tile_quad`` in csrc/packed_gemm.h;
-#: 7: its AVX2 tiles keep their accumulators in registers, 1.3-2.7x faster on an AMD Zen 3)
-PROBES_REVISION = 7
+#: 7: its AVX2 tiles keep their accumulators in registers, 1.3-2.7x faster on an AMD Zen 3; 8: they
+#: prefetch the weight and run a step's deep products in blocks of k, 1.3-1.4x there)
+PROBES_REVISION = 8
 
 
 def _machine_key(batch, in_features, out_features, dtype, threads, device_type="cpu") -> str:

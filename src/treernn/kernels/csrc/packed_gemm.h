@@ -502,14 +502,36 @@ void product_amx_bf16(const Product<uint32_t, uint32_t, float>& m, int64_t p0, i
 // all 2R of them to the stack at every k, 12 stores per 12 FMAs (the AVX2 tiles ran at 46-52
 // GFLOP/s on a 2-core AMD Zen 3 where oneDNN ran the same products at 60-140).
 
+// Each k of a tile also asks for the panel's line kAvx2Prefetch k ahead (4 KiB; past the panel's
+// end, the next panel's first lines): the hardware prefetchers alone left the first row tile of
+// each panel waiting on L3 or memory. Block sizes: two 2-core AMD Zen 3 runs of
+// ``benchmark_recurrence``'s step shapes, 1.3-1.4x (20 x 1150 x 4830: 63-70 -> 89-94 GFLOP/s;
+// docs/recurrence_speed.md, twenty-third session).
+constexpr int64_t kAvx2Prefetch = 64;
+constexpr int64_t kAvx2KBlock = 128;
+constexpr int64_t kAvx2BlockedRows = 64;
+constexpr int64_t kAvx2BlockedDepth = 512;
+
+// Rows [row, row + R) of panel p over k in [k0, k1): sums start at zero (``first``) or from
+// ``partial`` (R x 16); at ``last`` they go to C (plus ``added``), else back to ``partial``.
 template <int R>
-TREERNN_AVX2 void tile_avx2(const Product<float, float, float>& m, int64_t row, int64_t p) {
+TREERNN_AVX2 void tile_avx2(const Product<float, float, float>& m, int64_t row, int64_t p,
+                            int64_t k0, int64_t k1, bool first, bool last, float* partial) {
   __m256 acc0[R], acc1[R];
+  if (first) {
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+    for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+  } else {
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      acc0[r] = _mm256_loadu_ps(partial + r * kPanel);
+      acc1[r] = _mm256_loadu_ps(partial + r * kPanel + 8);
+    }
+  }
   const float* w = m.packed + p * m.depth * kPanel;
   const float* a = m.a + row * m.lda;
-  for (int64_t k = 0; k < m.depth; ++k) {
+  for (int64_t k = k0; k < k1; ++k) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + (k + kAvx2Prefetch) * kPanel), _MM_HINT_T0);
     const __m256 b0 = _mm256_loadu_ps(w + k * kPanel);
     const __m256 b1 = _mm256_loadu_ps(w + k * kPanel + 8);
 #pragma GCC unroll 6
@@ -518,6 +540,14 @@ TREERNN_AVX2 void tile_avx2(const Product<float, float, float>& m, int64_t row, 
       acc0[r] = _mm256_fmadd_ps(x, b0, acc0[r]);
       acc1[r] = _mm256_fmadd_ps(x, b1, acc1[r]);
     }
+  }
+  if (!last) {
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      _mm256_storeu_ps(partial + r * kPanel, acc0[r]);
+      _mm256_storeu_ps(partial + r * kPanel + 8, acc1[r]);
+    }
+    return;
   }
   alignas(32) float sums[R][kPanel];
 #pragma GCC unroll 6
@@ -534,18 +564,32 @@ TREERNN_AVX2 void tile_avx2(const Product<float, float, float>& m, int64_t row, 
   }
 }
 
+// Panels [p0, p1). A step's product (at most kAvx2BlockedRows rows) with a deep weight runs each
+// panel in blocks of kAvx2KBlock k, all its row tiles over one block before the next (the sums
+// carried in ``partials``, float32 as in registers: the same bits), so that each line of the
+// weight, fetched once from L3 or memory, serves every row from L1; many rows (the input
+// projections over all steps) or a shallow weight keep one pass of each row tile over the whole
+// panel.
 void product_avx2(const Product<float, float, float>& m, int64_t p0, int64_t p1) {
+  const bool blocked = m.rows <= kAvx2BlockedRows && m.depth > kAvx2BlockedDepth;
+  const int64_t kb = blocked ? kAvx2KBlock : m.depth;
+  alignas(32) float partials[kAvx2BlockedRows * kPanel];
   for (int64_t p = p0; p < p1; ++p) {
-    row_blocks(m.rows, 6, [&](int64_t row, int64_t size) {
-      switch (size) {
-        case 1: return tile_avx2<1>(m, row, p);
-        case 2: return tile_avx2<2>(m, row, p);
-        case 3: return tile_avx2<3>(m, row, p);
-        case 4: return tile_avx2<4>(m, row, p);
-        case 5: return tile_avx2<5>(m, row, p);
-        default: return tile_avx2<6>(m, row, p);
-      }
-    });
+    for (int64_t k0 = 0; k0 < m.depth; k0 += kb) {
+      const int64_t k1 = std::min(m.depth, k0 + kb);
+      const bool first = k0 == 0, last = k1 == m.depth;
+      row_blocks(m.rows, 6, [&](int64_t row, int64_t size) {
+        float* part = blocked ? partials + row * kPanel : nullptr;
+        switch (size) {
+          case 1: return tile_avx2<1>(m, row, p, k0, k1, first, last, part);
+          case 2: return tile_avx2<2>(m, row, p, k0, k1, first, last, part);
+          case 3: return tile_avx2<3>(m, row, p, k0, k1, first, last, part);
+          case 4: return tile_avx2<4>(m, row, p, k0, k1, first, last, part);
+          case 5: return tile_avx2<5>(m, row, p, k0, k1, first, last, part);
+          default: return tile_avx2<6>(m, row, p, k0, k1, first, last, part);
+        }
+      });
+    }
   }
 }
 
