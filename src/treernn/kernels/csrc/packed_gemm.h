@@ -504,8 +504,8 @@ void product_amx_bf16(const Product<uint32_t, uint32_t, float>& m, int64_t p0, i
 
 // Each k of a tile also asks for the panel's line kAvx2Prefetch k ahead (4 KiB; past the panel's
 // end, the next panel's first lines): the hardware prefetchers alone left the first row tile of
-// each panel waiting on L3 or memory. Block sizes: two 2-core AMD Zen 3 runs of
-// ``benchmark_recurrence``'s step shapes, 1.3-1.4x (20 x 1150 x 4830: 63-70 -> 89-94 GFLOP/s;
+// each panel waiting on L3 or memory. Distance and block sizes from the step shapes' products
+// timed in turn on a 2-core AMD Zen 3, 1.3-1.4x (20 x 1150 x 4830: 63-70 -> 89-94 GFLOP/s;
 // docs/recurrence_speed.md, twenty-third session).
 constexpr int64_t kAvx2Prefetch = 64;
 constexpr int64_t kAvx2KBlock = 128;
