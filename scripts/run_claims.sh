@@ -11,7 +11,7 @@
 # and every ARCHIVE_EVERY seconds (default 600) while a sweep runs. Committed, they survive a
 # machine that loses outputs/: each sweep first restores them (`sweep restore`) and skips those
 # jobs, and `report claims results/tables/...` prints the claims from any clone. Unfinished jobs
-# are kept there too, each with its newest checkpoint only (`--unfinished`; a few MB a job for
+# are kept there too, each with its newest and best checkpoints (`--unfinished`; a few MB a job for
 # the logic models): a machine that loses outputs/ but keeps the results directory (a new
 # checkout that recovers its uncommitted files, 2026-11-30) resumes them instead of starting
 # them again. Commit a sweep's results once it has finished (its kept checkpoints are gone then).

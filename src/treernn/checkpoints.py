@@ -99,6 +99,9 @@ class CheckpointInfo:
     config: dict[str, Any]
     wandb_id: str | None = None
     state_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: the best checkpoint by the run's monitor when this one was written (its ModelCheckpoint's
+    #: ``best_model_path``, as the run named it), or ""
+    best_model_path: str = ""
 
     @property
     def run_dir(self) -> Path | None:
@@ -137,7 +140,17 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
         config=checkpoint["treernn"].get("config", {}),
         wandb_id=checkpoint["treernn"].get("wandb_id"),
         state_shapes={key: tuple(value.shape) for key, value in state.items()},
+        best_model_path=_best_model_path(checkpoint),
     )
+
+
+def _best_model_path(checkpoint: dict[str, Any]) -> str:
+    """The ``best_model_path`` kept in a checkpoint by its ModelCheckpoint (state keys start
+    with the class name, "ModelCheckpoint{...}"; treernn's BestCheckpoint keeps that name)."""
+    for key, state in (checkpoint.get("callbacks") or {}).items():
+        if str(key).startswith("ModelCheckpoint") and isinstance(state, dict):
+            return str(state.get("best_model_path") or "")
+    return ""
 
 
 def check_task_and_model(info: CheckpointInfo, task: str, model: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -269,3 +270,23 @@ def test_a_full_disk_is_one_line_and_keeps_the_last_good_checkpoint(tmp_path):
         assert kept.epochs_done == 1  # the checkpoint of the first epoch, whole
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_a_killed_run_moved_to_another_directory_resumes_with_its_best(tmp_path, uninterrupted):
+    """A sweep job restored on another machine: the run directory, killed after the validation at
+    30, is moved before it resumes. Its checkpoint callback keeps the best score and file under
+    the new directory (Lightning's own forgets them there, with a "dirpath has changed"
+    warning), so the resumed run validates, halves the lr and tests as the run never moved."""
+    old_log = tmp_path / "old"
+    killed = run_cli([*PLATEAU, f"paths.log_dir={old_log}", *_signal_at(33, "SIGKILL")])
+    assert killed.returncode == -9
+    (run_dir,) = _run_dirs(old_log, "logic", "lstm")
+    new_log = tmp_path / "new"
+    moved = new_log / run_dir.relative_to(old_log)
+    shutil.copytree(run_dir, moved, symlinks=True)
+    shutil.rmtree(old_log)
+    resumed = run_cli([*PLATEAU, f"paths.log_dir={new_log}", "ckpt_path=last"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "dirpath has changed" not in resumed.stdout + resumed.stderr
+    assert _metrics(moved) == _metrics(uninterrupted["plateau"])
+    assert _csv(moved) == _csv(uninterrupted["plateau"])

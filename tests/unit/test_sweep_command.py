@@ -150,26 +150,35 @@ def test_restore_adds_what_the_sweep_lacks_and_replaces_nothing(tmp_path, capsys
     assert (sweep / "1" / ".hydra" / "overrides.yaml").is_file()
 
 
-def _checkpoint(path: Path, step: int) -> None:
-    """A checkpoint as treernn writes it, as far as ``newest_complete_checkpoint`` reads it."""
+def _checkpoint(path: Path, step: int, best: Path | None = None) -> None:
+    """A checkpoint as treernn writes it, as far as ``newest_complete_checkpoint`` reads it;
+    ``best``: the best checkpoint its ModelCheckpoint state names."""
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"global_step": step, "epoch": 0, "treernn": {"config": {}}, "state_dict": {}}, path)
+    callbacks = {"ModelCheckpoint{'monitor': 'val/acc'}": {"best_model_path": str(best or "")}}
+    saved = {"global_step": step, "epoch": 0, "treernn": {"config": {}}, "state_dict": {}}
+    torch.save({**saved, "callbacks": callbacks}, path)
 
 
-def test_archive_unfinished_keeps_a_running_job_with_its_newest_checkpoint_only(tmp_path, capsys):
+def test_archive_unfinished_keeps_a_running_job_with_its_newest_and_best_checkpoint(
+    tmp_path, capsys
+):
     """--unfinished: a job still running is kept with the checkpoint a resumed run continues
-    from (not the older ones, not a damaged one), so that a machine that lost outputs/ resumes
-    it; once it has finished, its kept checkpoint leaves the copy. Without the flag, as before."""
+    from and the best one it names (not the older ones, not a damaged one), so that a machine
+    that lost outputs/ resumes it; once it has finished, its kept checkpoints leave the copy.
+    Without the flag, as before."""
     sweep = make_sweep(tmp_path)
     running = sweep / "1"
     runs.write_status(running, status="running")
     (running / "csv").mkdir()
     (running / "csv" / "metrics.csv").write_text("step,val/acc\n9,0.5\n")
-    _checkpoint(running / "checkpoints" / "epoch000.ckpt", 500)
-    _checkpoint(running / "checkpoints" / "last.ckpt", 900)
-    (running / "checkpoints" / "epoch001.ckpt").write_bytes(b"half written")  # damaged
+    _checkpoint(running / "checkpoints" / "epoch000.ckpt", 300)
+    _checkpoint(running / "checkpoints" / "epoch001.ckpt", 500)  # the best
+    _checkpoint(
+        running / "checkpoints" / "last.ckpt", 900, best=running / "checkpoints" / "epoch001.ckpt"
+    )
+    (running / "checkpoints" / "epoch002.ckpt").write_bytes(b"half written")  # damaged
     copy = tmp_path / "results" / "mine"
     assert treernn_main(["sweep", "archive", str(sweep), str(copy)]) == 0
     assert not (copy / "1").exists()
@@ -177,7 +186,11 @@ def test_archive_unfinished_keeps_a_running_job_with_its_newest_checkpoint_only(
     assert treernn_main(["sweep", "archive", "--unfinished", str(sweep), str(copy)]) == 0
     out = capsys.readouterr().out
     assert "archived unfinished, with their newest checkpoint: jobs 1 (step 900)" in out
-    assert sorted(p.name for p in (copy / "1" / "checkpoints").iterdir()) == ["last.ckpt"]
+    # and the best one that the newest names (the one its test reads), not the others
+    assert sorted(p.name for p in (copy / "1" / "checkpoints").iterdir()) == [
+        "epoch001.ckpt",
+        "last.ckpt",
+    ]
     # archived again with no new checkpoint: the kept copy is not written again
     inode = (copy / "1" / "checkpoints" / "last.ckpt").stat().st_ino
     assert treernn_main(["sweep", "archive", "--unfinished", str(sweep), str(copy)]) == 0

@@ -9,6 +9,11 @@ monitor) and this callback keeps the last one. Both write through the trainer's 
 rename. Nothing is saved from diverged weights: :class:`~treernn.callbacks.divergence.
 DivergenceMonitor` stops the run before any checkpoint callback runs (Lightning runs checkpoint
 callbacks last).
+
+:class:`BestCheckpoint` is Lightning's ``ModelCheckpoint`` for a run that moves: a job resumed in
+another directory (a sweep restored from its archive on another machine, or from another
+worktree) keeps its best score and its best file, where Lightning's own callback, seeing another
+``dirpath``, forgets the score and reloads a ``best_model_path`` that names the old directory.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_warn
 
 LAST_NAME = "last.ckpt"
 
@@ -73,3 +79,60 @@ class LastCheckpoint(Checkpoint):
 
     def state_dict(self) -> dict[str, Any]:
         return {"path": str(self.path)}
+
+
+class BestCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` whose state follows the run to another directory.
+
+    Restored with another ``dirpath`` than it was saved with, the paths it keeps (best, k-th
+    best, last, the top k) are read as the same file names in this ``dirpath``, and the scores
+    are kept: a later validation replaces the best only if it is better, and a test of the
+    "best" checkpoint reads the best before the move. A best file that the new directory lacks
+    (a copy that kept only the newest checkpoint) is not taken for a checkpoint: the score is
+    forgotten with a warning, so that the next validation writes a best file again.
+    """
+
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        # Lightning's own name: checkpoints written with either callback restore into the other
+        return f"ModelCheckpoint{kwargs!r}"
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved_dir = state_dict.get("dirpath", self.dirpath)
+        if saved_dir and self.dirpath and saved_dir != self.dirpath:
+            state_dict = _moved(state_dict, Path(saved_dir), Path(self.dirpath))
+            state_dict["dirpath"] = self.dirpath
+        super().load_state_dict(state_dict)
+        best = self.best_model_path
+        if best and not Path(best).is_file():
+            rank_zero_warn(
+                f"the best checkpoint {best} (score {_score(self.best_model_score)}) is not in "
+                f"{self.dirpath}: the best of the validations from here on is kept instead"
+            )
+            unused = ModelCheckpoint(monitor=self.monitor, mode=self.mode)
+            self.best_model_score, self.best_model_path = None, ""
+            self.best_k_models, self.kth_best_model_path = {}, ""
+            self.kth_value = unused.kth_value
+
+
+def _moved(state: dict[str, Any], old: Path, new: Path) -> dict[str, Any]:
+    """``state`` with every path under ``old`` named under ``new`` instead."""
+
+    def move(path: Any) -> Any:
+        if not path:
+            return path
+        try:
+            return str(new / Path(path).relative_to(old))
+        except ValueError:  # not under the old directory: kept as it is
+            return path
+
+    moved = dict(state)
+    for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+        if key in moved:
+            moved[key] = move(moved[key])
+    if moved.get("best_k_models"):
+        moved["best_k_models"] = {move(k): v for k, v in moved["best_k_models"].items()}
+    return moved
+
+
+def _score(value: Any) -> str:
+    return "none" if value is None else f"{float(value):.6g}"

@@ -25,9 +25,10 @@ skip those jobs. A sweep of many hours can so be kept in a repository, reported 
 and continued on a machine that lost its ``outputs/``: ``restore`` puts back what the sweep
 directory lacks (it never replaces a file) and a resumed sweep skips the finished jobs.
 Jobs that did not finish are left out (they need their checkpoints to resume), unless
-``--unfinished``: then each of them is kept too, with its newest complete checkpoint only (the
-one a resumed run continues from; written to a temporary name, then renamed), so that a machine
-that lost ``outputs/`` resumes such a job where the copy was taken instead of starting it again.
+``--unfinished``: then each of them is kept too, with its newest complete checkpoint (the one a
+resumed run continues from) and the best one that checkpoint names (the one its test reads), each
+written to a temporary name, then renamed, so that a machine that lost ``outputs/`` resumes such a
+job where the copy was taken instead of starting it again.
 A job's kept checkpoint leaves the copy once the job has finished. Files already in the archive
 are replaced.
 """
@@ -40,7 +41,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from treernn.errors import UserError
+from treernn.errors import CheckpointError, UserError
 
 RESUME_ENV = "TREERNN_RESUME_SWEEP_DIR"
 
@@ -63,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     archive.add_argument(
         "--unfinished",
         action="store_true",
-        help="keep the unfinished jobs too, each with its newest complete checkpoint",
+        help="keep the unfinished jobs too, each with its newest and its best checkpoint",
     )
     restore = actions.add_parser("restore", help="put an archived sweep's files back")
     restore.add_argument("copy_dir", type=Path)
@@ -178,7 +179,7 @@ def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
             _keep_checkpoint(copy)  # one kept while it ran is no longer needed
             kept.append(job_dir.name)
         else:
-            _keep_checkpoint(copy, checkpoint.path, job_dir)
+            _keep_checkpoint(copy, checkpoint.path, job_dir, _best_file(checkpoint, job_dir))
             resumable.append(f"{job_dir.name} (step {checkpoint.global_step})")
     print(f"archived {len(kept)} finished jobs of {sweep_dir} in {target}", flush=True)
     if resumable:
@@ -188,17 +189,39 @@ def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
     return 0
 
 
+def _best_file(newest, job_dir: Path) -> Path | None:
+    """The best checkpoint (by the run's monitor) that the job's newest checkpoint names, as a
+    complete file of ``job_dir``'s ``checkpoints/``, or None: a resumed job that tests its best
+    checkpoint needs it (the newest alone would test the best since the resume)."""
+    from treernn.checkpoints import inspect_checkpoint
+
+    if not newest.best_model_path:
+        return None
+    path = job_dir / "checkpoints" / Path(newest.best_model_path).name
+    if path == newest.path or not path.is_file():
+        return None
+    try:
+        inspect_checkpoint(path)
+    except CheckpointError:
+        return None
+    return path
+
+
 def _keep_checkpoint(
-    copy: Path, checkpoint: Path | None = None, job_dir: Path | None = None
+    copy: Path,
+    checkpoint: Path | None = None,
+    job_dir: Path | None = None,
+    best: Path | None = None,
 ) -> None:
-    """Leave in a job's ``copy`` only ``checkpoint`` (a file of ``job_dir``), or none; a kept
-    copy that is already that file (same size and time: copy2 keeps them) is not copied again,
-    so that archiving every few minutes does not rewrite an unchanged checkpoint."""
-    wanted = None if checkpoint is None else copy / checkpoint.relative_to(job_dir)
+    """Leave in a job's ``copy`` only ``checkpoint`` and ``best`` (files of ``job_dir``), or none;
+    a kept copy that is already that file (same size and time: copy2 keeps them) is not copied
+    again, so that archiving every few minutes does not rewrite an unchanged checkpoint."""
+    sources = [path for path in (checkpoint, best) if path is not None]
+    wanted = {copy / path.relative_to(job_dir): path for path in sources}
     for path in [*copy.glob("checkpoints/*.ckpt"), *copy.glob("hpc_ckpt_*.ckpt")]:
-        if path != wanted:
+        if path not in wanted:
             path.unlink()
-    if wanted is None:
+    if not wanted:
         if (copy / "checkpoints").is_dir() and not any((copy / "checkpoints").iterdir()):
             (copy / "checkpoints").rmdir()
         return
@@ -207,12 +230,13 @@ def _keep_checkpoint(
         stat = path.stat()
         return stat.st_size, stat.st_mtime_ns
 
-    if wanted.exists() and signature(wanted) == signature(checkpoint):
-        return
-    wanted.parent.mkdir(parents=True, exist_ok=True)
-    partial = wanted.with_name(wanted.name + ".partial")
-    shutil.copy2(checkpoint, partial)
-    os.replace(partial, wanted)  # a copy interrupted half-way is never taken for a checkpoint
+    for kept, source in wanted.items():
+        if kept.exists() and signature(kept) == signature(source):
+            continue
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_name(kept.name + ".partial")
+        shutil.copy2(source, partial)
+        os.replace(partial, kept)  # a copy interrupted half-way is never taken for a checkpoint
 
 
 def _restore(copy_dir: Path, sweep_dir: Path) -> int:
