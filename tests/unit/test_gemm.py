@@ -342,6 +342,16 @@ def test_large_linear_in_bf16_stays_close_with_gradients(backend: str) -> None:
 ISAS = {"portable C++": 1, "AVX2 + FMA": 2, "AVX-512": 3}
 
 
+def _kernels_with(isa: str):
+    """The packed_gemm extension, the test skipped where this CPU lacks ``isa``."""
+    kernels = gemm.packed_kernels()
+    if kernels is None:
+        pytest.fail("the packed_gemm extension did not build")
+    if ISAS[isa] > kernels.isa():
+        pytest.skip(f"this CPU has no {isa}")
+    return kernels
+
+
 @pytest.mark.parametrize("isa", list(ISAS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_every_copy_of_the_treernn_products_equals_matmul(isa: str, dtype) -> None:
@@ -350,11 +360,7 @@ def test_every_copy_of_the_treernn_products_equals_matmul(isa: str, dtype) -> No
     into ``out``, from a contiguous or a transposed weight (the backward pass packs W.T). The
     AVX-512 copy runs four panels at a time while four are left (1-6 rows a tile), then two:
     the last six shapes take 1-3 such tiles of every row count, with 0-3 panels left over."""
-    kernels = gemm.packed_kernels()
-    if kernels is None:
-        pytest.fail("the packed_gemm extension did not build")
-    if ISAS[isa] > kernels.isa():
-        pytest.skip(f"this CPU has no {isa}")
+    kernels = _kernels_with(isa)
     generator = torch.Generator().manual_seed(0)
     tolerance = 1e-5 if dtype == torch.float32 else 1e-12
     shapes = [(1, 1, 1), (3, 5, 7), (13, 17, 33), (20, 40, 97), (37, 8, 64)]
@@ -385,21 +391,17 @@ def test_deep_step_products_give_the_bits_of_one_pass(isa: str) -> None:
     128 k on the AVX2 copy, its sums carried between blocks in float32: the same bits as the
     same rows inside a product of 80 rows (one pass over k per tile), and close to float64's
     sums. Depth 1030 and 61 outputs: a last block of 6 k and a partial last panel."""
-    kernels = gemm.packed_kernels()
-    if kernels is None:
-        pytest.fail("the packed_gemm extension did not build")
-    if ISAS[isa] > kernels.isa():
-        pytest.skip(f"this CPU has no {isa}")
+    kernels = _kernels_with(isa)
     generator = torch.Generator().manual_seed(1)
     weight = torch.randn(61, 1030, generator=generator)
     many = torch.randn(80, 1030, generator=generator)
     added = torch.randn(80, 61, generator=generator)
     packed = kernels.pack(weight, False)
+    whole = kernels.linear(many, packed, 61, added, None, ISAS[isa])
     for rows in (1, 5, 20, 64):
         step = kernels.linear(
             many[:rows].contiguous(), packed, 61, added[:rows].contiguous(), None, ISAS[isa]
         )
-        whole = kernels.linear(many, packed, 61, added, None, ISAS[isa])
         assert torch.equal(step, whole[:rows])
         exact = added[:rows].double() + many[:rows].double() @ weight.double().t()
         torch.testing.assert_close(step.double(), exact, rtol=0, atol=1e-3)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
@@ -104,14 +105,16 @@ class BestCheckpoint(ModelCheckpoint):
         super().load_state_dict(state_dict)
         best = self.best_model_path
         if best and not Path(best).is_file():
-            rank_zero_warn(
-                f"the best checkpoint {best} (score {_score(self.best_model_score)}) is not in "
-                f"{self.dirpath}: the best of the validations from here on is kept instead"
+            score = (
+                "none" if self.best_model_score is None else f"{float(self.best_model_score):.6g}"
             )
-            unused = ModelCheckpoint(monitor=self.monitor, mode=self.mode)
+            rank_zero_warn(
+                f"the best checkpoint {best} (score {score}) is not in {self.dirpath}: the best "
+                "of the validations from here on is kept instead"
+            )
             self.best_model_score, self.best_model_path = None, ""
             self.best_k_models, self.kth_best_model_path = {}, ""
-            self.kth_value = unused.kth_value
+            self.kth_value = torch.tensor(torch.inf if self.mode == "min" else -torch.inf)
 
 
 def _moved(state: dict[str, Any], old: Path, new: Path) -> dict[str, Any]:
@@ -132,7 +135,3 @@ def _moved(state: dict[str, Any], old: Path, new: Path) -> dict[str, Any]:
     if moved.get("best_k_models"):
         moved["best_k_models"] = {move(k): v for k, v in moved["best_k_models"].items()}
     return moved
-
-
-def _score(value: Any) -> str:
-    return "none" if value is None else f"{float(value):.6g}"

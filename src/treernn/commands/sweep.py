@@ -41,7 +41,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from treernn.errors import CheckpointError, UserError
+from treernn.errors import UserError
 
 RESUME_ENV = "TREERNN_RESUME_SWEEP_DIR"
 
@@ -191,20 +191,13 @@ def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
 
 def _best_file(newest, job_dir: Path) -> Path | None:
     """The best checkpoint (by the run's monitor) that the job's newest checkpoint names, as a
-    complete file of ``job_dir``'s ``checkpoints/``, or None: a resumed job that tests its best
-    checkpoint needs it (the newest alone would test the best since the resume)."""
-    from treernn.checkpoints import inspect_checkpoint
-
+    file of ``job_dir``'s ``checkpoints/`` (written whole: AtomicCheckpointIO), or None: a resumed
+    job that tests its best checkpoint needs it (the newest alone would test the best since the
+    resume)."""
     if not newest.best_model_path:
         return None
     path = job_dir / "checkpoints" / Path(newest.best_model_path).name
-    if path == newest.path or not path.is_file():
-        return None
-    try:
-        inspect_checkpoint(path)
-    except CheckpointError:
-        return None
-    return path
+    return path if path != newest.path and path.is_file() else None
 
 
 def _keep_checkpoint(
