@@ -5,6 +5,8 @@ job; ``scancel`` and a resumed sweep; a job that can never start. Skipped where 
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import os
 import shutil
@@ -50,7 +52,14 @@ def slurm() -> None:
 
 class ReleaseRequeued:
     """SLURM holds a requeued job for about two minutes (its credentials must expire) before it
-    starts again; a cluster's jobs can wait, a test should not: release held jobs after HELD_S."""
+    starts again; a cluster's jobs can wait, a test should not: release held jobs after HELD_S,
+    with the time limit raised to LIMIT_AFTER_REQUEUE_MIN so that the attempt after the first
+    requeue runs to the end. With the 1-minute limit kept, slurmctld (which looks at time limits
+    every 30 s and sends the signal up to a minute early) signalled each attempt 20-50 s after it
+    started, which left 5-30 s of training after Python's start and the restore: on a loaded
+    2-core Zen 3 the job was requeued over 40 times and the test ran 23 minutes, then timed out."""
+
+    LIMIT_AFTER_REQUEUE_MIN = 10
 
     def __enter__(self) -> ReleaseRequeued:
         self._stop = threading.Event()
@@ -76,7 +85,13 @@ class ReleaseRequeued:
                 since = held_since.setdefault(job, time.monotonic())
                 if time.monotonic() - since >= self.HELD_S:
                     subprocess.run(
-                        ["scontrol", "update", f"jobid={job}", "starttime=now"],
+                        [
+                            "scontrol",
+                            "update",
+                            f"jobid={job}",
+                            "starttime=now",
+                            f"timelimit={self.LIMIT_AFTER_REQUEUE_MIN}",
+                        ],
                         capture_output=True,
                     )
                     del held_since[job]  # a later requeue of the same job waits again
@@ -105,15 +120,30 @@ CANCEL_BUDGET = ["trainer.max_steps=800", "seed=1"]
 
 
 def _uninterrupted(log_dir: Path, budget: list[str]) -> dict[str, float]:
-    """The same job run here without interruption, on one thread as the SLURM task has."""
+    """The same job run here without interruption, on one thread as the SLURM task has (started
+    in a thread beside the SLURM job by :func:`_beside`: the test waits for the longer of the
+    two, not their sum)."""
     result = run_cli([*LOGIC, *budget, "threads=1", f"paths.log_dir={log_dir}"])
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (p.parent for p in log_dir.glob("logic/lstm/*/metrics.json"))
     return _metrics(run_dir)
 
 
+@contextlib.contextmanager
+def _beside(log_dir: Path, budget: list[str]):
+    """:func:`_uninterrupted` running in a thread while the block runs; yields its future."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        yield pool.submit(_uninterrupted, log_dir, budget)
+
+
 def test_a_time_limit_requeues_the_job_which_resumes_exactly(tmp_path):
-    uninterrupted = _uninterrupted(tmp_path / "reference", BUDGET)
+    with _beside(tmp_path / "reference", BUDGET) as reference:
+        job = _time_limit_requeues(tmp_path)
+        uninterrupted = reference.result()
+    assert _metrics(job) == uninterrupted
+
+
+def _time_limit_requeues(tmp_path: Path) -> Path:
     sweep = tmp_path / "runs" / "multirun" / "logic" / "lstm" / "limit"
     with ReleaseRequeued():
         # a 1-minute limit and USR2 10 s before it (see BUDGET): the job is requeued at least once
@@ -138,7 +168,7 @@ def test_a_time_limit_requeues_the_job_which_resumes_exactly(tmp_path):
     assert log.count("requeue signal received") >= 1
     assert "torch threads: 1 (the CPUs SLURM gave this task)" in log
     assert runs.read_status(job)["status"] == "finished"
-    assert _metrics(job) == uninterrupted
+    return job
 
 
 def test_a_two_task_ddp_job_has_one_run_directory(tmp_path):
@@ -165,7 +195,13 @@ def test_a_two_task_ddp_job_has_one_run_directory(tmp_path):
 
 
 def test_scancel_stops_the_job_with_a_checkpoint_and_the_resumed_sweep_finishes_it(tmp_path):
-    uninterrupted = _uninterrupted(tmp_path / "reference", CANCEL_BUDGET)
+    with _beside(tmp_path / "reference", CANCEL_BUDGET) as reference:
+        job = _scancel_and_resume(tmp_path)
+        uninterrupted = reference.result()
+    assert _metrics(job) == uninterrupted
+
+
+def _scancel_and_resume(tmp_path: Path) -> Path:
     args = [
         *SLURM,
         *LOGIC,
@@ -201,7 +237,7 @@ def test_scancel_stops_the_job_with_a_checkpoint_and_the_resumed_sweep_finishes_
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "job 0: interrupted; resuming from" in (job / "train.log").read_text()
     assert runs.read_status(job)["status"] == "finished"
-    assert _metrics(job) == uninterrupted
+    return job
 
 
 def test_a_job_that_can_never_start_is_cancelled_with_one_line(tmp_path):

@@ -185,7 +185,7 @@ def test_archive_unfinished_keeps_a_running_job_with_its_newest_and_best_checkpo
     capsys.readouterr()
     assert treernn_main(["sweep", "archive", "--unfinished", str(sweep), str(copy)]) == 0
     out = capsys.readouterr().out
-    assert "archived unfinished, with their newest checkpoint: jobs 1 (step 900)" in out
+    assert "archived unfinished, with their newest and best checkpoints: jobs 1 (step 900)" in out
     # and the best one that the newest names (the one its test reads), not the others
     assert sorted(p.name for p in (copy / "1" / "checkpoints").iterdir()) == [
         "epoch001.ckpt",

@@ -183,7 +183,10 @@ def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
             resumable.append(f"{job_dir.name} (step {checkpoint.global_step})")
     print(f"archived {len(kept)} finished jobs of {sweep_dir} in {target}", flush=True)
     if resumable:
-        print(f"archived unfinished, with their newest checkpoint: jobs {', '.join(resumable)}")
+        print(
+            "archived unfinished, with their newest and best checkpoints: jobs "
+            f"{', '.join(resumable)}"
+        )
     if left:
         print(f"not archived (not finished): jobs {', '.join(left)}", flush=True)
     return 0
