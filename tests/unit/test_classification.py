@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from treernn.data.batch import MissingViewError
-from treernn.data.classification import Collator, Example, LengthBucketBatchSampler, Sentence
+from treernn.data.classification import (
+    Collator,
+    Example,
+    LengthBucketBatchSampler,
+    Sentence,
+    _pad_with_lengths,
+)
 from treernn.encoders.lstm import LSTMEncoder
 from treernn.encoders.tree_batch import TreeBatch
 from treernn.encoders.tree_rnn import TreeRNNEncoder
@@ -211,3 +217,11 @@ def test_optimiser_and_plateau_scheduler_from_the_partials():
     scheduler = config["lr_scheduler"]
     assert isinstance(scheduler["scheduler"], torch.optim.lr_scheduler.ReduceLROnPlateau)
     assert scheduler["monitor"] == "val/acc" and scheduler["interval"] == "epoch"
+
+
+def test_padding_keeps_a_real_token_equal_to_the_pad_index_and_empty_rows():
+    ids, mask = _pad_with_lengths([(5, 0, 7), (), (0,)], pad_index=0)
+    assert ids.tolist() == [[5, 0, 7], [0, 0, 0], [0, 0, 0]] and ids.dtype == torch.long
+    assert mask.tolist() == [[True, True, True], [False, False, False], [True, False, False]]
+    ids, mask = _pad_with_lengths([()], pad_index=3)  # at least one column
+    assert ids.tolist() == [[3]] and mask.tolist() == [[False]]

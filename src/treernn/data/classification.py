@@ -230,13 +230,16 @@ class Collator:
 
 
 def _pad_with_lengths(sequences: Sequence[Sequence[int]], pad_index: int) -> tuple[Tensor, Tensor]:
-    # the mask comes from the lengths, so a real token equal to pad_index stays visible
-    width = max(1, max(len(sequence) for sequence in sequences))
-    ids = torch.full((len(sequences), width), pad_index, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.bool)
-    for row, sequence in enumerate(sequences):
-        ids[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
-        mask[row, : len(sequence)] = True
+    """``(ids, mask)``: the sequences as rows padded with ``pad_index`` to the longest (at least
+    1), and True over each row's own length. The mask comes from the lengths, so a real token
+    equal to ``pad_index`` stays visible. One tensor built from padded lists, not two slice
+    assignments a row: with 256 sentences a batch (logic, batch 128) the row loop took a fifth of
+    a small ON-LSTM's training update (py-spy, 2026-11-30)."""
+    lengths = [len(sequence) for sequence in sequences]
+    width = max(1, max(lengths))
+    rows = [[*sequence, *[pad_index] * (width - n)] for sequence, n in zip(sequences, lengths)]
+    ids = torch.tensor(rows, dtype=torch.long)
+    mask = torch.arange(width) < torch.tensor(lengths)[:, None]
     return ids, mask
 
 
