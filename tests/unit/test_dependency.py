@@ -144,6 +144,12 @@ def test_collate_pads_and_offsets():
     assert tree.left_dependents_length[0].tolist() == [0, 0, 0, 0, 2] + [0] * 8
     assert batch.word_index[1].tolist() == [-1, 0] + [-1] * 11
     assert torch.equal(tree.predecessor[1, :2], torch.tensor([0, 0]))
+    # "sold" alone: ROOT (edge type -1 in the linearisation, 0 in the batch) and one RIGHT step
+    # on level 1; padding 0 everywhere past the mask, the pad index in both token views
+    assert tree.edge_type[1].tolist() == [0, RIGHT] + [0] * 11
+    assert tree.level[1].tolist() == [0, 1] + [0] * 11
+    assert batch.sequence_tokens[1, 2:].tolist() == batch.tokens[1, 2:].tolist() == [0] * 11
+    assert tree.left_dependents[1].abs().sum() == 0 and tree.left_dependents_length[1].sum() == 0
 
 
 def test_ewt_reads_with_projective_count(data_dir):

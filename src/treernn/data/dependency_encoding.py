@@ -212,31 +212,33 @@ class DependencyBatch:
 
 
 def collate_trees(examples: Sequence[EncodedTree], pad_index: int = 0) -> DependencyBatch:
-    """Pad a list of encoded trees into one :class:`DependencyBatch`."""
-    batch = len(examples)
-    width = max(len(e.tokens) for e in examples)
+    """Pad a list of encoded trees into one :class:`DependencyBatch`: each field one tensor built
+    from padded lists (as the classification batches), not slice assignments row by row."""
+    lengths = [len(e.tokens) for e in examples]
+    width = max(lengths)
     ld_width = max((len(s) for e in examples for s in e.steps.left_dependents), default=0)
-    tokens = torch.full((batch, width), pad_index, dtype=torch.long)
-    sequence_tokens = torch.full((batch, width), pad_index, dtype=torch.long)
-    mask = torch.zeros(batch, width, dtype=torch.bool)
-    predecessor = torch.zeros(batch, width, dtype=torch.long)
-    edge_type = torch.zeros(batch, width, dtype=torch.long)
-    level = torch.zeros(batch, width, dtype=torch.long)
-    word_index = torch.full((batch, width), -1, dtype=torch.long)
-    left_dependents = torch.zeros(batch, width, ld_width, dtype=torch.long)
-    left_lengths = torch.zeros(batch, width, dtype=torch.long)
-    for row, example in enumerate(examples):
-        length, steps = len(example.tokens), example.steps
-        tokens[row, :length] = torch.tensor(example.tokens)
-        sequence_tokens[row, :length] = torch.tensor(example.sequence_tokens)
-        mask[row, :length] = True
-        predecessor[row, :length] = torch.tensor(steps.predecessor)
-        edge_type[row, 1:length] = torch.tensor(steps.edge_type[1:], dtype=torch.long)
-        level[row, :length] = torch.tensor(steps.level)
-        word_index[row, :length] = torch.tensor(steps.word_index)
-        for step, deps in enumerate(steps.left_dependents):
-            if deps:
-                left_dependents[row, step, : len(deps)] = torch.tensor(deps)
-                left_lengths[row, step] = len(deps)
+
+    def padded(rows: Iterable[Sequence[int]], fill: int = 0) -> Tensor:
+        rows = [[*row, *[fill] * (width - len(row))] for row in rows]
+        return torch.tensor(rows, dtype=torch.long)
+
+    steps = [e.steps for e in examples]
+    tokens = padded((e.tokens for e in examples), pad_index)
+    sequence_tokens = padded((e.sequence_tokens for e in examples), pad_index)
+    mask = torch.arange(width) < torch.tensor(lengths)[:, None]
+    predecessor = padded(s.predecessor for s in steps)
+    edge_type = padded((0, *s.edge_type[1:]) for s in steps)  # ROOT's -1 kept out
+    level = padded(s.level for s in steps)
+    word_index = padded((s.word_index for s in steps), -1)
+    no_dependents = [0] * ld_width
+    left_dependents = torch.tensor(
+        [
+            [[*deps, *[0] * (ld_width - len(deps))] for deps in s.left_dependents]
+            + [no_dependents] * (width - len(s.left_dependents))
+            for s in steps
+        ],
+        dtype=torch.long,
+    ).view(len(examples), width, ld_width)
+    left_lengths = padded([len(deps) for deps in s.left_dependents] for s in steps)
     tree = TopDownTree(predecessor, edge_type, level, left_dependents, left_lengths)
     return DependencyBatch(tokens, mask, sequence_tokens, word_index, tree)
