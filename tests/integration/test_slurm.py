@@ -143,24 +143,36 @@ def test_a_time_limit_requeues_the_job_which_resumes_exactly(tmp_path):
     assert _metrics(job) == uninterrupted
 
 
+def _cancel_jobs_of(sweep: Path) -> None:
+    """``scancel`` the SLURM jobs a sweep submitted (submitit's ``.submitit/<job id>``), finished
+    ones included (scancel answers those with an error, ignored): a requeued job outlives a
+    submitter that timed out, and without this one went on being requeued every minute beside
+    the rest of the suite (seen 2026-11-30, 36 minutes)."""
+    for path in sweep.glob(".submitit/[0-9]*"):
+        subprocess.run(["scancel", path.name], capture_output=True)
+
+
 def _time_limit_requeues(tmp_path: Path) -> Path:
     sweep = tmp_path / "runs" / "multirun" / "logic" / "lstm" / "limit"
     with ReleaseRequeued():
         # a 1-minute limit and USR2 10 s before it (see BUDGET): the job is requeued at least once
-        result = run_cli(
-            [
-                "-m",
-                *LOGIC,
-                *BUDGET,
-                "hydra/launcher=slurm",
-                "hydra.launcher.timeout_min=1",
-                "hydra.launcher.signal_delay_s=10",
-                FAST_POLL,
-                f"paths.log_dir={tmp_path / 'runs'}",
-                "sweep_id=limit",
-            ],
-            timeout=900,
-        )
+        try:
+            result = run_cli(
+                [
+                    "-m",
+                    *LOGIC,
+                    *BUDGET,
+                    "hydra/launcher=slurm",
+                    "hydra.launcher.timeout_min=1",
+                    "hydra.launcher.signal_delay_s=10",
+                    FAST_POLL,
+                    f"paths.log_dir={tmp_path / 'runs'}",
+                    "sweep_id=limit",
+                ],
+                timeout=900,
+            )
+        finally:
+            _cancel_jobs_of(sweep)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sweep finished: 1 jobs" in result.stdout
     job = sweep / "0"
