@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-from treernn.data.batch import EncoderInputs, missing_view
+from treernn.data.batch import EncoderInputs, length_mask, missing_view, pad_rows
 from treernn.data.dependency_reading import DependencyFormatError, DependencyTree
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.top_down_tree import LEFT, NX_LEFT, NX_RIGHT, RIGHT, TopDownTree
@@ -212,24 +212,19 @@ class DependencyBatch:
 
 
 def collate_trees(examples: Sequence[EncodedTree], pad_index: int = 0) -> DependencyBatch:
-    """Pad a list of encoded trees into one :class:`DependencyBatch`: each field one tensor built
-    from padded lists (as the classification batches), not slice assignments row by row."""
+    """Pad a list of encoded trees into one :class:`DependencyBatch` (each field one tensor,
+    :func:`~treernn.data.batch.pad_rows`)."""
     lengths = [len(e.tokens) for e in examples]
     width = max(lengths)
     ld_width = max((len(s) for e in examples for s in e.steps.left_dependents), default=0)
-
-    def padded(rows: Iterable[Sequence[int]], fill: int = 0) -> Tensor:
-        rows = [[*row, *[fill] * (width - len(row))] for row in rows]
-        return torch.tensor(rows, dtype=torch.long)
-
     steps = [e.steps for e in examples]
-    tokens = padded((e.tokens for e in examples), pad_index)
-    sequence_tokens = padded((e.sequence_tokens for e in examples), pad_index)
-    mask = torch.arange(width) < torch.tensor(lengths)[:, None]
-    predecessor = padded(s.predecessor for s in steps)
-    edge_type = padded((0, *s.edge_type[1:]) for s in steps)  # ROOT's -1 kept out
-    level = padded(s.level for s in steps)
-    word_index = padded((s.word_index for s in steps), -1)
+    tokens = pad_rows((e.tokens for e in examples), pad_index, width)
+    sequence_tokens = pad_rows((e.sequence_tokens for e in examples), pad_index, width)
+    mask = length_mask(lengths, width)
+    predecessor = pad_rows((s.predecessor for s in steps), 0, width)
+    edge_type = pad_rows(((0, *s.edge_type[1:]) for s in steps), 0, width)  # ROOT's -1 left out
+    level = pad_rows((s.level for s in steps), 0, width)
+    word_index = pad_rows((s.word_index for s in steps), -1, width)
     no_dependents = [0] * ld_width
     left_dependents = torch.tensor(
         [
@@ -238,7 +233,7 @@ def collate_trees(examples: Sequence[EncodedTree], pad_index: int = 0) -> Depend
             for s in steps
         ],
         dtype=torch.long,
-    ).view(len(examples), width, ld_width)
-    left_lengths = padded([len(deps) for deps in s.left_dependents] for s in steps)
+    )
+    left_lengths = pad_rows(([len(deps) for deps in s.left_dependents] for s in steps), 0, width)
     tree = TopDownTree(predecessor, edge_type, level, left_dependents, left_lengths)
     return DependencyBatch(tokens, mask, sequence_tokens, word_index, tree)
