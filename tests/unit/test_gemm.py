@@ -385,6 +385,38 @@ def test_every_copy_of_the_treernn_products_equals_matmul(isa: str, dtype) -> No
         )
 
 
+def _panel_layout(weight: torch.Tensor) -> torch.Tensor:
+    """The packed layout worked out in torch: panel p, k, lane i holds W[16 p + i, k], the
+    last panel's missing outputs zero."""
+    outputs, depth = weight.shape
+    padded = torch.zeros(-(-outputs // 16) * 16, depth, dtype=weight.dtype)
+    padded[:outputs] = weight
+    return padded.view(-1, 16, depth).transpose(1, 2).contiguous()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_packing_writes_the_panel_layout(dtype: torch.dtype) -> None:
+    """``pack`` and ``pack_projected`` put W[16 p + i, k] at panel p, row k, lane i, to the bit,
+    from a contiguous weight (full float32 panels are transposed in registers, 8 x 8 blocks on
+    AVX2, 16 x 16 on AVX-512, the last depth % 8 or % 16 columns one by one) and from a
+    transposed one (read along its outputs). Depths below one block, at and between blocks;
+    37 and 48 outputs (a partial last panel, full panels only)."""
+    from treernn.kernels.onlstm import fused_kernel
+
+    kernels = _kernels_with("portable C++")
+    step_kernel = fused_kernel(torch.ones(1, dtype=dtype))
+    generator = torch.Generator().manual_seed(2)
+    for outputs in (37, 48):
+        for depth in (3, 8, 13, 16, 29, 64):
+            weight = torch.randn(outputs, depth, generator=generator, dtype=dtype)
+            for matrix in (weight, weight.t().contiguous().t()):
+                assert torch.equal(kernels.pack(matrix, False), _panel_layout(weight))
+            recurrent = torch.randn(outputs, depth + 3, generator=generator, dtype=dtype)
+            both = torch.cat((weight, recurrent * 0.5), dim=1)
+            projected = step_kernel.pack_projected(weight, recurrent, 0.5)
+            assert torch.equal(projected, _panel_layout(both))
+
+
 @pytest.mark.parametrize("isa", list(ISAS))
 def test_deep_step_products_give_the_bits_of_one_pass(isa: str) -> None:
     """A step's product with a deep weight (more than 512 k, at most 64 rows) runs in blocks of

@@ -669,51 +669,6 @@ void gather_operand(const scalar_t* x, int64_t x_row_stride, int64_t depth, cons
   }
 }
 
-#ifdef TREERNN_X86_KERNELS
-// The 16 x 16 block r (one row per register) transposed in registers: r[j] becomes column j.
-TREERNN_AVX512 inline void transpose16x16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
-    t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
-    t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
-    t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-    r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
-    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
-    r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xdd);
-  }
-}
-
-// panel[k * 16 + i] = factor * rows[i * ld + k] for the 16 rows of a full panel and k in
-// [0, depth): 16 x 16 blocks transposed in registers, the last depth % 16 columns one by one.
-TREERNN_AVX512 void pack_rows_avx512(const float* rows, int64_t ld, int64_t depth, float factor,
-                                     float* panel) {
-  const __m512 scale = _mm512_set1_ps(factor);
-  int64_t k = 0;
-  for (; k + kPanel <= depth; k += kPanel) {
-    __m512 r[16];
-    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(rows + i * ld + k);
-    transpose16x16(r);
-    for (int j = 0; j < 16; ++j)
-      _mm512_storeu_ps(panel + (k + j) * kPanel, _mm512_mul_ps(r[j], scale));
-  }
-  for (; k < depth; ++k)
-    for (int64_t i = 0; i < kPanel; ++i) panel[k * kPanel + i] = rows[i * ld + k] * factor;
-}
-#endif
 
 // [W_ih | scale * W_hh] (G x (D + H)) packed as packed_gemm's ``pack`` packs one weight, read
 // straight from the two contiguous weights (no concatenated copy first): the weight of
@@ -746,18 +701,16 @@ at::Tensor pack_projected(const at::Tensor& input_weight, const at::Tensor& recu
         if (valid < kPanel) std::fill(panel, panel + width * kPanel, scalar_t(0));
         const scalar_t* rows_ih = w_ih + p * kPanel * depth;
         const scalar_t* rows_hh = w_hh + p * kPanel * hidden;
-#ifdef TREERNN_X86_KERNELS
-        // float32 full panels: 16 x 16 blocks (the casts only run for float; the dispatch
-        // lambda is not a template, so the branch is compiled for double too)
-        if (std::is_same_v<scalar_t, float> && valid == kPanel && cpu_has_avx512()) {
+        // float32 full panels transposed in registers (the casts only run for float; the
+        // dispatch lambda is not a template, so the branch is compiled for double too)
+        if (std::is_same_v<scalar_t, float> && valid == kPanel) {
           float* out_panel = reinterpret_cast<float*>(panel);
-          pack_rows_avx512(reinterpret_cast<const float*>(rows_ih), depth, depth, 1.0f,
-                           out_panel);
-          pack_rows_avx512(reinterpret_cast<const float*>(rows_hh), hidden, hidden,
-                           static_cast<float>(factor), out_panel + depth * kPanel);
+          pack_full_panel(reinterpret_cast<const float*>(rows_ih), depth, depth, 1.0f,
+                          out_panel);
+          pack_full_panel(reinterpret_cast<const float*>(rows_hh), hidden, hidden,
+                          static_cast<float>(factor), out_panel + depth * kPanel);
           continue;
         }
-#endif
         // along k, the panel's 16 outputs at a time: contiguous writes, 16 rows read in step
         for (int64_t k = 0; k < depth; ++k)
           for (int64_t i = 0; i < valid; ++i) panel[k * kPanel + i] = rows_ih[i * depth + k];
