@@ -616,6 +616,25 @@ constexpr int64_t kAvx2Prefetch = 64;
 constexpr int64_t kAvx2KBlock = 128;
 constexpr int64_t kAvx2BlockedRows = 64;
 constexpr int64_t kAvx2BlockedDepth = 512;
+// k per trip of a tile's loop: a trip of one k spent a fifth of its instructions on the loop and
+// on addressing, and the tile ran 8 % slower than with four (6 x 512 x 16 on a Zen 3, hot panel)
+constexpr int kAvx2Unroll = 4;
+
+// One k of a tile: the panel's line kAvx2Prefetch k ahead asked for, its 16 weights times each
+// row's k-th value added to the row's sums.
+template <int R>
+TREERNN_AVX2 TREERNN_INLINE void avx2_k_step(const float* w, const float* a, int64_t lda,
+                                             int64_t k, __m256* acc0, __m256* acc1) {
+  _mm_prefetch(reinterpret_cast<const char*>(w + (k + kAvx2Prefetch) * kPanel), _MM_HINT_T0);
+  const __m256 b0 = _mm256_loadu_ps(w + k * kPanel);
+  const __m256 b1 = _mm256_loadu_ps(w + k * kPanel + 8);
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    const __m256 x = _mm256_broadcast_ss(a + r * lda + k);
+    acc0[r] = _mm256_fmadd_ps(x, b0, acc0[r]);
+    acc1[r] = _mm256_fmadd_ps(x, b1, acc1[r]);
+  }
+}
 
 // Rows [row, row + R) of panel p over k in [k0, k1): sums start at zero (``first``) or from
 // ``partial`` (R x 16); at ``last`` they go to C (plus ``added``), else back to ``partial``.
@@ -635,17 +654,13 @@ TREERNN_AVX2 void tile_avx2(const Product<float, float, float>& m, int64_t row, 
   }
   const float* w = m.packed + p * m.depth * kPanel;
   const float* a = m.a + row * m.lda;
-  for (int64_t k = k0; k < k1; ++k) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + (k + kAvx2Prefetch) * kPanel), _MM_HINT_T0);
-    const __m256 b0 = _mm256_loadu_ps(w + k * kPanel);
-    const __m256 b1 = _mm256_loadu_ps(w + k * kPanel + 8);
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const __m256 x = _mm256_broadcast_ss(a + r * m.lda + k);
-      acc0[r] = _mm256_fmadd_ps(x, b0, acc0[r]);
-      acc1[r] = _mm256_fmadd_ps(x, b1, acc1[r]);
-    }
+  // k in steps of kAvx2Unroll, then one at a time: the same sums in the same order
+  int64_t k = k0;
+  for (; k + kAvx2Unroll <= k1; k += kAvx2Unroll) {
+#pragma GCC unroll 4
+    for (int u = 0; u < kAvx2Unroll; ++u) avx2_k_step<R>(w, a, m.lda, k + u, acc0, acc1);
   }
+  for (; k < k1; ++k) avx2_k_step<R>(w, a, m.lda, k, acc0, acc1);
   if (!last) {
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
