@@ -4,6 +4,7 @@ import hydra
 from omegaconf import DictConfig
 
 from treernn.resolvers import register_resolvers
+from treernn.runs import check_before_loading
 
 # Only what Hydra needs to compose the config is imported up front: a wrong choice or key is
 # answered before torch and Lightning load (several seconds); the run imports them.
@@ -12,6 +13,7 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig):
+    check_before_loading(cfg)  # a wrong switch or number, answered before torch loads
     from treernn import run
 
     return run.main(cfg)  # the monitored metric for an Optuna sweep (conf/hparams_search/)

@@ -34,6 +34,7 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from treernn.config_checks import DESCRIPTIVE_KEYS
 from treernn.errors import CheckpointError
 from treernn.files import atomic_write
 
@@ -233,7 +234,6 @@ def trusted_class(target: Any, what: str, source: str) -> type:
 # ----------------------------------------------------------------------------- rebuilding
 #: keys of a model/task config that describe it rather than construct it (a model's ``recipe``:
 #: its own optimiser settings, which the task configs read)
-DESCRIPTIVE_KEYS = ("name", "recipe")
 
 
 def constructor_config(cfg: DictConfig) -> DictConfig:

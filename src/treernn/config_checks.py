@@ -27,8 +27,10 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from treernn.checkpoints import DESCRIPTIVE_KEYS
 from treernn.errors import ConfigValueError
+
+#: keys of a model node that describe it rather than set its constructor's arguments
+DESCRIPTIVE_KEYS = ("name", "recipe")
 
 #: the run's own switches (conf/config.yaml, conf/task/*.yaml) and their values
 CHOICES: dict[str, tuple[Any, ...]] = {
@@ -133,12 +135,18 @@ def _walk(node: Any, prefix: str) -> Iterator[tuple[str, str, Any]]:
 
 def check_config(cfg: DictConfig) -> None:
     """Raise :class:`ConfigValueError` for the first value of the wrong type, range or choice."""
-    check_choices(cfg)
-    check_numbers(cfg)
+    check_switches(cfg)
     for section in TARGET_NODES:
         node = OmegaConf.select(cfg, section)
         if isinstance(node, DictConfig):
             check_targets(node, section)
+
+
+def check_switches(cfg: DictConfig) -> None:
+    """The checks that need neither torch nor the constructors: the run's switches and the
+    numbers whose rules follow from their names."""
+    check_choices(cfg)
+    check_numbers(cfg)
 
 
 def check_choices(cfg: DictConfig) -> None:

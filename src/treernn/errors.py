@@ -11,6 +11,8 @@ This module imports nothing from treernn, so every layer (encoders included) can
 from __future__ import annotations
 
 import os
+import sys
+import traceback
 
 
 class UserError(Exception):
@@ -62,3 +64,11 @@ def show_tracebacks() -> bool:
     return any(
         os.environ.get(name, "") not in ("", "0") for name in ("TREERNN_DEBUG", "HYDRA_FULL_ERROR")
     )
+
+
+def say(error: BaseException | str) -> None:
+    """A user error as its one line on stderr (``error: ...``), with the traceback of the
+    exception being handled where :func:`show_tracebacks` asks for it."""
+    print(f"error: {error}", file=sys.stderr, flush=True)
+    if show_tracebacks():
+        traceback.print_exc()

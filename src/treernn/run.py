@@ -39,7 +39,7 @@ from treernn.callbacks.unvalidated_tail import UnvalidatedTail
 from treernn.checkpoints import RunInfo, build_task
 from treernn.config_checks import check_config
 from treernn.datamodules import prepared_datamodule
-from treernn.errors import RunInterrupted, UserError, show_tracebacks
+from treernn.errors import RunInterrupted, UserError, say
 from treernn.files import atomic_write, full_disk_error, is_full_disk
 from treernn.process import (
     flush_denormals,
@@ -244,12 +244,6 @@ def _output_dir(cfg: DictConfig) -> Path | None:
     return Path(output_dir) if output_dir else None
 
 
-def _say(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    if show_tracebacks():
-        traceback.print_exc()
-
-
 def main(cfg: DictConfig) -> Any:
     """Hydra entry: a user error is one line on stderr and exit status 1; a bug keeps its
     traceback. A signal (Ctrl-C, SIGTERM) records the run as interrupted and exits with 130 / 143,
@@ -276,7 +270,7 @@ def main(cfg: DictConfig) -> Any:
         sys.exit(error.exit_code)
     except sweeps.SweepChanged as error:
         # the job's directory belongs to another attempt (or a live process): leave it alone
-        _say(str(error))
+        say(str(error))
         return sweep_value(cfg, None)
     except Requeued as error:
         runs.record_failure(_output_dir(cfg), "requeued", str(error))
@@ -292,7 +286,7 @@ def main(cfg: DictConfig) -> Any:
                 error.filename or "a file of the run", error, "the last good checkpoint is kept"
             )
         runs.record_failure(_output_dir(cfg), "failed", str(error))
-        _say(str(error))
+        say(str(error))
         if multirun:
             return sweep_value(cfg, None)
         runs.remove_if_empty(_output_dir(cfg))

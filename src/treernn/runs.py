@@ -22,10 +22,16 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from treernn.errors import CheckpointError, UserError
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from treernn.config_checks import check_switches
+from treernn.errors import CheckpointError, UserError, say
 from treernn.files import atomic_write, is_full_disk
 
 if TYPE_CHECKING:
@@ -169,6 +175,19 @@ def _rank_zero() -> bool:
     return rank_zero_only.rank == 0
 
 
+#: where a launcher (torchrun, SLURM, jsrun) puts a process's rank, in the order Lightning reads
+#: them before its strategy sets the rank
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+
+def launch_rank() -> int:
+    """This process's rank as its launcher gave it (0 without one), read without Lightning."""
+    for name in RANK_VARIABLES:
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0
+
+
 def record_failure(run_dir: Path | None, status: str, message: str, details: str = "") -> None:
     """Say in the run directory why it stopped (``failed``, ``interrupted``, ``requeued``):
     ``status.json`` and train.log. Rank 0 only; nothing where no run directory was made."""
@@ -186,13 +205,16 @@ def record_failure(run_dir: Path | None, status: str, message: str, details: str
         log_to_files_only(emit, "%s: %s%s", status, message, "\n" + details if details else "")
 
 
-def remove_if_empty(run_dir: Path | None) -> None:
+def remove_if_empty(run_dir: Path | None, rank_zero: bool | None = None) -> None:
     """A single run that failed while setting up (a config, data or checkpoint error, before any
-    training) leaves no directory behind: the error was printed and there is nothing to keep."""
+    training) leaves no directory behind: the error was printed and there is nothing to keep.
+    ``rank_zero``: whether this process is rank 0 (None: ask Lightning)."""
     if run_dir is None:
         return
     record = read_status(run_dir)
-    if not _rank_zero() or record.get("stage", "setup") != "setup":
+    if rank_zero is None:
+        rank_zero = _rank_zero()
+    if not rank_zero or record.get("stage", "setup") != "setup":
         return
     if record.get("resumed_into") or record.get("resumes") or not run_dir.is_dir():
         return
@@ -204,6 +226,24 @@ def remove_if_empty(run_dir: Path | None) -> None:
             handler.close()
             logging.getLogger().removeHandler(handler)
     shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def check_before_loading(cfg: DictConfig) -> None:
+    """:func:`check_switches` for a single run, before torch and Lightning load (seconds): a
+    wrong ``mode=`` or a negative dropout is answered at once, as :func:`treernn.run.main`
+    answers it (one line on stderr, exit status 1, no run directory left behind). A job of a
+    multirun is left to :func:`treernn.run.main`, which records the failure in the sweep and
+    goes on."""
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return
+    try:
+        check_switches(cfg)
+    except UserError as error:
+        say(error)
+        output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
+        if output_dir:
+            remove_if_empty(Path(output_dir), rank_zero=launch_rank() == 0)
+        sys.exit(1)
 
 
 class RunLock:

@@ -15,10 +15,9 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 
-from treernn.errors import UserError, show_tracebacks
+from treernn.errors import UserError, say
 
 #: command -> (module under treernn.commands, its one-line summary), in the order --help lists them
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -74,7 +73,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
     except UserError as error:
-        if show_tracebacks():
-            traceback.print_exc()
-        print(f"error: {error}", file=sys.stderr, flush=True)
+        say(error)
         return 1
