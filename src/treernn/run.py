@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -39,7 +40,7 @@ from treernn.callbacks.unvalidated_tail import UnvalidatedTail
 from treernn.checkpoints import RunInfo, build_task
 from treernn.config_checks import check_config
 from treernn.datamodules import prepared_datamodule
-from treernn.errors import RunInterrupted, UserError, say
+from treernn.errors import ConfigValueError, RunInterrupted, UserError, say
 from treernn.files import atomic_write, full_disk_error, is_full_disk
 from treernn.process import (
     flush_denormals,
@@ -188,7 +189,7 @@ def _train(
         if trainer.is_global_zero:
             runs.write_status(run_dir, stage=cfg.mode)
         if cfg.mode in ("fit+test", "fit"):
-            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+            _fit(trainer, module, datamodule, ckpt_path)
             if stop.pending in STOP_SIGNALS:  # a signal during the last validation
                 raise RunInterrupted(
                     f"interrupted after training ended (step {trainer.global_step}), before "
@@ -236,6 +237,24 @@ def _report(cfg: DictConfig, metrics: dict[str, float]) -> None:
     print("\n" + text, flush=True)
     if logging.getLogger().handlers:  # under Hydra: into train.log too
         log_to_files_only(log.info, text)
+
+
+def _fit(trainer: pl.Trainer, module: Any, datamodule: Any, ckpt_path: str | None) -> None:
+    """``trainer.fit``, with Lightning's refusal of a validation interval longer than an epoch
+    (a ValueError raised before the first update) turned into the config error it is."""
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    except ValueError as error:
+        if "`val_check_interval`" not in str(error) or trainer.global_step > 0:
+            raise
+        found = re.search(r"training batches \((\d+)\)", str(error))
+        batches = f"the {found.group(1)} training batches" if found else "the training batches"
+        raise ConfigValueError(
+            f"trainer.val_check_interval={trainer.val_check_interval} is more than {batches} of "
+            "an epoch: to validate every N updates across epochs add "
+            "trainer.check_val_every_n_epoch=null, or give at most one epoch's batches (or a "
+            "fraction of an epoch, e.g. trainer.val_check_interval=0.5)"
+        ) from None
 
 
 def _output_dir(cfg: DictConfig) -> Path | None:

@@ -173,3 +173,21 @@ def test_a_wrong_switch_or_number_is_answered_before_torch_loads(override, messa
     assert "treernn.config_checks" in imported  # the import log is there
     assert not {"torch", "lightning", "treernn.run"} & imported
     assert not list(tmp_path.glob("ptb/onlstm/*"))
+
+
+def test_a_validation_interval_longer_than_an_epoch_is_one_line_naming_the_switch(tmp_path):
+    """``trainer.val_check_interval=10`` with 3 training batches an epoch: Lightning refuses it
+    with a ValueError from inside ``fit``; the run answers with one line that gives the number of
+    batches and the switch that counts updates across epochs, and with that switch the same run
+    trains and tests."""
+    args = ["trainer=smoke", f"paths.log_dir={tmp_path}"]
+    failed = run_cli([*args, "trainer.val_check_interval=10"])
+    one_line_error(
+        failed,
+        "trainer.val_check_interval=10 is more than the 3 training batches of an epoch",
+        "trainer.check_val_every_n_epoch=null",
+    )
+    every_two = ["trainer.val_check_interval=2", "trainer.check_val_every_n_epoch=null"]
+    passed = run_cli([*args, *every_two])
+    assert passed.returncode == 0, passed.stderr[-3000:]
+    assert "test/ppl" in passed.stdout
