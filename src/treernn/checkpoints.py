@@ -232,8 +232,6 @@ def trusted_class(target: Any, what: str, source: str) -> type:
 
 
 # ----------------------------------------------------------------------------- rebuilding
-#: keys of a model/task config that describe it rather than construct it (a model's ``recipe``:
-#: its own optimiser settings, which the task configs read)
 
 
 def constructor_config(cfg: DictConfig) -> DictConfig:

@@ -29,7 +29,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from treernn.errors import ConfigValueError
 
-#: keys of a model node that describe it rather than set its constructor's arguments
+#: keys of a model/task config that describe it rather than construct it (a model's ``recipe``:
+#: its own optimiser settings, which the task configs read)
 DESCRIPTIVE_KEYS = ("name", "recipe")
 
 #: the run's own switches (conf/config.yaml, conf/task/*.yaml) and their values

@@ -241,11 +241,12 @@ def _report(cfg: DictConfig, metrics: dict[str, float]) -> None:
 
 def _fit(trainer: pl.Trainer, module: Any, datamodule: Any, ckpt_path: str | None) -> None:
     """``trainer.fit``, with Lightning's refusal of a validation interval longer than an epoch
-    (a ValueError raised before the first update) turned into the config error it is."""
+    (a ValueError raised while it sets up the data, a resumed run's too) turned into the config
+    error it is."""
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     except ValueError as error:
-        if "`val_check_interval`" not in str(error) or trainer.global_step > 0:
+        if "`val_check_interval`" not in str(error):
             raise
         found = re.search(r"training batches \((\d+)\)", str(error))
         batches = f"the {found.group(1)} training batches" if found else "the training batches"
@@ -255,12 +256,6 @@ def _fit(trainer: pl.Trainer, module: Any, datamodule: Any, ckpt_path: str | Non
             "trainer.check_val_every_n_epoch=null, or give at most one epoch's batches (or a "
             "fraction of an epoch, e.g. trainer.val_check_interval=0.5)"
         ) from None
-
-
-def _output_dir(cfg: DictConfig) -> Path | None:
-    """This run's directory, where the config got as far as naming one."""
-    output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
-    return Path(output_dir) if output_dir else None
 
 
 def main(cfg: DictConfig) -> Any:
@@ -284,7 +279,7 @@ def main(cfg: DictConfig) -> Any:
                 raise cause from None
             raise
     except RunInterrupted as error:
-        runs.record_failure(_output_dir(cfg), "interrupted", str(error))
+        runs.record_failure(runs.output_dir_of(cfg), "interrupted", str(error))
         print(str(error), file=sys.stderr, flush=True)
         sys.exit(error.exit_code)
     except sweeps.SweepChanged as error:
@@ -292,7 +287,7 @@ def main(cfg: DictConfig) -> Any:
         say(str(error))
         return sweep_value(cfg, None)
     except Requeued as error:
-        runs.record_failure(_output_dir(cfg), "requeued", str(error))
+        runs.record_failure(runs.output_dir_of(cfg), "requeued", str(error))
         print(f"requeued: {error}", file=sys.stderr, flush=True)
         # this process ends here, in a sweep too, without a result: SLURM runs the job again
         # (submitit's job, or the sweep's own batch job, which resumes the sweep: sweep_id=)
@@ -304,11 +299,11 @@ def main(cfg: DictConfig) -> Any:
             error = full_disk_error(
                 error.filename or "a file of the run", error, "the last good checkpoint is kept"
             )
-        runs.record_failure(_output_dir(cfg), "failed", str(error))
+        runs.record_failure(runs.output_dir_of(cfg), "failed", str(error))
         say(str(error))
         if multirun:
             return sweep_value(cfg, None)
-        runs.remove_if_empty(_output_dir(cfg))
+        runs.remove_if_empty(runs.output_dir_of(cfg))
         sys.exit(1)
     except Exception as error:
         return _bug(cfg, error, multirun)
@@ -316,7 +311,8 @@ def main(cfg: DictConfig) -> Any:
 
 def _bug(cfg: DictConfig, error: BaseException, multirun: bool) -> Any:
     details = traceback.format_exc()
-    runs.record_failure(_output_dir(cfg), "failed", f"{type(error).__name__}: {error}", details)
+    summary = f"{type(error).__name__}: {error}"
+    runs.record_failure(runs.output_dir_of(cfg), "failed", summary, details)
     if multirun:
         print(details, file=sys.stderr, flush=True)
         return sweep_value(cfg, None)

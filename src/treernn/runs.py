@@ -228,6 +228,12 @@ def remove_if_empty(run_dir: Path | None, rank_zero: bool | None = None) -> None
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def output_dir_of(cfg: DictConfig) -> Path | None:
+    """The run's directory, where the config got as far as naming one."""
+    output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
+    return Path(output_dir) if output_dir else None
+
+
 def check_before_loading(cfg: DictConfig) -> None:
     """:func:`check_switches` for a single run, before torch and Lightning load (seconds): a
     wrong ``mode=`` or a negative dropout is answered at once, as :func:`treernn.run.main`
@@ -240,9 +246,7 @@ def check_before_loading(cfg: DictConfig) -> None:
         check_switches(cfg)
     except UserError as error:
         say(error)
-        output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=False)
-        if output_dir:
-            remove_if_empty(Path(output_dir), rank_zero=launch_rank() == 0)
+        remove_if_empty(output_dir_of(cfg), rank_zero=launch_rank() == 0)
         sys.exit(1)
 
 
