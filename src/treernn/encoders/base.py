@@ -62,7 +62,8 @@ class EncoderOutput:
 
     hidden: (B, T, H_out) outputs of the last layer, before any dropout the task applies.
     pooled: (B, H_out) one vector per sequence (the last real step for recurrent encoders).
-    state: the carried state, to pass back as ``state=`` for the next segment (detach it first).
+    state: the carried state, to pass back as ``state=`` for the next segment (detach it first);
+        None where there is none to carry (a Transformer; the LSTM's padded batches).
     layer_outputs: per-layer (B, T, H_l) outputs, for regularisers and analysis.
     tree_signal: the model's tree signal (:class:`TreeSignal`) where it has one; None otherwise.
     extras: anything model-specific (e.g. ON-LSTM input distances, a backward Ordered Memory's

@@ -7,19 +7,21 @@ eval), as AWD-LSTM's ``WeightDrop`` does. Between layers, locked (variational) d
 AWD-LSTM.
 
 On CPU ``nn.LSTM`` runs oneDNN's LSTM primitive (its own packed GEMMs: the per-step products are
-already on oneDNN, see :mod:`treernn.kernels.gemm`). Under ``torch.autocast`` with bf16
-(``precision=bf16-mixed``) it runs oneDNN's bf16 LSTM only where the probe of
-:func:`treernn.kernels.gemm.product_dtype` finds a bf16 layer faster than an fp32 one on this
-machine at the layer's sizes and batch, timed forward only for inference and forward and backward
-for training (each decided on its own); elsewhere the encoder runs in fp32 (logged once). On
-CPUs without bf16 instructions (e.g. AVX2 only) oneDNN has no bf16 LSTM at all and autocast would
-fail to create the primitive; on an Intel Xeon with AVX512-BF16 and no AMX it runs, 0.75x as fast
-as fp32.
+already on oneDNN, see :mod:`treernn.kernels.gemm`), on padded batches too (a packed sequence
+would leave it for torch's step-by-step LSTM: see :func:`run_by_lengths`). Under
+``torch.autocast`` with bf16 (``precision=bf16-mixed``) it runs oneDNN's bf16 LSTM only where the
+probe of :func:`treernn.kernels.gemm.product_dtype` finds a bf16 layer faster than an fp32 one on
+this machine at the layer's sizes and batch, timed forward only for inference and forward and
+backward for training (each decided on its own); elsewhere the encoder runs in fp32 (logged
+once). On CPUs without bf16 instructions (e.g. AVX2 only) oneDNN has no bf16 LSTM at all and
+autocast would fail to create the primitive; on an Intel Xeon with AVX512-BF16 and no AMX it runs,
+0.75x as fast as fp32.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -41,6 +43,12 @@ LSTMState = list[tuple[Tensor, Tensor]]  # per layer (h, c), each (B, H_l)
 
 
 class LSTMEncoder(Encoder):
+    """The state it returns is the one to carry into the next segment of a stream (a language
+    model's batches, unpadded). A batch with padding returns ``state=None``: its rows end at
+    different steps, and on the CPU the padded batch runs in one oneDNN call (see
+    :func:`run_by_lengths`), after which the state is not a padded row's; its outputs and pooled
+    vector are each row's own."""
+
     def __init__(
         self,
         input_size: int,
@@ -76,7 +84,7 @@ class LSTMEncoder(Encoder):
 
     def _run_layer(
         self, layer: nn.LSTM, x: Tensor, state: tuple[Tensor, Tensor], lengths: Tensor | None
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    ) -> tuple[Tensor, tuple[Tensor, Tensor] | None]:
         h0, c0 = (s.unsqueeze(0).contiguous() for s in state)  # (1, B, H)
         if self.weight_drop > 0 and self.training:
             raw = layer.weight_hh_l0
@@ -84,12 +92,9 @@ class LSTMEncoder(Encoder):
             run = lambda inputs, hx: functional_call(layer, {"weight_hh_l0": weight}, (inputs, hx))  # noqa: E731
         else:
             run = layer
-        if lengths is None:
-            out, (h, c) = run(x, (h0, c0))
-        else:
-            packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-            out, (h, c) = run(packed, (h0, c0))
-            out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
+        if lengths is not None:
+            return run_by_lengths(run, x, lengths, (h0, c0)), None
+        out, (h, c) = run(x, (h0, c0))
         return out, (h.squeeze(0), c.squeeze(0))
 
     def forward(
@@ -121,8 +126,42 @@ class LSTMEncoder(Encoder):
             x = self.lockdrop(out) if index < len(self.layers) - 1 else out
         x = x.contiguous()  # nn.LSTM's bf16 output is a transposed view; see ONLSTMEncoder
         return EncoderOutput(
-            hidden=x, pooled=last_real_step(x, mask), state=new_state, layer_outputs=layer_outputs
+            hidden=x,
+            pooled=last_real_step(x, mask),
+            state=new_state if lengths is None else None,  # see the class docstring
+            layer_outputs=layer_outputs,
         )
+
+
+def run_by_lengths(
+    run: Callable[..., tuple[Tensor, tuple[Tensor, Tensor]]],
+    x: Tensor,
+    lengths: Tensor,
+    hx: tuple[Tensor, Tensor] | None = None,
+) -> Tensor:
+    """A one-direction, batch-first ``nn.LSTM`` (``run``: the module, or a call of it with other
+    weights) over right-padded rows of ``lengths`` (B,) real steps: its outputs (B, T, H), zero
+    past each row's length, as for the packed sequence padded back. No state: the rows end at
+    different steps (see :class:`LSTMEncoder`).
+
+    On CUDA the packed sequence (cuDNN runs variable lengths). On the CPU a packed sequence
+    leaves oneDNN's LSTM primitive for torch's step-by-step LSTM, whose backward fills a
+    gradient the size of the whole input at every step; there the padded batch runs in one
+    oneDNN call and the steps past each row's length are zeroed (the LSTM reads left to right,
+    so they change nothing before them). Padded steps cost their products, which bucketed
+    batches keep few: whole training updates of ``table=logic``'s LSTM (80 units, 256 rows a
+    batch, 39 % of them padding) ran 1.39x as fast (1.36-1.47 over 5 alternating rounds; AMD Zen
+    3, one thread), the EWT language model's LSTM 1.03-1.08x (its softmax dominates). Running the
+    batch in segments between its distinct lengths, which would give each row's state, was no
+    faster than the packed sequence: oneDNN's forward lost what its backward won."""
+    if x.device.type != "cpu":
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, _ = run(packed, hx)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
+        return out
+    out, _ = run(x, hx)
+    steps = torch.arange(x.size(1), device=x.device)
+    return out * (steps < lengths.unsqueeze(1)).unsqueeze(-1).to(out.dtype)
 
 
 def _bf16_runs(layer: nn.LSTM, batch: int, device: torch.device, training: bool):

@@ -37,9 +37,9 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence
 
 from treernn.encoders.base import Encoder, EncoderOutput, check_dropout, in_decided_precision
+from treernn.encoders.lstm import run_by_lengths
 from treernn.encoders.top_down_tree import RIGHT, TopDownTree
 from treernn.errors import ConfigValueError
 from treernn.kernels import gemm
@@ -132,15 +132,14 @@ class TopDownTreeLSTM(Encoder):
         if sequences.size(1) == 0 or not bool(has_any.any()):
             return summary
         rows = has_any.nonzero().squeeze(1)
-        packed = pack_padded_sequence(
-            sequences[rows], lengths[rows].cpu(), batch_first=True, enforce_sorted=False
-        )
-        # fp32 under bf16-mixed on the CPU: a packed sequence's steps have ever fewer rows, and
-        # oneDNN would build a bf16 kernel for each new count (see gemm.rounded_rows_linear)
+        # fp32 under bf16-mixed on the CPU: the rows and the steps of a call change from batch
+        # to batch, and oneDNN would build a bf16 kernel for each new shape (see
+        # gemm.rounded_rows_linear)
         in_fp32 = gemm.autocast_row_multiple(sequences.device) > 1
         with torch.autocast("cpu", enabled=False) if in_fp32 else contextlib.nullcontext():
-            _, (last_hidden, _) = self.left_dependent_lstm(packed)  # (1, N', H_ld)
-        return summary.index_copy(0, rows, last_hidden[0].to(summary.dtype))
+            outputs = run_by_lengths(self.left_dependent_lstm, sequences[rows], lengths[rows])
+        last = outputs[torch.arange(rows.numel(), device=rows.device), lengths[rows] - 1]
+        return summary.index_copy(0, rows, last.to(summary.dtype))  # (N', H_ld) at q_K
 
     def step(self, edge_type: int, inputs: Tensor, predecessor_state: LayerStates) -> LayerStates:
         """One generation step of LSTM_z for N nodes of one edge type (used by the tree sampler).
