@@ -61,7 +61,7 @@ def test_padding_and_batch_order_do_not_change_results():
     out = encoder(x, mask)
     alone = encoder(x[1:2, :4])
     assert torch.allclose(out.hidden[1, :4], alone.hidden[0], atol=1e-6)
-    assert torch.allclose(out.state[1][0][1], alone.state[1][0][0], atol=1e-6)
+    assert out.state is None  # its rows end at different steps: no state to carry
     assert torch.allclose(out.pooled[1], alone.hidden[0, -1], atol=1e-6)
     flipped = encoder(x.flip(0), mask.flip(0))
     assert torch.allclose(flipped.hidden.flip(0), out.hidden, atol=1e-6)
