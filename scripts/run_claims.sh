@@ -66,6 +66,12 @@
 # table, budget and overrides), so the LSTM's runs are not repeated. About 13 h a job on a 2-core
 # Xeon (Ordered Memory took 100 min per 10,000 updates there, two jobs at a time); it runs last,
 # after logic-80k has shown whether the LSTM's validation stops rising within 80,000 updates.
+# Its three jobs run at once (hydra.launcher.n_jobs=3; a launcher setting, not one of the
+# sweep's overrides that `report claims` compares): two workers would run two jobs and then the
+# third alone on one of the two cores. On a 2-core Zen 3, table=logic's Ordered Memory update
+# (80 units, one thread) took 0.84 s alone, 0.84-0.91 s two at a time and 1.29-1.40 s three at a
+# time (2.26-2.29 against 2.20-2.24 updates/s in all, two rounds, 2026-11-30): about 30 h for the
+# three jobs of 80,000 updates three at a time, against about 38 h two and then one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # This checkout's code: with treernn installed editable (pip install -e) from another checkout,
@@ -122,7 +128,7 @@ declare -A SWEEPS=(
     [logic-80k]="table=logic model=onlstm,lstm trainer.max_steps=80000 trainer.val_check_interval=1000"
     [lm-33k]="table=lm trainer.max_steps=33000"
     [logic-onlstm-12k]="table=logic_onlstm trainer.max_steps=12000 trainer.val_check_interval=1000"
-    [logic-80k-om]="table=logic model=ordered_memory trainer.max_steps=80000 trainer.val_check_interval=1000"
+    [logic-80k-om]="table=logic model=ordered_memory trainer.max_steps=80000 trainer.val_check_interval=1000 hydra.launcher.n_jobs=3"
 )
 ORDER=(lm tdlm sst2-phrases listops logic-long sysgen-long tdlm-long lm-long listops-long tdlm-stop
     listops-stop listops-27k logic-40k sysgen-10k logic-onlstm-12k logic-80k sysgen-20k lm-33k
