@@ -312,12 +312,70 @@ def test_the_report_says_which_machines_each_tables_runs_ran_on(tmp_path):
 
 
 def set_budgets(*sweeps: tuple[Path, int]) -> None:
-    """Give each sweep's runs ``trainer.max_steps`` = its budget."""
+    """Give each sweep's runs ``trainer.max_steps`` = its budget, and their validations that
+    budget's steps: the k-th of n after k * budget / n updates, logged at step k * budget / n - 1
+    as the csv logger does (the last one after the budget's last update)."""
     for sweep, steps in sweeps:
         for config_file in sweep.glob("*/.hydra/config.yaml"):
             config = OmegaConf.load(config_file)
             config.trainer = {"max_steps": steps}
             OmegaConf.save(config, config_file)
+            space_validations(config_file.parent.parent, steps // len(_curve_rows(config_file)))
+
+
+def _curve_rows(config_file: Path) -> list[str]:
+    return (config_file.parent.parent / "csv" / "metrics.csv").read_text().splitlines()[1:]
+
+
+def space_validations(run_dir: Path, every: int) -> None:
+    """Put a run's validations ``every`` updates apart (the k-th at step k * every - 1)."""
+    csv_file = run_dir / "csv" / "metrics.csv"
+    header, *rows = csv_file.read_text().splitlines()
+    rows = [f"{(k + 1) * every - 1},{row.split(',', 1)[1]}" for k, row in enumerate(rows)]
+    csv_file.write_text("\n".join([header, *rows]) + "\n")
+
+
+def test_a_run_its_rule_stopped_before_the_budget_is_not_still_improving(tmp_path):
+    """tdlm-stop: the halving rule ends each run at its second miss, seeds at different epochs.
+    Seed 1 stopped after 4 of the budget's 5 validations, at a perplexity far above the others';
+    a mean over the seeds left would fall at the 5th validation by losing it (206.3 -> 188.5)."""
+    curves = {
+        1: [300.0, 250.0, 245.0, 246.0],  # stopped by its rule: one validation short of the budget
+        2: [200.0, 190.0, 185.0, 184.0, 186.0],
+        3: [210.0, 195.0, 190.0, 189.0, 191.0],
+    }
+    for seed, curve in curves.items():
+        make_run(tmp_path, seed, "t", "m", seed, {"test/ppl": 190.0}, curve, "val/ppl")
+    set_budgets((tmp_path, 500))
+    space_validations(tmp_path / "1", 100)  # its 4 validations at the budget's spacing
+    runs, _ = load_runs([tmp_path])
+    # seeds 2 and 3: 186.5 at the 4th validation, 188.5 at the 5th: stopped improving
+    assert improvement_at_end(runs) is None
+    # seed 3 replaced by a seed 4 still falling at the end: improving, by the mean of seeds 2 and
+    # 4 alone (183.5 after 186.5; with seed 1 in the earlier means, 206.3 would be the best before)
+    falling = [210.0, 195.0, 190.0, 189.0, 181.0]
+    make_run(tmp_path, 4, "t", "m", 4, {"test/ppl": 190.0}, falling, "val/ppl")
+    (tmp_path / "3" / "status.json").write_text(json.dumps({"status": "failed"}))
+    set_budgets((tmp_path, 500))
+    space_validations(tmp_path / "1", 100)
+    runs, _ = load_runs([tmp_path])
+    assert improvement_at_end(runs) == ("val/ppl", pytest.approx(183.5), pytest.approx(186.5))
+
+
+def test_runs_all_stopped_by_their_rule_are_not_still_improving(tmp_path):
+    """Each seed's last validation a hair below its best (a miss by the rule's 0.01% threshold),
+    and each stopped before the budget: nothing to gain from more updates."""
+    for seed, curve in enumerate([[200.0, 190.0, 189.99], [205.0, 195.0, 194.99, 194.98]], 1):
+        make_run(tmp_path, seed, "t", "m", seed, {"test/ppl": 190.0}, curve, "val/ppl")
+        space_validations(tmp_path / str(seed), 100)
+    runs, _ = load_runs([tmp_path])
+    # no budget in the config: the longest run's end is the budget, which seed 2 reached
+    assert improvement_at_end(runs) == ("val/ppl", pytest.approx(194.98), pytest.approx(194.99))
+    set_budgets((tmp_path, 1000))
+    for seed in (1, 2):
+        space_validations(tmp_path / str(seed), 100)
+    runs, _ = load_runs([tmp_path])
+    assert improvement_at_end(runs) is None
 
 
 def test_of_two_sweeps_of_a_table_the_claims_read_the_larger_budget(tmp_path, capsys):

@@ -18,7 +18,8 @@ A claim holds one or more comparisons "A is better than B on a table's metric". 
   or when validation was still improving at the end of training for either model (its monitored
   metric, mean over seeds, was better at the last validation than at every earlier one: more
   updates could change the answer; the reason gives both means, so that a reader sees whether
-  it was a climb or a tenth of a point on a plateau).
+  it was a climb or a tenth of a point on a plateau; the seeds that their own rule stopped
+  before the budget are left out of that mean, see :func:`improvement_at_end`).
 
 A comparison may name several tables, in order of preference (ON-LSTM against LSTM on logic:
 ``logic_onlstm``, at the ON-LSTM paper's width, then ``logic``); it reads the first that has a
@@ -194,11 +195,18 @@ def improvement_at_end(runs: Sequence[Run]) -> tuple[str, float, float] | None:
     """Where the monitored validation metric, mean over the runs at each validation, was better at
     the last validation than at every earlier one: (the metric, its mean there, the best mean
     before it), so that a reader sees by how much; None where it was not, or where fewer than two
-    validations were logged (the runs' csv logger files)."""
+    validations were logged (the runs' csv logger files).
+
+    Only the runs that trained to the end of their budget count. A run that its own rule stopped
+    earlier (the Top-down Tree LSTM recipe stops at the second epoch that misses the threshold) had
+    stopped improving by that rule, and more updates would not have trained it on; and with it in
+    the mean, the mean after it stopped would be over fewer seeds than before, so that a change of
+    seeds could read as a climb. None where every run stopped before its budget."""
     config = runs[0].config
     monitor = str((config.get("task") or {}).get("monitor") or "")
     lower = (config.get("task") or {}).get("mode") == "min"
     curves = [run_curve(run.path, monitor) for run in runs] if monitor else []
+    curves = _to_the_budget([curve for curve in curves if curve], _budget(runs))
     steps = sorted({step for curve in curves for step in curve})
     if len(steps) < 2:
         return None
@@ -206,6 +214,25 @@ def improvement_at_end(runs: Sequence[Run]) -> tuple[str, float, float] | None:
     before = min(means[:-1]) if lower else max(means[:-1])
     improved = means[-1] < before if lower else means[-1] > before
     return (monitor, means[-1], before) if improved else None
+
+
+def _to_the_budget(curves: list[dict[int, float]], budget: int | None) -> list[dict[int, float]]:
+    """The validation curves of the runs that trained to the end of ``budget`` updates (without
+    one, to the longest run's end): those whose next validation, as far from their last as their
+    last from the one before, would have fallen within it were stopped by a rule. The csv logger
+    writes a validation after ``n`` updates at step ``n - 1``."""
+    if not curves:
+        return curves
+    limit = budget or max(max(curve) for curve in curves) + 1
+
+    def stopped_early(curve: dict[int, float]) -> bool:
+        steps = sorted(curve)
+        if len(steps) < 2:
+            return False
+        last = steps[-1]
+        return last + 1 + (last - steps[-2]) <= limit
+
+    return [curve for curve in curves if not stopped_early(curve)]
 
 
 def _runs_of(runs: Sequence[Run], model: str) -> list[Run]:
