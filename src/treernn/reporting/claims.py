@@ -218,8 +218,8 @@ def improvement_at_end(runs: Sequence[Run]) -> tuple[str, float, float] | None:
 
 def _to_the_budget(curves: list[dict[int, float]], budget: int | None) -> list[dict[int, float]]:
     """The validation curves of the runs that trained to the end of ``budget`` updates (without
-    one, to the longest run's end): those whose next validation, as far from their last as their
-    last from the one before, would have fallen within it were stopped by a rule. The csv logger
+    one, to the longest run's end): those whose next validation, the run's usual (median) number
+    of updates after its last, would have fallen within it were stopped by a rule. The csv logger
     writes a validation after ``n`` updates at step ``n - 1``."""
     if not curves:
         return curves
@@ -229,8 +229,8 @@ def _to_the_budget(curves: list[dict[int, float]], budget: int | None) -> list[d
         steps = sorted(curve)
         if len(steps) < 2:
             return False
-        last = steps[-1]
-        return last + 1 + (last - steps[-2]) <= limit
+        gap = statistics.median(after - before for before, after in zip(steps, steps[1:]))
+        return steps[-1] + 1 + gap <= limit
 
     return [curve for curve in curves if not stopped_early(curve)]
 
