@@ -320,17 +320,15 @@ def set_budgets(*sweeps: tuple[Path, int]) -> None:
             config = OmegaConf.load(config_file)
             config.trainer = {"max_steps": steps}
             OmegaConf.save(config, config_file)
-            space_validations(config_file.parent.parent, steps // len(_curve_rows(config_file)))
+            space_validations(config_file.parent.parent, budget=steps)
 
 
-def _curve_rows(config_file: Path) -> list[str]:
-    return (config_file.parent.parent / "csv" / "metrics.csv").read_text().splitlines()[1:]
-
-
-def space_validations(run_dir: Path, every: int) -> None:
-    """Put a run's validations ``every`` updates apart (the k-th at step k * every - 1)."""
+def space_validations(run_dir: Path, every: int | None = None, budget: int | None = None) -> None:
+    """Put a run's validations ``every`` updates apart, or evenly over ``budget`` updates (the
+    k-th at step k * every - 1)."""
     csv_file = run_dir / "csv" / "metrics.csv"
     header, *rows = csv_file.read_text().splitlines()
+    every = every or budget // len(rows)
     rows = [f"{(k + 1) * every - 1},{row.split(',', 1)[1]}" for k, row in enumerate(rows)]
     csv_file.write_text("\n".join([header, *rows]) + "\n")
 

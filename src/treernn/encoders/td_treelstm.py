@@ -132,13 +132,14 @@ class TopDownTreeLSTM(Encoder):
         if sequences.size(1) == 0 or not bool(has_any.any()):
             return summary
         rows = has_any.nonzero().squeeze(1)
+        row_lengths = lengths[rows]
         # fp32 under bf16-mixed on the CPU: the rows and the steps of a call change from batch
         # to batch, and oneDNN would build a bf16 kernel for each new shape (see
         # gemm.rounded_rows_linear)
         in_fp32 = gemm.autocast_row_multiple(sequences.device) > 1
         with torch.autocast("cpu", enabled=False) if in_fp32 else contextlib.nullcontext():
-            outputs = run_by_lengths(self.left_dependent_lstm, sequences[rows], lengths[rows])
-        last = outputs[torch.arange(rows.numel(), device=rows.device), lengths[rows] - 1]
+            outputs = run_by_lengths(self.left_dependent_lstm, sequences[rows], row_lengths)
+        last = outputs[torch.arange(rows.numel(), device=rows.device), row_lengths - 1]
         return summary.index_copy(0, rows, last.to(summary.dtype))  # (N', H_ld) at q_K
 
     def step(self, edge_type: int, inputs: Tensor, predecessor_state: LayerStates) -> LayerStates:
