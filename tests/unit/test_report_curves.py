@@ -70,3 +70,41 @@ def test_a_metric_nobody_logged_is_one_error_line(tmp_path, capsys):
     assert treernn_main(["report", "curves", str(root), "--metric", "val/ppl"]) != 0
     err = capsys.readouterr().err
     assert "no run logged val/ppl" in err and "Traceback" not in err
+
+
+def test_the_plot_marks_the_updates_after_a_seed_stopped():
+    """Three seeds; the third stops after update 20 (a recipe's own rule): the mean at 30 and 40
+    is over two, so those updates are the dashed part, joined at 20."""
+    from treernn.reporting.curves import split_at_fewer_seeds
+    from treernn.reporting.table import Cell
+
+    row = {
+        10: Cell.of([1.0, 2.0, 3.0]),
+        20: Cell.of([2.0, 3.0, 4.0]),
+        30: Cell.of([3.0, 4.0]),
+        40: Cell.of([4.0, 5.0]),
+    }
+    assert split_at_fewer_seeds(row, 3) == ([10, 20], [20, 30, 40])
+    every_seed = {step: cell for step, cell in row.items() if step <= 20}
+    assert split_at_fewer_seeds(every_seed, 3) == ([10, 20], [])
+    # a row none of whose updates has every run (one run logged at other updates)
+    assert split_at_fewer_seeds({30: Cell.of([3.0, 4.0])}, 3) == ([], [30])
+
+
+def test_report_curves_plots_a_row_whose_seeds_stopped_at_different_updates(tmp_path):
+    root = tmp_path / "sweep"
+    for job, (seed, rows) in enumerate(
+        {1: [(9, 0.4), (19, 0.5), (29, 0.6)], 2: [(9, 0.5), (19, 0.55)]}.items()
+    ):
+        run = make_run(
+            root,
+            str(job),
+            ["model=lstm", f"seed={seed}"],
+            {"test/acc": 0.5},
+            model="lstm",
+            seed=seed,
+        )
+        write_csv(run, rows)
+    assert treernn_main(["report", "curves", str(root)]) == 0
+    assert "[n=1]" in (root / "curves.md").read_text()
+    assert (root / "curves.png").stat().st_size > 0

@@ -104,8 +104,23 @@ def to_markdown(curves: Curves) -> str:
     return "\n".join(lines) + "\n"
 
 
+def split_at_fewer_seeds(row: dict[int, Cell], size: int) -> tuple[list[int], list[int]]:
+    """A row's updates up to the last one where every one of its ``size`` runs logged, and
+    those after it (starting with that last one, so that the two lines join), where the mean is
+    over fewer runs: a run that stopped earlier (a recipe's own stopping rule) has left it, so
+    that the mean can move without any run improving."""
+    steps = sorted(row)
+    full = [step for step in steps if row[step].n == size]
+    if not full:
+        return [], steps
+    last = full[-1]
+    after = [step for step in steps if step > last]
+    return [step for step in steps if step <= last], [last, *after] if after else []
+
+
 def plot(curves: Curves, path: str | Path) -> Path:
-    """The mean curve of each row with a band of one std."""
+    """The mean curve of each row with a band of one std; dashed, without markers, where the
+    mean is over fewer of the row's runs (the markdown's ``[n=k]``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -114,14 +129,30 @@ def plot(curves: Curves, path: str | Path) -> Path:
     from treernn.reporting.accuracy import save_figure
 
     figure, axis = plt.subplots(figsize=(6, 4))
+    fewer = False
     for label, row in curves.rows.items():
+        full, partial = split_at_fewer_seeds(row, curves.sizes[label])
+        color = None
+        if full:
+            (line,) = axis.plot(full, [row[s].mean for s in full], marker="o", label=label)
+            color = line.get_color()
+        if partial:
+            fewer = fewer or bool(full)
+            axis.plot(
+                partial,
+                [row[s].mean for s in partial],
+                linestyle="--",
+                color=color,
+                label=None if full else f"{label} (fewer seeds)",
+            )
         steps = sorted(row)
         means = [row[s].mean for s in steps]
         spread = [row[s].std or 0.0 for s in steps]
-        axis.plot(steps, means, marker="o", label=label)
         low = [mean - std for mean, std in zip(means, spread)]
         high = [mean + std for mean, std in zip(means, spread)]
-        axis.fill_between(steps, low, high, alpha=0.2)
+        axis.fill_between(steps, low, high, alpha=0.2, color=color)
+    if fewer:
+        axis.plot([], [], linestyle="--", color="grey", label="fewer seeds (some stopped)")
     axis.set_xlabel("update")
     axis.set_ylabel(curves.metric + (" (%)" if _percent(curves.metric) else ""))
     axis.grid(alpha=0.3)
