@@ -43,8 +43,9 @@ from treernn import runs
 from treernn.errors import UserError
 from treernn.runs import read_status
 
-#: job states that a resumed sweep continues from the newest checkpoint
-RESUMABLE = ("interrupted", "requeued", "running")
+#: job states that a resumed sweep continues from the newest checkpoint ("extended": a job that
+#: ``sweep extend`` copied from a sweep of a smaller budget, :mod:`treernn.sweep_extend`)
+RESUMABLE = ("interrupted", "requeued", "running", "extended")
 #: what a job produced that a run from the start must not find
 ATTEMPT_FILES = ("checkpoints", "csv", "metrics.json", "parse_eval.json")
 
@@ -89,7 +90,7 @@ def plan_job(job_dir: Path, overrides: list[str], follower: bool = False) -> Job
     if not record:
         return JobPlan("run")
     before = record.get("overrides")
-    if before is not None and _without_name(before) != _without_name(overrides):
+    if before is not None and sorted(_without_name(before)) != sorted(_without_name(overrides)):
         raise SweepChanged(
             f"sweep job {job_dir} ran with [{' '.join(before)}], this command gives it "
             f"[{' '.join(overrides)}]; resume a sweep with the command that started it "

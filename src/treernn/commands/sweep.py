@@ -4,6 +4,7 @@
     python -m treernn sweep resume <sweep dir> [--dry-run]
     python -m treernn sweep archive <sweep dir> <copy dir>
     python -m treernn sweep restore <copy dir> <sweep dir>
+    python -m treernn sweep extend <sweep dir>... trainer.max_steps=<more> --name <new sweep>
 
 ``status`` lists each job of the sweep: its overrides, whether it finished, was interrupted (with
 the step of its newest checkpoint), failed (with the error) or is running, and counts them,
@@ -31,6 +32,11 @@ written to a temporary name, then renamed, so that a machine that lost ``outputs
 job where the copy was taken instead of starting it again.
 A job's kept checkpoint leaves the copy once the job has finished. Files already in the archive
 are replaced.
+
+``extend`` trains a sweep further as a new sweep (``--name``) of a larger budget: each of its jobs
+starts from the old job's newest checkpoint, as if the old job had been interrupted at its budget
+and resumed with the new one (:mod:`treernn.sweep_extend`); then the new sweep runs, as ``resume``
+runs one (``--no-run``: prepare it and print the command).
 """
 
 from __future__ import annotations
@@ -69,6 +75,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     restore = actions.add_parser("restore", help="put an archived sweep's files back")
     restore.add_argument("copy_dir", type=Path)
     restore.add_argument("sweep_dir", type=Path)
+    extend = actions.add_parser("extend", help="train a sweep further, as a new sweep")
+    extend.add_argument(
+        "items",
+        nargs="+",
+        metavar="<sweep dir>... <trainer.max_steps=N>...",
+        help="the sweep's directory (each of them, where it keeps one per model), then the budget",
+    )
+    extend.add_argument("--name", required=True, help="the new sweep's name (its sweep_id)")
+    extend.add_argument(
+        "--no-run", action="store_true", help="prepare the new sweep and print its command"
+    )
 
 
 def _saved(sweep_dir: Path):
@@ -100,7 +117,23 @@ def run(args: argparse.Namespace) -> int:
         return _archive(args.sweep_dir, args.copy_dir, args.unfinished)
     if args.action == "restore":
         return _restore(args.copy_dir, args.sweep_dir)
+    if args.action == "extend":
+        from treernn.sweep_extend import extend
+
+        overrides = [item for item in args.items if "=" in item]
+        dirs = [Path(item) for item in args.items if "=" not in item]
+        if not dirs:
+            raise UserError("sweep extend: give the sweep's directory before its new budget")
+        made = extend(dirs, overrides, args.name)
+        jobs = sum(len(list(path.glob("*/status.json"))) for path in made.sweep_dirs)
+        print(f"extended {jobs} jobs into {', '.join(map(str, made.sweep_dirs))}", flush=True)
+        return _launch(made.cwd, made.arguments, made.sweep_dir, args.no_run)
     cwd, arguments = resume_command(args.sweep_dir)
+    return _launch(cwd, arguments, args.sweep_dir, args.dry_run)
+
+
+def _launch(cwd: Path, arguments: list[str], sweep_dir: Path, dry_run: bool) -> int:
+    """Run ``python train.py <arguments>`` in ``cwd`` (this process becomes it)."""
     script = cwd / "train.py"
     if not script.is_file():
         raise UserError(
@@ -108,10 +141,10 @@ def run(args: argparse.Namespace) -> int:
             f"directory: python train.py {' '.join(arguments)}"
         )
     print(f"cd {cwd} && python train.py {' '.join(arguments)}", flush=True)
-    if args.dry_run:
+    if dry_run:
         return 0
     os.chdir(cwd)
-    os.environ[RESUME_ENV] = str(args.sweep_dir.resolve())
+    os.environ[RESUME_ENV] = str(sweep_dir.resolve())
     os.execv(sys.executable, [sys.executable, str(script), *arguments])
     return 0  # not reached
 
