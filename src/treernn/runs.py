@@ -351,3 +351,14 @@ def runs_of(log_dir: Path, task: str, model: str, exclude: Path | None = None) -
             continue  # a resume's own directory: its history lives in the run it resumed
         found.append((record.get("started") or run_dir.name, str(run_dir), run_dir))
     return [run_dir for *_, run_dir in sorted(found, reverse=True)]
+
+
+def best_file(newest: CheckpointInfo, job_dir: Path) -> Path | None:
+    """The best checkpoint (by the run's monitor) that the job's newest checkpoint names, as a
+    file of ``job_dir``'s ``checkpoints/`` (written whole: AtomicCheckpointIO), or None: a resumed
+    job that tests its best checkpoint needs it (the newest alone would test the best since the
+    resume)."""
+    if not newest.best_model_path:
+        return None
+    path = job_dir / "checkpoints" / Path(newest.best_model_path).name
+    return path if path != newest.path and path.is_file() else None

@@ -144,8 +144,6 @@ def _copy_checkpoint(source: Path, target: Path) -> None:
 
 
 def _prepare_job(job_dir: Path, new_job: Path, budget: dict[str, str], name: str, info) -> None:
-    from treernn.commands.sweep import _best_file
-
     record = runs.read_status(job_dir)
     old_status = record.get("status")
     staging = new_job.with_name(f".{new_job.name}.partial")
@@ -158,7 +156,7 @@ def _prepare_job(job_dir: Path, new_job: Path, budget: dict[str, str], name: str
             shutil.copytree(path, staging / item, symlinks=True)
         elif path.is_file():
             shutil.copy2(path, staging / item)
-    for source in (info.path, _best_file(info, job_dir)):
+    for source in (info.path, runs.best_file(info, job_dir)):
         if source is not None:
             _copy_checkpoint(source, staging / "checkpoints" / source.name)
     for key in ("ended", "pid", "pid_start", "error", "attempts", "rerun_because", "resumes"):
@@ -196,8 +194,7 @@ def _new_multirun(saved: Path, target: Path, budget: dict[str, str], name: str) 
 def extend(sweep_dirs: list[Path], budget_overrides: list[str], name: str) -> Extension:
     """Prepare the new sweep ``name`` from ``sweep_dirs`` (a sweep's directory, or each of its
     directories where it keeps one per model); see the module's docstring."""
-    from treernn.commands.sweep import _saved
-    from treernn.sweeps import sweep_size
+    from treernn.sweeps import saved_multirun, sweep_size
 
     budget = parse_budget(budget_overrides)
     if not name or "/" in name or name.startswith("."):
@@ -205,12 +202,12 @@ def extend(sweep_dirs: list[Path], budget_overrides: list[str], name: str) -> Ex
     sweep_dirs = [Path(path) for path in sweep_dirs]
     for sweep in sweep_dirs:
         if not list(sweep.glob("*/status.json")):
-            _saved(sweep)  # the error for a directory that is not a sweep's
+            saved_multirun(sweep)  # the error for a directory that is not a sweep's
         if sweep.resolve().name == name:
             raise UserError(f"sweep extend: {sweep} is already named {name}; give a new --name")
     main = next((sweep for sweep in sweep_dirs if (sweep / "multirun.yaml").is_file()), None)
     main = main or sweep_dirs[0]
-    config = _saved(main)  # the error for a sweep without its multirun.yaml
+    config = saved_multirun(main)  # the error for a sweep without its multirun.yaml
     jobs = _jobs(sweep_dirs)
     size = sweep_size(main)
     if size is not None and len(jobs) < size:

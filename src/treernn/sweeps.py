@@ -163,6 +163,17 @@ def check_same_sweep(config: DictConfig) -> None:
         )
 
 
+def saved_multirun(sweep_dir: Path) -> DictConfig:
+    """A sweep's ``multirun.yaml`` (the command and config it was started with)."""
+    saved = sweep_dir / "multirun.yaml"
+    if not saved.is_file():
+        raise UserError(
+            f"{sweep_dir} is not a sweep directory (no multirun.yaml); give the directory that "
+            "python train.py -m printed (outputs/multirun/... or outputs/tables/...)"
+        )
+    return OmegaConf.load(saved)
+
+
 #: an interpolation of a config key (``${model.name}``), not a resolver (``${now:...}``)
 _KEY_INTERPOLATION = re.compile(r"\$\{([\w.]+)\}")
 

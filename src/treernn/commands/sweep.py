@@ -47,7 +47,9 @@ import shutil
 import sys
 from pathlib import Path
 
+from treernn import runs
 from treernn.errors import UserError
+from treernn.sweeps import saved_multirun
 
 RESUME_ENV = "TREERNN_RESUME_SWEEP_DIR"
 
@@ -88,21 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _saved(sweep_dir: Path):
-    from omegaconf import OmegaConf
-
-    saved = sweep_dir / "multirun.yaml"
-    if not saved.is_file():
-        raise UserError(
-            f"{sweep_dir} is not a sweep directory (no multirun.yaml); give the directory that "
-            "python train.py -m printed (outputs/multirun/... or outputs/tables/...)"
-        )
-    return OmegaConf.load(saved)
-
-
 def resume_command(sweep_dir: Path) -> tuple[Path, list[str]]:
     """The directory and the ``train.py`` arguments that continue a sweep."""
-    config = _saved(sweep_dir)
+    config = saved_multirun(sweep_dir)
     task = [str(item) for item in config.hydra.overrides.task]
     task = [item for item in task if item.split("=", 1)[0].lstrip("+~") != "sweep_id"]
     hydra = [str(item) for item in config.hydra.overrides.hydra]
@@ -157,10 +147,9 @@ def _jobs(sweep_dir: Path) -> list[Path]:
 
 
 def _status(sweep_dir: Path, exit_code: bool = False) -> int:
-    from treernn import runs
     from treernn.sweeps import _overrides, sweep_size
 
-    _saved(sweep_dir)
+    saved_multirun(sweep_dir)
     jobs = _jobs(sweep_dir)
     counts: dict[str, int] = {}
     for job_dir in jobs:
@@ -189,9 +178,8 @@ NOT_ARCHIVED = ("checkpoints", "wandb", "*.ckpt", ".lock")
 
 
 def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
-    from treernn import runs
 
-    _saved(sweep_dir)
+    saved_multirun(sweep_dir)
     ignore = shutil.ignore_patterns(*NOT_ARCHIVED)
     target.mkdir(parents=True, exist_ok=True)
     for path in sweep_dir.iterdir():  # the sweep's own files: multirun.yaml, table.*, curves.*
@@ -212,7 +200,7 @@ def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
             _keep_checkpoint(copy)  # one kept while it ran is no longer needed
             kept.append(job_dir.name)
         else:
-            _keep_checkpoint(copy, checkpoint.path, job_dir, _best_file(checkpoint, job_dir))
+            _keep_checkpoint(copy, checkpoint.path, job_dir, runs.best_file(checkpoint, job_dir))
             resumable.append(f"{job_dir.name} (step {checkpoint.global_step})")
     print(f"archived {len(kept)} finished jobs of {sweep_dir} in {target}", flush=True)
     if resumable:
@@ -223,17 +211,6 @@ def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
     if left:
         print(f"not archived (not finished): jobs {', '.join(left)}", flush=True)
     return 0
-
-
-def _best_file(newest, job_dir: Path) -> Path | None:
-    """The best checkpoint (by the run's monitor) that the job's newest checkpoint names, as a
-    file of ``job_dir``'s ``checkpoints/`` (written whole: AtomicCheckpointIO), or None: a resumed
-    job that tests its best checkpoint needs it (the newest alone would test the best since the
-    resume)."""
-    if not newest.best_model_path:
-        return None
-    path = job_dir / "checkpoints" / Path(newest.best_model_path).name
-    return path if path != newest.path and path.is_file() else None
 
 
 def _keep_checkpoint(
@@ -269,7 +246,7 @@ def _keep_checkpoint(
 
 
 def _restore(copy_dir: Path, sweep_dir: Path) -> int:
-    _saved(copy_dir)
+    saved_multirun(copy_dir)
     added = 0
     for path in sorted(copy_dir.rglob("*")):
         target = sweep_dir / path.relative_to(copy_dir)
