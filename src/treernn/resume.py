@@ -294,6 +294,9 @@ def continue_sweep_job(cfg: DictConfig) -> dict[str, float] | None:
     """A sweep job that ran before (a resumed sweep): the metrics of a finished job, which is
     skipped; otherwise it resumes from its newest checkpoint, or runs again from the start."""
     job_dir = Path(cfg.paths.output_dir)
+    if sweeps.stop_requested() is not None:
+        # a joblib sweep asked to stop (sweeps._StopSweep): this job is not started
+        raise sweeps.NotStarted(f"job {job_dir.name}: the sweep is stopping; not started")
     follower = not is_rank_zero()  # a DDP job's other ranks follow rank 0's record
     plan = sweeps.plan_job(job_dir, launch.job_overrides(), follower=follower)
     if plan.action == "skip":

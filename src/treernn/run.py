@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import traceback
@@ -176,7 +177,8 @@ def _train(
             last = LastCheckpoint(run_dir / "checkpoints")
             callbacks.append(last)
         requeue = launch.requeue_signum(cfg.get("requeue_signal"))
-        stop = GracefulStop(last, requeue, launch.slurm_job_id())
+        poll = sweeps.stop_requested if os.environ.get(sweeps.STOP_FILE_ENV) else None
+        stop = GracefulStop(last, requeue, launch.slurm_job_id(), poll)
         tail = UnvalidatedTail()
         callbacks += [launch.ProcessGroupTeardown(), stop, tail]
         trainer: pl.Trainer = hydra.utils.instantiate(
@@ -281,7 +283,14 @@ def main(cfg: DictConfig) -> Any:
     except RunInterrupted as error:
         runs.record_failure(runs.output_dir_of(cfg), "interrupted", str(error))
         print(str(error), file=sys.stderr, flush=True)
+        if multirun and os.environ.get(sweeps.STOP_FILE_ENV):
+            # a joblib worker: its exit would make joblib kill the other workers, which may be
+            # saving their own checkpoints; the launching process ends the sweep (130 / 143)
+            return sweep_value(cfg, None)
         sys.exit(error.exit_code)
+    except sweeps.NotStarted as error:
+        print(str(error), file=sys.stderr, flush=True)
+        return sweep_value(cfg, None)
     except sweeps.SweepChanged as error:
         # the job's directory belongs to another attempt (or a live process): leave it alone
         say(str(error))

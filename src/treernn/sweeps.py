@@ -30,6 +30,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import sys
 import traceback
 from dataclasses import dataclass
@@ -52,6 +53,10 @@ ATTEMPT_FILES = ("checkpoints", "csv", "metrics.json", "parse_eval.json")
 
 class SweepChanged(UserError):
     """A resumed sweep (or one of its jobs) was given other overrides than it ran with."""
+
+
+class NotStarted(SweepChanged):
+    """A job of a sweep that was asked to stop before the job started: it leaves no record."""
 
 
 # ----------------------------------------------------------------------------- a job's value
@@ -293,16 +298,93 @@ def report_sweep(job_dirs: list[Path], out_dir: Path) -> bool:
     return reported
 
 
+# ----------------------------------------------------------------------------- stopping
+#: where the jobs of a sweep whose launcher runs them in worker processes (joblib) find that the
+#: sweep was asked to stop: the file's path, set by the process that launches them
+STOP_FILE_ENV = "TREERNN_SWEEP_STOP_FILE"
+#: launchers whose jobs run in worker processes of the launching one
+WORKER_LAUNCHERS = ("hydra_plugins.hydra_joblib_launcher.",)
+
+
+def runs_in_workers(config: DictConfig) -> bool:
+    target = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
+    return target.startswith(WORKER_LAUNCHERS)
+
+
+def stop_requested() -> int | None:
+    """The signal that asked this job's sweep to stop (a job of a joblib sweep), or None."""
+    path = os.environ.get(STOP_FILE_ENV)
+    if not path:
+        return None
+    try:
+        return int(Path(path).read_text() or signal.SIGINT)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+class _StopSweep:
+    """The launching process's SIGINT / SIGTERM while joblib's workers run the jobs.
+
+    Raised there at once (Python's default), the interrupt made joblib kill its workers, and a
+    job that had printed "stopping after this training batch with a checkpoint" was killed before
+    it saved (Ctrl-C of a table lost every running job's updates since its last validation, seen
+    2026-12-01). Here the first signal writes the stop file instead: each running job stops after
+    its training batch with a checkpoint (whether the signal reached it or not), no other job
+    starts, and the sweep exits with 130 / 143 once the jobs have returned. A second signal stops
+    at once, as before."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in self.previous:
+            signal.signal(sig, self)
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.path.exists():
+            self.restore()
+            print(f"\n{name} again: the sweep stops at once", file=sys.stderr, flush=True)
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            sys.exit(128 + signum)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(str(int(signum)))
+        print(
+            f"\n{name} received: the sweep stops; each running job saves a checkpoint after its "
+            "training batch and no other job starts (send it again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
 class SweepSummary(Callback):
+    def __init__(self) -> None:
+        self._stop: _StopSweep | None = None
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             check_same_sweep(config)
         except SweepChanged as error:
             print(f"error: {error}", file=sys.stderr, flush=True)
             sys.exit(1)
+        if runs_in_workers(config):
+            path = Path(config.hydra.sweep.dir) / ".stopping"
+            path.unlink(missing_ok=True)  # left by a sweep stopped at once
+            os.environ[STOP_FILE_ENV] = str(path.resolve())  # the workers start after this
+            self._stop = _StopSweep(path)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
+        stopped_by = None
+        if self._stop is not None:
+            self._stop.restore()
+            if self._stop.path.exists():
+                stopped_by = int(self._stop.path.read_text() or signal.SIGINT)
+                self._stop.path.unlink()
         jobs = sweep_job_dirs(config)
         finished = [job for job in jobs if read_status(job).get("status") == "finished"]
         # the table first: the summary stays the last thing printed, whatever the report says
@@ -322,6 +404,11 @@ class SweepSummary(Callback):
                 f"again): python -m treernn sweep resume {sweep_dir}"
             )
             print("\n".join(lines), file=sys.stderr, flush=True)
+        if stopped_by is not None:
+            size = sweep_size(sweep_dir)
+            if size is not None and size > len(jobs):
+                print(f"  {size - len(jobs)} jobs not started", file=sys.stderr, flush=True)
+            sys.exit(128 + stopped_by)
         if failures or not reported:
             sys.exit(1)
 

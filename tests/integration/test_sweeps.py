@@ -63,16 +63,14 @@ def test_a_sweep_killed_halfway_resumes_to_the_table_of_an_uninterrupted_one(tmp
         assert time.monotonic() < deadline
         time.sleep(0.2)
     os.killpg(sweep.pid, signal.SIGINT)
-    sweep.communicate(timeout=300)
-    assert sweep.returncode != 0
+    _, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 130, stderr[-3000:]
     (sweep_dir,) = log_dir.glob("multirun/logic/lstm/*")
-    assert not all(
-        runs.read_status(job).get("status") == "finished" for job in sweep_dir.glob("[0-9]")
-    )
+    _stopped_with_checkpoints(sweep_dir, stderr)
 
     status = treernn_cli("sweep", "status", str(sweep_dir))
     assert status.returncode == 0, status.stderr[-3000:]
-    assert "interrupted" in status.stdout or "its process is gone" in status.stdout
+    assert "interrupted" in status.stdout and "its process is gone" not in status.stdout
     resumed = treernn_cli("sweep", "resume", str(sweep_dir))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "sweep finished: 3 jobs" in resumed.stdout
@@ -89,6 +87,59 @@ def test_a_sweep_killed_halfway_resumes_to_the_table_of_an_uninterrupted_one(tmp
     assert "job 2: finished before, skipped" in again.stdout + again.stderr
     assert {job: _records(sweep_dir / job) for job in ("0", "1", "2")} == records
     assert (sweep_dir / "table.md").read_text() == table
+
+
+def _stopped_with_checkpoints(sweep_dir: Path, stderr: str) -> None:
+    """Every job that ran when the sweep was stopped recorded it, having saved a checkpoint
+    where it stopped (joblib killed them before they could, 2026-12-01: their records said
+    "running" and they resumed from their last validation); none finished them all."""
+    records = [runs.read_status(job) for job in sorted(sweep_dir.glob("[0-9]"))]
+    states = [record.get("status") for record in records if record]
+    assert "interrupted" in states and set(states) <= {"interrupted", "finished"}, states
+    assert len(states) < 3 or "interrupted" in states
+    for record in records:
+        if record.get("status") == "interrupted":
+            error = record["error"]
+            assert (
+                "interrupted by SIGINT at" in error
+                and "saved" in error
+                or ("before training started" in error)
+            ), error
+    assert "the sweep stops; each running job saves a checkpoint" in stderr, stderr[-3000:]
+
+
+def _start_sweep(log_dir: Path) -> subprocess.Popen:
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    sweep = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "train.py"), "-m", *SWEEP, f"paths.log_dir={log_dir}"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    while not list(log_dir.glob("multirun/logic/lstm/*/[0-9]/checkpoints/last.ckpt")):
+        assert sweep.poll() is None, sweep.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    return sweep
+
+
+def test_a_signal_to_the_launching_process_alone_stops_the_jobs_with_checkpoints(tmp_path):
+    """``kill -INT <pid of python train.py -m>`` (not its process group): the joblib workers
+    did not get the signal; they read the sweep's stop file and stop as if they had."""
+    sweep = _start_sweep(tmp_path)
+    os.kill(sweep.pid, signal.SIGINT)
+    _, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 130, stderr[-3000:]
+    (sweep_dir,) = tmp_path.glob("multirun/logic/lstm/*")
+    _stopped_with_checkpoints(sweep_dir, stderr)
+    assert not (sweep_dir / ".stopping").exists()
+    resumed = treernn_cli("sweep", "resume", str(sweep_dir))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "sweep finished: 3 jobs" in resumed.stdout
 
 
 def test_a_changed_sweep_is_refused_and_a_failed_job_runs_again(tmp_path, data_dir):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import signal
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -97,8 +98,12 @@ class GracefulStop(Callback):
         last: LastCheckpoint | None,
         requeue_signal: int | None = None,
         job_id: str | None = None,
+        poll: Callable[[], int | None] | None = None,
     ) -> None:
         self.last = last
+        #: asked at each batch's end: a signal sent to the run's sweep rather than to the run
+        #: (a joblib sweep's stop file, ``treernn.sweeps.stop_requested``), or None
+        self.poll = poll
         self.requeue_signal = requeue_signal
         self.job_id = job_id
         self.pending: int | None = None  # the signal that asked to stop
@@ -156,6 +161,8 @@ class GracefulStop(Callback):
 
     # ---------------------------------------------------------------------------- stopping
     def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
+        if self.pending is None and self.poll is not None:
+            self.pending = self.poll()
         # every rank gets a signal from srun or scancel, not necessarily within the same batch;
         # one that arrives on any rank stops all of them here
         if not trainer.strategy.reduce_boolean_decision(self.pending is not None, all=False):
