@@ -46,27 +46,7 @@ def test_a_sweep_killed_halfway_resumes_to_the_table_of_an_uninterrupted_one(tmp
     whole = run_cli(["-m", *SWEEP, f"paths.log_dir={tmp_path / 'whole'}", "sweep_id=s"])
     assert whole.returncode == 0, whole.stderr[-3000:]
 
-    log_dir = tmp_path / "killed"
-    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
-    sweep = subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "train.py"), "-m", *SWEEP, f"paths.log_dir={log_dir}"],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # Ctrl-C reaches the whole sweep: its process group
-    )
-    deadline = time.monotonic() + 300
-    while not list(log_dir.glob("multirun/logic/lstm/*/[0-9]/checkpoints/last.ckpt")):
-        assert sweep.poll() is None, sweep.communicate()[1][-3000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    os.killpg(sweep.pid, signal.SIGINT)
-    _, stderr = sweep.communicate(timeout=300)
-    assert sweep.returncode == 130, stderr[-3000:]
-    (sweep_dir,) = log_dir.glob("multirun/logic/lstm/*")
-    _stopped_with_checkpoints(sweep_dir, stderr)
+    sweep_dir = _stopped_sweep(tmp_path / "killed", os.killpg)
 
     status = treernn_cli("sweep", "status", str(sweep_dir))
     assert status.returncode == 0, status.stderr[-3000:]
@@ -117,7 +97,7 @@ def _start_sweep(log_dir: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,
+        start_new_session=True,  # Ctrl-C reaches the whole sweep: its process group
     )
     deadline = time.monotonic() + 300
     while not list(log_dir.glob("multirun/logic/lstm/*/[0-9]/checkpoints/last.ckpt")):
@@ -127,15 +107,22 @@ def _start_sweep(log_dir: Path) -> subprocess.Popen:
     return sweep
 
 
+def _stopped_sweep(log_dir: Path, kill) -> Path:
+    """A sweep started, and sent SIGINT by ``kill`` (os.killpg: its process group, as Ctrl-C
+    does; os.kill: the launching process alone) after its first checkpoint; its directory."""
+    sweep = _start_sweep(log_dir)
+    kill(sweep.pid, signal.SIGINT)
+    _, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 130, stderr[-3000:]
+    (sweep_dir,) = log_dir.glob("multirun/logic/lstm/*")
+    _stopped_with_checkpoints(sweep_dir, stderr)
+    return sweep_dir
+
+
 def test_a_signal_to_the_launching_process_alone_stops_the_jobs_with_checkpoints(tmp_path):
     """``kill -INT <pid of python train.py -m>`` (not its process group): the joblib workers
     did not get the signal; they read the sweep's stop file and stop as if they had."""
-    sweep = _start_sweep(tmp_path)
-    os.kill(sweep.pid, signal.SIGINT)
-    _, stderr = sweep.communicate(timeout=300)
-    assert sweep.returncode == 130, stderr[-3000:]
-    (sweep_dir,) = tmp_path.glob("multirun/logic/lstm/*")
-    _stopped_with_checkpoints(sweep_dir, stderr)
+    sweep_dir = _stopped_sweep(tmp_path, os.kill)
     assert not (sweep_dir / ".stopping").exists()
     resumed = treernn_cli("sweep", "resume", str(sweep_dir))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
