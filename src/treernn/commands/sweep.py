@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     extend.add_argument(
         "items",
         nargs="+",
-        metavar="<sweep dir>... <trainer.max_steps=N>...",
+        metavar="<sweep dir or trainer.max_steps=N>",
         help="the sweep's directory (each of them, where it keeps one per model), then the budget",
     )
     extend.add_argument("--name", required=True, help="the new sweep's name (its sweep_id)")
