@@ -38,8 +38,6 @@ log = logging.getLogger("treernn")
 #: the new values to the restored state (see :func:`apply_resumed_overrides`)
 APPLIED_ON_RESUME = ("task.module.optimizer", "task.module.scheduler")
 
-#: trainer keys that set a run's budget
-BUDGET_KEYS = ("max_epochs", "max_steps", "max_time")
 
 
 # ----------------------------------------------------------------------------- planning
@@ -118,14 +116,12 @@ def check_budget_left(run_dir: Path, info: CheckpointInfo, trainer: dict[str, An
     """A finished run is resumed only to train it further: with a budget (max_epochs,
     max_steps, max_time) other than the one it finished, and not yet used up."""
     old = info.config.get("trainer", {})
-    max_epochs, max_steps = trainer.get("max_epochs"), trainer.get("max_steps")
-    used_up = (max_epochs is not None and 0 <= max_epochs <= info.epochs_done) or (
-        max_steps is not None and 0 < max_steps <= info.global_step
-    )
-    unchanged = all(old.get(key) == trainer.get(key) for key in BUDGET_KEYS)
+    max_steps = trainer.get("max_steps")
+    used_up = runs.budget_used_up(trainer, info.global_step, info.epochs_done)
+    unchanged = all(old.get(key) == trainer.get(key) for key in runs.BUDGET_KEYS)
     if used_up or unchanged:
         budget = ", ".join(
-            f"trainer.{key}={trainer.get(key)}" for key in BUDGET_KEYS if trainer.get(key)
+            f"trainer.{key}={trainer.get(key)}" for key in runs.BUDGET_KEYS if trainer.get(key)
         )
         more = (
             f"trainer.max_steps={info.global_step * 2}"

@@ -362,3 +362,21 @@ def best_file(newest: CheckpointInfo, job_dir: Path) -> Path | None:
         return None
     path = job_dir / "checkpoints" / Path(newest.best_model_path).name
     return path if path != newest.path and path.is_file() else None
+
+
+#: trainer keys that set a run's budget
+BUDGET_KEYS = ("max_epochs", "max_steps", "max_time")
+
+
+def budget_used_up(trainer: dict[str, Any], global_step: int, epochs_done: int) -> bool:
+    """True where the budget in ``trainer`` (``max_epochs``, ``max_steps``; -1: no limit) leaves
+    a run that stands at ``global_step`` after ``epochs_done`` epochs nothing to train."""
+    max_epochs, max_steps = trainer.get("max_epochs"), trainer.get("max_steps")
+    return (max_epochs is not None and 0 <= max_epochs <= epochs_done) or (
+        max_steps is not None and 0 < max_steps <= global_step
+    )
+
+
+def job_order(job_dir: Path) -> tuple[int, str]:
+    """Sort key of a sweep's job directories: by job number, then path."""
+    return (int(job_dir.name) if job_dir.name.isdigit() else -1, str(job_dir))

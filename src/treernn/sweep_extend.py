@@ -40,9 +40,7 @@ from omegaconf import OmegaConf
 from treernn import runs
 from treernn.errors import UserError
 
-#: the trainer keys an extension may change: the budget
-BUDGET_KEYS = ("max_steps", "max_epochs", "max_time")
-BUDGET_NAMES = ", ".join(f"trainer.{key}" for key in BUDGET_KEYS)
+BUDGET_NAMES = ", ".join(f"trainer.{key}" for key in runs.BUDGET_KEYS)
 #: what an extended job continues from besides its checkpoints (its test outputs are not copied:
 #: the extended job writes them again at its end)
 CARRIED = (".hydra", "csv", "train.log")
@@ -61,27 +59,37 @@ class Extension:
     arguments: list[str]
 
 
-def parse_budget(overrides: list[str]) -> dict[str, str]:
-    """``trainer.<budget key>=<value>`` overrides, by key; anything else is refused."""
+def parse_budget(overrides: list[str]) -> dict[str, Any]:
+    """``trainer.<budget key>=<value>`` overrides (Hydra's grammar), as typed values by key;
+    anything else is refused."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
     if not overrides:
         raise UserError(
             "sweep extend: give the new budget, e.g. trainer.max_steps=24000 "
             f"(one or more of {BUDGET_NAMES})"
         )
     budget = {}
+    parser = OverridesParser.create()
     for item in overrides:
-        key, equals, value = item.partition("=")
+        try:
+            (override,) = parser.parse_overrides([item])
+        except HydraException as error:
+            raise UserError(f"sweep extend: {item!r} is not an override ({error})") from None
+        key = override.key_or_group
+        value = None if override.is_sweep_override() else override.value()
         name = key.removeprefix("trainer.")
-        if not equals or not key.startswith("trainer.") or name not in BUDGET_KEYS or not value:
+        if key == name or name not in runs.BUDGET_KEYS or value in (None, ""):
             raise UserError(
                 f"sweep extend changes only the budget ({BUDGET_NAMES}), not {item!r}: any "
                 "other change is another sweep (python train.py -m ... sweep_id=<name>)"
             )
-        budget[f"trainer.{name}"] = value
+        budget[key] = value
     return budget
 
 
-def _with_budget(overrides: list[str], budget: dict[str, str], name: str) -> list[str]:
+def _with_budget(overrides: list[str], budget: dict[str, Any], name: str) -> list[str]:
     """``overrides`` with the budget's values in place of the old ones (added where absent) and
     the sweep named ``name``."""
     out, given = [], set()
@@ -98,34 +106,25 @@ def _with_budget(overrides: list[str], budget: dict[str, str], name: str) -> lis
     return [*out, f"sweep_id={name}"]
 
 
-def _number(value: str) -> float | None:
-    try:
-        return float(value)
-    except ValueError:
-        return None
-
-
-def _check_left_to_train(job_dir: Path, info: Any, budget: dict[str, str]) -> None:
-    """The new budget must be larger than where the job's checkpoint stands."""
-    steps, epochs = budget.get("trainer.max_steps"), budget.get("trainer.max_epochs")
-    for key, value, done in (
-        ("trainer.max_steps", steps, info.global_step),
-        ("trainer.max_epochs", epochs, info.epochs_done),
-    ):
-        if value is None:
-            continue
-        number = _number(value)
-        if number is None or (number != -1 and number <= done):
-            raise UserError(
-                f"sweep extend: {key}={value} leaves job {job_dir} nothing to train (its "
-                f"checkpoint is at step {info.global_step}, {info.epochs_done} epochs); give a "
-                "larger budget"
-            )
+def _check_left_to_train(job_dir: Path, info: Any, budget: dict[str, Any]) -> None:
+    """The new budget must leave the job's checkpoint something to train."""
+    trainer = {key.removeprefix("trainer."): value for key, value in budget.items()}
+    if any(not isinstance(trainer.get(key, 0), int) for key in ("max_steps", "max_epochs")):
+        raise UserError(
+            "sweep extend: trainer.max_steps and trainer.max_epochs are whole numbers, not "
+            + ", ".join(f"{k}={v}" for k, v in budget.items())
+        )
+    if runs.budget_used_up(trainer, info.global_step, info.epochs_done):
+        raise UserError(
+            f"sweep extend: {', '.join(f'{k}={v}' for k, v in budget.items())} leaves job "
+            f"{job_dir} nothing to train (its checkpoint is at step {info.global_step}, "
+            f"{info.epochs_done} epochs); give a larger budget"
+        )
 
 
 def _jobs(sweep_dirs: list[Path]) -> list[Path]:
     jobs = [path.parent for sweep in sweep_dirs for path in sweep.glob("*/status.json")]
-    return sorted(jobs, key=lambda path: (int(path.name) if path.name.isdigit() else -1, str(path)))
+    return sorted(jobs, key=runs.job_order)
 
 
 def _copy_checkpoint(source: Path, target: Path) -> None:
@@ -143,7 +142,9 @@ def _copy_checkpoint(source: Path, target: Path) -> None:
     os.replace(partial, target)
 
 
-def _prepare_job(job_dir: Path, new_job: Path, budget: dict[str, str], name: str, info) -> None:
+def _prepare_job(
+    job_dir: Path, new_job: Path, budget: dict[str, Any], name: str, info: Any
+) -> None:
     record = runs.read_status(job_dir)
     old_status = record.get("status")
     staging = new_job.with_name(f".{new_job.name}.partial")
@@ -176,7 +177,7 @@ def _prepare_job(job_dir: Path, new_job: Path, budget: dict[str, str], name: str
     os.replace(staging, new_job)
 
 
-def _new_multirun(saved: Path, target: Path, budget: dict[str, str], name: str) -> None:
+def _new_multirun(saved: Path, target: Path, budget: dict[str, Any], name: str) -> None:
     """The old sweep's ``multirun.yaml`` with the new budget and name (Hydra writes its own when
     the sweep starts; this one lets ``sweep status`` and ``sweep resume`` read the new sweep
     before that)."""
@@ -184,7 +185,7 @@ def _new_multirun(saved: Path, target: Path, budget: dict[str, str], name: str) 
     task = [str(item) for item in OmegaConf.select(config, "hydra.overrides.task") or []]
     OmegaConf.update(config, "hydra.overrides.task", _with_budget(task, budget, name))
     for key, value in budget.items():
-        OmegaConf.update(config, key, OmegaConf.create({"v": value}).v, force_add=True)
+        OmegaConf.update(config, key, value, force_add=True)
     OmegaConf.update(config, "sweep_id", name, force_add=True)
     partial = target / "multirun.yaml.partial"
     OmegaConf.save(config, partial)

@@ -226,7 +226,7 @@ def sweep_job_dirs(config: DictConfig) -> list[Path]:
         for sweep in dirs
         for path in (*sweep.glob("*/.hydra"), *sweep.glob("*/status.json"))
     }
-    return sorted(jobs, key=lambda path: (int(path.name) if path.name.isdigit() else -1, path))
+    return sorted(jobs, key=runs.job_order)
 
 
 _SWEEP_FUNCTIONS = ("range(", "choice(", "interval(", "glob(")
@@ -382,9 +382,8 @@ class SweepSummary(Callback):
         stopped_by = None
         if self._stop is not None:
             self._stop.restore()
-            if self._stop.path.exists():
-                stopped_by = int(self._stop.path.read_text() or signal.SIGINT)
-                self._stop.path.unlink()
+            stopped_by = stop_requested()
+            self._stop.path.unlink(missing_ok=True)
         jobs = sweep_job_dirs(config)
         finished = [job for job in jobs if read_status(job).get("status") == "finished"]
         # the table first: the summary stays the last thing printed, whatever the report says

@@ -140,10 +140,7 @@ def _launch(cwd: Path, arguments: list[str], sweep_dir: Path, dry_run: bool) -> 
 
 
 def _jobs(sweep_dir: Path) -> list[Path]:
-    return sorted(
-        (path.parent for path in sweep_dir.glob("*/.hydra")),
-        key=lambda path: (int(path.name) if path.name.isdigit() else -1, path.name),
-    )
+    return sorted((path.parent for path in sweep_dir.glob("*/.hydra")), key=runs.job_order)
 
 
 def _status(sweep_dir: Path, exit_code: bool = False) -> int:
@@ -178,7 +175,6 @@ NOT_ARCHIVED = ("checkpoints", "wandb", "*.ckpt", ".lock")
 
 
 def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
-
     saved_multirun(sweep_dir)
     ignore = shutil.ignore_patterns(*NOT_ARCHIVED)
     target.mkdir(parents=True, exist_ok=True)
