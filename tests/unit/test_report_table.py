@@ -19,7 +19,7 @@ from treernn.commands import main as treernn_main
 from treernn.reporting.paper import PAPER_LENGTH_ACCURACY, PAPER_RESULTS, PAPER_SYSGEN_ACCURACY
 from treernn.reporting.run_records import load_runs
 from treernn.reporting.table import Cell, report_table
-from treernn.reporting.table_output import format_cell, to_markdown
+from treernn.reporting.table_output import format_cell, to_markdown, write_table
 from treernn.sweeps import SweepSummary, sweep_job_dirs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -271,7 +271,8 @@ def test_cli_writes_md_csv_and_plot(tmp_path, capsys):
     assert float(lstm["acc_std"]) == pytest.approx(10.0)
     assert (float(lstm["acc_max"]), lstm["acc_n"]) == (pytest.approx(70.0), "3")
     assert lstm["parse_f1/layer1_mean"] == ""
-    assert len(lstm["runs"].split()) == 3
+    # the runs named relative to the table's directory: the same from any checkout (results/)
+    assert lstm["runs"].split() == ["0", "1", "2"]
     assert rows[2]["model"] == "Ordered Memory (paper)" and rows[2]["ops7_mean"] == "98"
     assert (sweep / "table.png").stat().st_size > 1000
 
@@ -283,7 +284,8 @@ def test_out_prefix_and_no_plot_without_operators(tmp_path, capsys):
     args = ["report", "table", str(tmp_path / "a" / "0"), str(tmp_path / "b" / "0")]
     assert treernn_main([*args, "--out", str(out), "--paper", "none"]) == 0
     assert (tmp_path / "reports" / "sst.md").is_file()
-    assert (tmp_path / "reports" / "sst.csv").is_file()
+    sst = list(csv.DictReader(io.StringIO((tmp_path / "reports" / "sst.csv").read_text())))
+    assert [row["runs"] for row in sst] == ["../a/0", "../b/0"]
     assert not (tmp_path / "reports" / "sst.png").exists()
     assert "(paper)" not in capsys.readouterr().out
     # default prefix of several directories: their common parent
@@ -306,6 +308,8 @@ def test_unfinished_runs_are_left_out_and_listed(tmp_path):
     text = to_markdown(report_table([sweep]))
     assert "left out (3 runs that did not finish cleanly):" in text
     assert f"- {sweep.resolve() / '5'}: failed" in text
+    write_table(report_table([sweep]), sweep / "table")
+    assert "- 5: failed" in (sweep / "table.md").read_text().splitlines()
 
 
 def test_a_diverged_run_is_never_a_row(tmp_path):

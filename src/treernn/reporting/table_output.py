@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,16 @@ def format_cell(cell: Cell | None, digits: int, n: int | None = None) -> str:
     return text
 
 
-def to_markdown(table: Table) -> str:
+def _shown(path: str | Path, base: Path | None) -> str:
+    """A run's directory as written: relative to ``base`` (the written file's directory) where
+    one is given, so that a table kept with its runs (``results/``) reads the same from any
+    checkout; as given otherwise (the printed table)."""
+    if base is None:
+        return str(path)
+    return os.path.relpath(Path(path).absolute(), Path(base).absolute())
+
+
+def to_markdown(table: Table, paths_from: Path | None = None) -> str:
     header = ["model", "n", *[column.label for column in table.columns]]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in table.rows:
@@ -42,7 +52,7 @@ def to_markdown(table: Table) -> str:
     lines += ["", *notes]
     if table.skipped:
         lines.append(f"left out ({len(table.skipped)} runs that did not finish cleanly):")
-        lines += [f"- {path}: {reason}" for path, reason in table.skipped]
+        lines += [f"- {_shown(path, paths_from)}: {reason}" for path, reason in table.skipped]
     for section in table.sections:
         lines += ["", section.rstrip("\n")]
     return "\n".join(lines) + "\n"
@@ -59,8 +69,9 @@ _PAPER_SOURCES = {
 }
 
 
-def to_csv(table: Table) -> str:
-    """One row per model: kind, n, and each column's mean, std, max and n."""
+def to_csv(table: Table, paths_from: Path | None = None) -> str:
+    """One row per model: kind, n, each column's mean, std, max and n, and the row's runs
+    (relative to ``paths_from`` where given)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     fields = [f"{c.key}_{stat}" for c in table.columns for stat in ("mean", "std", "max", "n")]
@@ -74,7 +85,7 @@ def to_csv(table: Table) -> str:
                 if cell
                 else ["", "", "", ""]
             )
-        writer.writerow([*values, " ".join(str(path) for path in row.runs)])
+        writer.writerow([*values, " ".join(_shown(path, paths_from) for path in row.runs)])
     return out.getvalue()
 
 
@@ -109,8 +120,8 @@ def write_table(table: Table, prefix: str | Path) -> list[Path]:
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     written = [prefix.with_name(prefix.name + ".md"), prefix.with_name(prefix.name + ".csv")]
-    written[0].write_text(to_markdown(table))
-    written[1].write_text(to_csv(table))
+    written[0].write_text(to_markdown(table, prefix.parent))
+    written[1].write_text(to_csv(table, prefix.parent))
     curves, errors = operator_curves(table)
     if any(len(curve) > 1 for curve in curves.values()):
         written.append(
