@@ -15,6 +15,9 @@
 # the logic models): a machine that loses outputs/ but keeps the results directory (a new
 # checkout that recovers its uncommitted files, 2026-11-30) resumes them instead of starting
 # them again. Commit a sweep's results once it has finished (its kept checkpoints are gone then).
+# Stop it with Ctrl-C, or a signal to its whole process group (`kill -INT -<pgid>`): each running
+# job stops after its batch with a checkpoint. A signal to this script's process alone waits, as
+# bash does, for the running sweep to end.
 # Budgets: the new tables (lm, tdlm) at their own; the comparisons that were undecided at the
 # tables' short budgets (logic ON-LSTM vs LSTM, systematic generalisation, SST-2 on sentences only)
 # at budgets where validation should have stopped rising; `report claims` says "undecided" where it
