@@ -264,6 +264,11 @@ def _swept_part(part: str, varied: set[str]) -> bool:
 
 
 def _overrides(job_dir: Path) -> str:
+    """The job's overrides as its record has them (an extended job's carry its new budget while
+    ``.hydra/`` is still the old sweep's), else as Hydra saved them."""
+    recorded = read_status(job_dir).get("overrides")
+    if recorded is not None:
+        return " ".join(recorded)
     path = job_dir / ".hydra" / "overrides.yaml"
     if not path.is_file():
         return ""

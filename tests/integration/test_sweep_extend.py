@@ -85,6 +85,21 @@ def test_an_extended_sweep_gives_the_metrics_of_a_fresh_sweep_of_its_budget(tmp_
         assert _files(old / job) == before[job]  # the old sweep is left as it was
     assert (new / "table.md").read_text() == (_sweep_dir(tmp_path, "f") / "table.md").read_text()
 
+    # prepared only: the status gives each job the budget it will run to, and where it came from
+    prepared = treernn_cli(
+        "sweep", "extend", str(old), "trainer.max_steps=80", "--name", "n", "--no-run"
+    )
+    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    status = treernn_cli("sweep", "status", str(_sweep_dir(tmp_path, "n"))).stdout.splitlines()
+    for job in ("0", "1"):
+        (line,) = [line for line in status if line.startswith(f"job {job} [")]
+        assert "trainer.max_steps=80" in line and "sweep_id=n]" in line, line
+        assert line.endswith(
+            f"]: extended, newest checkpoint at step 40 (from {(old / job).resolve()}); "
+            "not resumed yet"
+        ), line
+    assert status[-1].endswith(": 2 extended")
+
     # the name is taken now; and an archive keeps no checkpoint of a finished job
     again = treernn_cli("sweep", "extend", str(old), "trainer.max_steps=80", "--name", "e")
     one_line_error(again, f"sweep extend: {new} exists", "sweep resume")

@@ -48,6 +48,7 @@ import sys
 from pathlib import Path
 
 from treernn import runs
+from treernn.sweep_extend import EXTENDED
 from treernn.errors import UserError
 from treernn.sweeps import saved_multirun
 
@@ -157,6 +158,8 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
         counts[status] = counts.get(status, 0) + 1
         info, _ = runs.newest_complete_checkpoint(job_dir)
         where = f", newest checkpoint at step {info.global_step}" if info else ""
+        if status == EXTENDED and record.get("extended_from"):
+            where += f" (from {record['extended_from']['job']}); not resumed yet"
         error = f": {record['error']}" if record.get("error") and status != "finished" else ""
         print(f"job {job_dir.name} [{_overrides(job_dir)}]: {status}{where}{error}")
     size = sweep_size(sweep_dir)
