@@ -85,6 +85,10 @@ cd "$(dirname "$0")/.."
 # `python train.py` in a worktree imported that checkout's src/, so code changes there reached
 # the running sweep (seen 2026-11-29).
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+# last.ckpt also every 10 minutes of training (checkpoint_minutes, through its environment default
+# so that the sweeps' overrides stay the ones they started with): a machine taken back without a
+# signal loses at most that, where logic-80k-om's jobs validate about every 20 minutes (1,000 updates)
+export TREERNN_CHECKPOINT_MINUTES=${TREERNN_CHECKPOINT_MINUTES:-10}
 # Finished jobs are kept in (and restored from) $RESULTS: point TREERNN_RESULTS_DIR at the main
 # checkout's results/ when this worktree's commit predates the jobs kept there.
 RESULTS=${TREERNN_RESULTS_DIR:-results}

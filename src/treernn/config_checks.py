@@ -109,6 +109,12 @@ TRAINER_RULES = {
     "limit_test_batches": "batch_limit",
 }
 
+#: the run's own numbers (conf/config.yaml), and the example each error gives
+TOP_RULES = {"checkpoint_minutes": "positive_number"}
+EXAMPLES = {
+    "checkpoint_minutes": "10 (its default: TREERNN_CHECKPOINT_MINUTES, unset or a number)",
+}
+
 NON_NEGATIVE_COUNTS = ("num_workers", "mlp_layers", "warmup_steps", "patience")
 
 
@@ -261,8 +267,12 @@ def check_numbers(cfg: DictConfig) -> None:
         value = trainer.get(key) if trainer is not None else None
         if value is not None:
             checks.append((f"trainer.{key}", value, rule))
+    for key, rule in TOP_RULES.items():
+        if cfg.get(key) is not None:
+            checks.append((key, cfg.get(key), rule))
     for full_key, value, rule in checks:
         description, example, check = RULES[rule]
+        example = EXAMPLES.get(full_key, example)
         if not check(value):
             raise ConfigValueError(
                 f"{full_key}={value!r} must be {description}; e.g. {full_key}={example}"

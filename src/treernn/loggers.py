@@ -66,9 +66,16 @@ def _continue_csv_writer(writer: Any, header: list[str]) -> None:
 
 
 def csv_rows_up_to(path: Path, step: int) -> tuple[list[str], list[list[str]]]:
-    """The header and rows of a run's ``metrics.csv`` that were logged up to training step
-    ``step`` (the step a resume continues from): rows logged later belong to training that the
-    resumed run does again, and would appear twice."""
+    """The header and rows of a run's ``metrics.csv`` that were logged before the checkpoint of
+    training step ``step`` (the step a resume continues from): rows logged later belong to
+    training that the resumed run does again, and would appear twice.
+
+    Lightning writes a row logged while ``global_step`` is ``G`` with step ``G - 1`` (a
+    validation after update 10 is step 9, an epoch's end after update 32 step 31), and the
+    learning-rate row of an epoch that starts at ``G`` with step ``G``; so every row logged
+    before a checkpoint of step ``G`` has a step below ``G``, and a row of step ``G`` came after
+    it (the next epoch's learning rate after an epoch-end checkpoint; the epoch-end row of an
+    epoch ending at ``G + 1`` after a checkpoint in its last batch but one)."""
     with open(path, newline="") as handle:
         reader = csv.reader(handle)
         header = next(reader, [])
@@ -76,7 +83,7 @@ def csv_rows_up_to(path: Path, step: int) -> tuple[list[str], list[list[str]]]:
     if "step" not in header:
         return header, rows
     column = header.index("step")
-    kept = [row for row in rows if not row[column] or float(row[column]) <= step]
+    kept = [row for row in rows if not row[column] or float(row[column]) < step]
     return header, kept
 
 

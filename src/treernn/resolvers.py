@@ -53,7 +53,7 @@ def run_dir_name() -> str:
     """The last part of a single run's directory, the same in every process of one job.
 
     - under ``srun`` (a SLURM job step): ``slurm-<job id>[_<array task>]-<step>``. A requeued job
-      keeps its job id, so it continues in its directory (and Lightning finds ``hpc_ckpt_*.ckpt``).
+      keeps its job id, so it continues in its directory, from the ``last.ckpt`` it saved there.
     - under ``torchrun`` on one node: the start time and pid of the torchrun agent, the parent of
       every worker: ``<date>_<time>-<centiseconds>_<agent pid>``.
     - under ``torchrun`` across nodes: ``torchrun-<rdzv id>``; give each job its own ``--rdzv-id``

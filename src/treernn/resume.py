@@ -39,7 +39,6 @@ log = logging.getLogger("treernn")
 APPLIED_ON_RESUME = ("task.module.optimizer", "task.module.scheduler")
 
 
-
 # ----------------------------------------------------------------------------- planning
 def plan_from_config(cfg: DictConfig) -> ResumePlan | None:
     """Which checkpoint (and run) ``ckpt_path`` names, checked before any data is loaded."""

@@ -174,7 +174,7 @@ def _train(
             callbacks.append(resume.ResumeOverrides(config, apply_keys))
         last = None
         if cfg.trainer.get("enable_checkpointing", True):
-            last = LastCheckpoint(run_dir / "checkpoints")
+            last = LastCheckpoint(run_dir / "checkpoints", cfg.get("checkpoint_minutes"))
             callbacks.append(last)
         requeue = launch.requeue_signum(cfg.get("requeue_signal"))
         poll = sweeps.stop_requested if os.environ.get(sweeps.STOP_FILE_ENV) else None

@@ -80,6 +80,11 @@ def test_a_changed_listops_file_fails_its_check_and_the_named_switch_lets_it_thr
             marks=pytest.mark.slow,
         ),
         pytest.param(
+            "checkpoint_minutes=0",
+            ("checkpoint_minutes=0 must be a positive number", "checkpoint_minutes=10"),
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
             "trainer.precision=bf61",
             ("trainer.precision='bf61' is not one of", "bf16-mixed"),
             marks=pytest.mark.slow,
@@ -191,3 +196,13 @@ def test_a_validation_interval_longer_than_an_epoch_is_one_line_naming_the_switc
     passed = run_cli([*args, *every_two])
     assert passed.returncode == 0, passed.stderr[-3000:]
     assert "test/ppl" in passed.stdout
+
+
+def test_checkpoint_minutes_defaults_to_the_machines_environment(monkeypatch, tmp_path):
+    """``checkpoint_minutes`` comes from ``TREERNN_CHECKPOINT_MINUTES`` where it is set (how a
+    script turns it on for sweeps without adding an override to them); an override wins."""
+    monkeypatch.delenv("TREERNN_CHECKPOINT_MINUTES", raising=False)
+    assert compose_config([], tmp_path / "a").checkpoint_minutes is None
+    monkeypatch.setenv("TREERNN_CHECKPOINT_MINUTES", "10")
+    assert compose_config([], tmp_path / "b").checkpoint_minutes == 10
+    assert compose_config(["checkpoint_minutes=2.5"], tmp_path / "c").checkpoint_minutes == 2.5

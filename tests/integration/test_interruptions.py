@@ -146,16 +146,27 @@ def test_a_signal_just_before_a_validation_stops_after_it_and_resumes_exactly(
 
 
 @pytest.mark.parametrize(
-    ("setting", "step", "checkpoint_step"),
-    [("ptb", 16, 14), ("logic", 33, 30)],  # after the end of epoch 1 / the validation at 30
+    ("setting", "step", "checkpoint_step", "minutes"),
+    [
+        ("ptb", 16, 14, None),  # after the end of epoch 1
+        ("logic", 33, 30, None),  # after the validation at 30
+        # checkpoint_minutes: also saved at each batch's end once that long has passed since
+        # the last save (here at once), but not at an epoch's end (logic's epoch 2 ends at 32)
+        # nor before a due validation; the SIGKILL comes before the save of its own step
+        ("ptb", 17, 16, 1e-6),
+        ("logic", 34, 33, 1e-6),
+        ("logic", 33, 31, 1e-6),
+    ],
 )
 def test_a_killed_run_resumes_exactly_from_its_last_checkpoint(
-    setting, step, checkpoint_step, tmp_path, uninterrupted
+    setting, step, checkpoint_step, minutes, tmp_path, uninterrupted
 ):
     args, task, model = {
         "ptb": ([*QUICK, "trainer.max_epochs=2"], "ptb", "onlstm"),
         "logic": (LOGIC, "logic", "lstm"),
     }[setting]
+    if minutes is not None:
+        args = [*args, f"checkpoint_minutes={minutes}"]
     killed = run_cli([*args, f"paths.log_dir={tmp_path}", *_signal_at(step, "SIGKILL")])
     assert killed.returncode == -9
     (run_dir,) = _run_dirs(tmp_path, task, model)

@@ -68,11 +68,13 @@ def test_a_run_directory_has_one_writer(tmp_path):
 
 
 def test_metrics_rows_after_the_resumed_step_are_dropped(tmp_path):
+    """Resumed from the checkpoint of update 20: the validation after update 20 (step 19) is
+    kept; the rows of step 20 and later were logged after that checkpoint."""
     path = tmp_path / "metrics.csv"
-    path.write_text("epoch,step,val/ppl\n0,9,120\n0,13,110\n1,20,100\n1,27,90\n")
+    path.write_text("epoch,step,val/ppl\n0,9,120\n0,13,110\n1,19,105\n1,20,100\n1,27,90\n")
     header, rows = loggers.csv_rows_up_to(path, 20)
     assert header == ["epoch", "step", "val/ppl"]
-    assert [row[1] for row in rows] == ["9", "13", "20"]
+    assert [row[1] for row in rows] == ["9", "13", "19"]
 
 
 class _NaNValidation(pl.LightningModule):

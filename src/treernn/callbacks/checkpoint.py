@@ -1,5 +1,8 @@
 """``last.ckpt``: the newest state of a run, written after every validation (and at the end of
-every epoch when validation runs by epochs), whatever the monitored metric did.
+every epoch when validation runs by epochs), whatever the monitored metric did, and, with
+``checkpoint_minutes`` set, also at the first training batch's end after that many minutes
+without a save: a run killed without warning (SIGKILL, a lost node, a machine taken back) loses
+at most those minutes, however far apart its validations are.
 
 Lightning's ``ModelCheckpoint(save_last=True)`` writes ``last.ckpt`` only beside a new top-k file,
 so a run whose monitored metric stopped improving kept a stale ``last.ckpt``, and a resume
@@ -18,6 +21,7 @@ worktree) keeps its best score and its best file, where Lightning's own callback
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +55,12 @@ def validates_by_epochs(trainer: Trainer) -> bool:
 
 
 class LastCheckpoint(Checkpoint):
-    def __init__(self, dirpath: str | Path) -> None:
+    def __init__(self, dirpath: str | Path, every_minutes: float | None = None) -> None:
         self.dirpath = Path(dirpath)
+        if every_minutes is not None and not every_minutes > 0:
+            raise ValueError(f"every_minutes={every_minutes}: a positive number of minutes")
+        self.every_s = None if every_minutes is None else 60.0 * every_minutes
+        self._saved_at = time.monotonic()
 
     @property
     def path(self) -> Path:
@@ -61,7 +69,28 @@ class LastCheckpoint(Checkpoint):
     def save(self, trainer: Trainer) -> Path:
         """Write ``last.ckpt`` now (every rank calls this; rank 0 writes)."""
         trainer.save_checkpoint(self.path, weights_only=False)
+        self._saved_at = time.monotonic()
         return self.path
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._saved_at = time.monotonic()  # setting up (data, kernel probes) is not training
+
+    def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
+        if self.every_s is None:
+            return
+        # not at an epoch's end (Lightning resumes from there one batch off) nor before a due
+        # validation (resumed past it, the run would never run it): the next batch's end then
+        if ends_epoch(trainer) or validates_after(trainer):
+            return
+        due = time.monotonic() - self._saved_at >= self.every_s
+        # the ranks of a DDP job save together: any rank's clock decides for all of them
+        if trainer.strategy.reduce_boolean_decision(due, all=False):
+            # the loggers' buffered rows first (the CSV logger writes every 100 steps): killed
+            # after this save, the run resumes here with the rows logged before it on disk
+            # (the epoch's learning rate, logged at its start, was lost otherwise)
+            for logger in trainer.loggers:
+                logger.save()
+            self.save(trainer)
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit":

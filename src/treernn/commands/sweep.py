@@ -48,8 +48,8 @@ import sys
 from pathlib import Path
 
 from treernn import runs
-from treernn.sweep_extend import EXTENDED
 from treernn.errors import UserError
+from treernn.sweep_extend import EXTENDED
 from treernn.sweeps import saved_multirun
 
 RESUME_ENV = "TREERNN_RESUME_SWEEP_DIR"
