@@ -399,9 +399,10 @@ class SweepSummary(Callback):
         else:
             lines = [f"sweep: {len(failures)} of {len(jobs)} jobs did not finish ({sweep_dir}):"]
             for job_dir, record in failures:
+                error = f": {record['error']}" if record.get("error") else ""
                 lines.append(
                     f"  job {job_dir.name} [{_overrides(job_dir)}]: "
-                    f"{record.get('status', 'not started')}: {record.get('error') or ''}"
+                    f"{record.get('status', 'not started')}{error}"
                 )
             lines.append(
                 f"resume it (finished jobs are skipped, interrupted ones continue, failed ones run "

@@ -549,6 +549,8 @@ def test_failed_jobs_still_get_the_table_of_the_others(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "| lstm | 1 |" in captured.out and (sweep / "table.md").is_file()
     assert "sweep: 1 of 2 jobs did not finish" in captured.err
+    # a job named by its overrides and its status, and its error where it has one
+    assert "  job 1 [seed=2]: failed\n" in captured.err
 
 
 # ----------------------------------------------------------------------------- a real sweep
