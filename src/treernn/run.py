@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -266,6 +267,19 @@ def main(cfg: DictConfig) -> Any:
     in a sweep too (the sweep stops). In a multirun a failed job is recorded and the sweep goes on
     (the summary at the end lists the failures and exits non-zero). Returns
     :func:`sweep_value`."""
+    try:
+        return _main(cfg)
+    finally:
+        if launch.is_multirun() and os.environ.get(sweeps.STOP_FILE_ENV):
+            # a joblib worker between two jobs: Ctrl-C of the sweep's process group reached an
+            # idle worker as KeyboardInterrupt in its wait for work, joblib took its pool for
+            # broken and killed the busy workers before they saved (a traceback, and the running
+            # job's updates since its last checkpoint lost, seen 2026-12-02). The stop file tells
+            # the jobs; the next job here installs its own handlers (and puts this one back).
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _main(cfg: DictConfig) -> Any:
     multirun = launch.is_multirun()
     try:
         try:

@@ -129,6 +129,42 @@ def test_a_signal_to_the_launching_process_alone_stops_the_jobs_with_checkpoints
     assert "sweep finished: 3 jobs" in resumed.stdout
 
 
+def test_ctrl_c_with_an_idle_worker_stops_the_running_job_with_a_checkpoint(tmp_path):
+    """Ctrl-C when one joblib worker has finished its job and waits for work: the idle worker
+    took it as KeyboardInterrupt, joblib saw a broken pool (a traceback) and killed the busy
+    worker before it saved; its job was left "running" without the checkpoint it announced."""
+    args = [*LOGIC, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    sweep = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "train.py"), "-m", *args, "trainer.max_steps=20,4000"]
+        + [f"paths.log_dir={tmp_path}"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    jobs = tmp_path / "multirun" / "logic" / "lstm"
+    # job 0 (20 updates) finished, its worker idle; job 1 (4,000) past its first checkpoint
+    while not (
+        runs.read_status(next(iter(jobs.glob("*/0")), tmp_path)).get("status") == "finished"
+        and list(jobs.glob("*/1/checkpoints/last.ckpt"))
+    ):
+        assert sweep.poll() is None, sweep.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    os.killpg(sweep.pid, signal.SIGINT)
+    _, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    (job,) = jobs.glob("*/1")
+    record = runs.read_status(job)
+    assert record["status"] == "interrupted", record
+    assert "interrupted by SIGINT at" in record["error"] and "saved" in record["error"]
+
+
 def test_a_changed_sweep_is_refused_and_a_failed_job_runs_again(tmp_path, data_dir):
     args = ["-m", *LOGIC, "seed=1,2", f"paths.log_dir={tmp_path}", "sweep_id=c"]
     assert run_cli(args).returncode == 0
