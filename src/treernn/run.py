@@ -299,7 +299,11 @@ def _main(cfg: DictConfig) -> Any:
         print(str(error), file=sys.stderr, flush=True)
         if multirun and os.environ.get(sweeps.STOP_FILE_ENV):
             # a joblib worker: its exit would make joblib kill the other workers, which may be
-            # saving their own checkpoints; the launching process ends the sweep (130 / 143)
+            # saving their own checkpoints; the launching process ends the sweep (130 / 143).
+            # A job run by the launching process itself (one worker) took the sweep's signal
+            # with its own handler: the sweep stops as that signal asked
+            if sweeps.in_launching_process():
+                sweeps.request_stop(error.signum)
             return sweep_value(cfg, None)
         sys.exit(error.exit_code)
     except sweeps.NotStarted as error:

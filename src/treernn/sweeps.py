@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from treernn import runs
 from treernn.errors import UserError
@@ -316,6 +316,25 @@ def runs_in_workers(config: DictConfig) -> bool:
     return target.startswith(WORKER_LAUNCHERS)
 
 
+#: the process that launched this sweep's jobs (set there; None in a worker process)
+_LAUNCHING_PID: int | None = None
+
+
+def in_launching_process() -> bool:
+    """True in the process that launched a joblib sweep: with ``n_jobs=1`` joblib runs the jobs
+    there, one after another, and a job's own signal handler takes the sweep's Ctrl-C."""
+    return os.getpid() == _LAUNCHING_PID
+
+
+def request_stop(signum: int) -> None:
+    """Write the sweep's stop file (once): no job starts after this, and the sweep exits
+    ``128 + signum`` once its running jobs have returned."""
+    path = os.environ.get(STOP_FILE_ENV)
+    if path and not Path(path).exists():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(str(int(signum)))
+
+
 def stop_requested() -> int | None:
     """The signal that asked this job's sweep to stop (a job of a joblib sweep), or None."""
     path = os.environ.get(STOP_FILE_ENV)
@@ -352,8 +371,7 @@ class _StopSweep:
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
             sys.exit(128 + signum)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(str(int(signum)))
+        request_stop(signum)
         print(
             f"\n{name} received: the sweep stops; each running job saves a checkpoint after its "
             "training batch and no other job starts (send it again to stop at once)",
@@ -364,6 +382,19 @@ class _StopSweep:
     def restore(self) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+
+
+def _no_idle_workers(config: DictConfig) -> None:
+    """No more joblib workers than jobs: a worker that never gets one waits for work through the
+    whole sweep, where Ctrl-C of the sweep's process group reaches it as KeyboardInterrupt,
+    joblib takes its pool for broken and kills the busy workers before they save (a worker that
+    has run a job ignores SIGINT afterwards: :func:`treernn.run.main`). The launcher is built
+    from this config after this callback."""
+    n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs")
+    size = jobs_in(config)
+    if isinstance(n_jobs, int) and size is not None and 0 < size < n_jobs:
+        with read_write(config.hydra.launcher), open_dict(config.hydra.launcher):
+            config.hydra.launcher.n_jobs = size
 
 
 class SweepSummary(Callback):
@@ -377,9 +408,12 @@ class SweepSummary(Callback):
             print(f"error: {error}", file=sys.stderr, flush=True)
             sys.exit(1)
         if runs_in_workers(config):
+            _no_idle_workers(config)
             path = Path(config.hydra.sweep.dir) / ".stopping"
             path.unlink(missing_ok=True)  # left by a sweep stopped at once
             os.environ[STOP_FILE_ENV] = str(path.resolve())  # the workers start after this
+            global _LAUNCHING_PID
+            _LAUNCHING_PID = os.getpid()
             self._stop = _StopSweep(path)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -423,14 +457,17 @@ def sweep_size(sweep_dir: Path) -> int | None:
     parameters (Hydra's basic sweeper: the table's ``hydra.sweeper.params``, overridden key by key
     by the command line), read from the sweep's ``multirun.yaml``. None where that cannot be told
     (no ``multirun.yaml``, another sweeper, a ``glob`` sweep)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-
     saved = Path(sweep_dir) / "multirun.yaml"
     if not saved.is_file():
         return None
-    config = OmegaConf.load(saved)
+    return jobs_in(OmegaConf.load(saved))
+
+
+def jobs_in(config: DictConfig) -> int | None:
+    """:func:`sweep_size` of a multirun's config (``multirun.yaml``, or the one being launched)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
     sweeper = OmegaConf.select(config, "hydra.sweeper")
     if sweeper is None or not str(sweeper.get("_target_", "")).endswith(".BasicSweeper"):
         return None

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from tests.integration.helpers import REPO_ROOT, one_line_error, run_cli, tiny_logic, treernn_cli
 from treernn import runs
@@ -129,15 +130,15 @@ def test_a_signal_to_the_launching_process_alone_stops_the_jobs_with_checkpoints
     assert "sweep finished: 3 jobs" in resumed.stdout
 
 
-def test_ctrl_c_with_an_idle_worker_stops_the_running_job_with_a_checkpoint(tmp_path):
-    """Ctrl-C when one joblib worker has finished its job and waits for work: the idle worker
-    took it as KeyboardInterrupt, joblib saw a broken pool (a traceback) and killed the busy
-    worker before it saved; its job was left "running" without the checkpoint it announced."""
-    args = [*LOGIC, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+def _ctrl_c_when(log_dir: Path, budgets: str, ready: list[str], workers: int = 2) -> Path:
+    """A joblib sweep of ``workers`` workers over ``trainer.max_steps=<budgets>``, sent Ctrl-C (SIGINT to
+    its process group) once every status in ``ready`` holds (``"<job>:finished"``,
+    ``"<job>:checkpoint"``); it exits with 130 and no traceback. Its directory."""
+    args = [*LOGIC, "hydra/launcher=joblib", f"hydra.launcher.n_jobs={workers}"]
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
     sweep = subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "train.py"), "-m", *args, "trainer.max_steps=20,4000"]
-        + [f"paths.log_dir={tmp_path}"],
+        [sys.executable, str(REPO_ROOT / "train.py"), "-m", *args, f"trainer.max_steps={budgets}"]
+        + [f"paths.log_dir={log_dir}"],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -145,13 +146,16 @@ def test_ctrl_c_with_an_idle_worker_stops_the_running_job_with_a_checkpoint(tmp_
         text=True,
         start_new_session=True,
     )
+
+    def holds(condition: str) -> bool:
+        job, state = condition.split(":")
+        found = list(log_dir.glob(f"multirun/logic/lstm/*/{job}"))
+        if state == "finished":
+            return bool(found) and runs.read_status(found[0]).get("status") == "finished"
+        return bool(found) and (found[0] / "checkpoints" / "last.ckpt").is_file()
+
     deadline = time.monotonic() + 300
-    jobs = tmp_path / "multirun" / "logic" / "lstm"
-    # job 0 (20 updates) finished, its worker idle; job 1 (4,000) past its first checkpoint
-    while not (
-        runs.read_status(next(iter(jobs.glob("*/0")), tmp_path)).get("status") == "finished"
-        and list(jobs.glob("*/1/checkpoints/last.ckpt"))
-    ):
+    while not all(holds(condition) for condition in ready):
         assert sweep.poll() is None, sweep.communicate()[1][-3000:]
         assert time.monotonic() < deadline
         time.sleep(0.2)
@@ -159,10 +163,32 @@ def test_ctrl_c_with_an_idle_worker_stops_the_running_job_with_a_checkpoint(tmp_
     _, stderr = sweep.communicate(timeout=300)
     assert sweep.returncode == 130, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
-    (job,) = jobs.glob("*/1")
-    record = runs.read_status(job)
+    (sweep_dir,) = log_dir.glob("multirun/logic/lstm/*")
+    return sweep_dir
+
+
+def _saved_on_sigint(job_dir: Path) -> None:
+    record = runs.read_status(job_dir)
     assert record["status"] == "interrupted", record
     assert "interrupted by SIGINT at" in record["error"] and "saved" in record["error"]
+
+
+def test_ctrl_c_with_an_idle_worker_stops_the_running_job_with_a_checkpoint(tmp_path):
+    """Ctrl-C when a joblib worker waits for work (it has finished its job; or the sweep has
+    fewer jobs than workers): the idle worker took it as KeyboardInterrupt, joblib saw a broken
+    pool (a traceback) and killed the busy worker before it saved; its job was left "running"
+    without the checkpoint it announced (seen 2026-12-02)."""
+    sweep_dir = _ctrl_c_when(tmp_path / "a", "20,4000", ["0:finished", "1:checkpoint"])
+    _saved_on_sigint(sweep_dir / "1")
+    # one job, two workers asked for: one worker is started
+    sweep_dir = _ctrl_c_when(tmp_path / "b", "4000", ["0:checkpoint"])
+    _saved_on_sigint(sweep_dir / "0")
+    assert OmegaConf.load(sweep_dir / "multirun.yaml").hydra.launcher.n_jobs == 1
+    # one worker: joblib runs the jobs in the launching process, where the job's own handler
+    # took the signal; the job stopped and the sweep went on to its next job
+    sweep_dir = _ctrl_c_when(tmp_path / "c", "4000,4001", ["0:checkpoint"], workers=1)
+    _saved_on_sigint(sweep_dir / "0")
+    assert runs.read_status(sweep_dir / "1").get("status") is None
 
 
 def test_a_changed_sweep_is_refused_and_a_failed_job_runs_again(tmp_path, data_dir):
