@@ -263,10 +263,11 @@ def _swept_part(part: str, varied: set[str]) -> bool:
     return any(key.split(".")[0] in varied for key in keys)
 
 
-def _overrides(job_dir: Path) -> str:
-    """The job's overrides as its record has them (an extended job's carry its new budget while
-    ``.hydra/`` is still the old sweep's), else as Hydra saved them."""
-    recorded = read_status(job_dir).get("overrides")
+def _overrides(job_dir: Path, record: dict[str, Any]) -> str:
+    """The job's overrides as its record (``status.json``, read by the caller) has them (an
+    extended job's carry its new budget while ``.hydra/`` is still the old sweep's), else as
+    Hydra saved them."""
+    recorded = record.get("overrides")
     if recorded is not None:
         return " ".join(recorded)
     path = job_dir / ".hydra" / "overrides.yaml"
@@ -435,7 +436,7 @@ class SweepSummary(Callback):
             for job_dir, record in failures:
                 error = f": {record['error']}" if record.get("error") else ""
                 lines.append(
-                    f"  job {job_dir.name} [{_overrides(job_dir)}]: "
+                    f"  job {job_dir.name} [{_overrides(job_dir, record)}]: "
                     f"{record.get('status', 'not started')}{error}"
                 )
             lines.append(

@@ -131,8 +131,8 @@ def test_a_signal_to_the_launching_process_alone_stops_the_jobs_with_checkpoints
 
 
 def _ctrl_c_when(log_dir: Path, budgets: str, ready: list[str], workers: int = 2) -> Path:
-    """A joblib sweep of ``workers`` workers over ``trainer.max_steps=<budgets>``, sent Ctrl-C (SIGINT to
-    its process group) once every status in ``ready`` holds (``"<job>:finished"``,
+    """A joblib sweep of ``workers`` workers over ``trainer.max_steps=<budgets>``, sent Ctrl-C
+    (SIGINT to its process group) once every status in ``ready`` holds (``"<job>:finished"``,
     ``"<job>:checkpoint"``); it exits with 130 and no traceback. Its directory."""
     args = [*LOGIC, "hydra/launcher=joblib", f"hydra.launcher.n_jobs={workers}"]
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}

@@ -161,7 +161,7 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
         if status == EXTENDED and record.get("extended_from"):
             where += f" (from {record['extended_from']['job']}); not resumed yet"
         error = f": {record['error']}" if record.get("error") and status != "finished" else ""
-        print(f"job {job_dir.name} [{_overrides(job_dir)}]: {status}{where}{error}")
+        print(f"job {job_dir.name} [{_overrides(job_dir, record)}]: {status}{where}{error}")
     size = sweep_size(sweep_dir)
     if size is not None and size > len(jobs):
         counts["not started yet"] = size - len(jobs)
