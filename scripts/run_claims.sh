@@ -122,7 +122,10 @@ run() {
         fi
     fi
     echo "== $(date -Is) sweep $name: python train.py -m $*"
-    (while sleep "${ARCHIVE_EVERY:-600}"; do archive "$sweep" "$kept"; done) &
+    # its sleep in the background and waited for, so that the kill below ends it at once (a sleep
+    # in the foreground outlived its shell by up to ARCHIVE_EVERY seconds)
+    (trap 'kill $! 2>/dev/null; exit 0' TERM
+     while true; do sleep "${ARCHIVE_EVERY:-600}" & wait $!; archive "$sweep" "$kept"; done) &
     local keeper=$!
     trap 'kill $keeper 2>/dev/null; archive "$sweep" "$kept"; exit 143' INT TERM
     local status=0
