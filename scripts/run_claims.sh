@@ -92,9 +92,10 @@ export TREERNN_CHECKPOINT_MINUTES=${TREERNN_CHECKPOINT_MINUTES:-10}
 # Finished jobs are kept in (and restored from) $RESULTS: point TREERNN_RESULTS_DIR at the main
 # checkout's results/ when this worktree's commit predates the jobs kept there.
 RESULTS=${TREERNN_RESULTS_DIR:-results}
-archive() {  # sweep dir, copy dir
-    [[ -f $1/multirun.yaml ]] && python -m treernn sweep archive --unfinished "$1" "$2" | tail -n 3
-    return 0
+archive() {  # sweep dir, copy dir; a failed copy is said, and the sweep goes on
+    [[ -f $1/multirun.yaml ]] || return 0
+    python -m treernn sweep archive --unfinished "$1" "$2" | tail -n 3 && return 0
+    echo "== $(date -Is) sweep archive --unfinished $1 $2 failed (see above); run it again" >&2
 }
 run() {
     local name=$1
@@ -122,18 +123,25 @@ run() {
         fi
     fi
     echo "== $(date -Is) sweep $name: python train.py -m $*"
-    # its sleep in the background and waited for, so that the kill below ends it at once (a sleep
-    # in the foreground outlived its shell by up to ARCHIVE_EVERY seconds)
+    # its sleep in the background and waited for, so that a kill ends it at once (a sleep in the
+    # foreground outlived its shell by up to ARCHIVE_EVERY seconds); a copy under way finishes
+    # first, and the last copy waits for it (two copies at once rename the same partial file)
     (trap 'kill $! 2>/dev/null; exit 0' TERM
      while true; do sleep "${ARCHIVE_EVERY:-600}" & wait $!; archive "$sweep" "$kept"; done) &
     local keeper=$!
-    trap 'kill $keeper 2>/dev/null; archive "$sweep" "$kept"; exit 143' INT TERM
+    trap 'last_archive "$sweep" "$kept" $keeper SIGINT; exit 130' INT
+    trap 'last_archive "$sweep" "$kept" $keeper SIGTERM; exit 143' TERM
     local status=0
     python train.py -m "$@" sweep_id="$name" || status=$?
-    kill $keeper 2>/dev/null || true
     trap - INT TERM
-    archive "$sweep" "$kept"
+    last_archive "$sweep" "$kept" $keeper "train.py exited $status"
     return $status
+}
+last_archive() {  # sweep dir, copy dir, keeper pid, why
+    kill "$3" 2>/dev/null || true
+    wait "$3" 2>/dev/null || true
+    echo "== $(date -Is) $4: archiving $1 in $2"
+    archive "$1" "$2"
 }
 declare -A SWEEPS=(
     [lm]="table=lm"
