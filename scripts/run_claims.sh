@@ -174,7 +174,7 @@ declare -A EXTENDS=(
 # logic-80k comes after sysgen-20k: its two unfinished LSTM jobs came back without their
 # checkpoints on 2026-12-01 (ignored by git then) and start from zero, and with logic-80k-om it
 # serves claim 5 only, which the LSTM's validation, still rising at 80,000 updates in seed 1,
-# most likely keeps undecided; claim 4 reads logic-onlstm-12k and claim 6 sysgen-20k.
+# most likely keeps undecided; claim 4 reads logic-onlstm-24k and claim 6 sysgen-20k.
 ORDER=(lm tdlm sst2-phrases listops logic-long sysgen-long tdlm-long lm-long listops-long tdlm-stop
     listops-stop listops-27k logic-40k sysgen-10k logic-onlstm-12k logic-onlstm-24k sysgen-20k
     logic-80k lm-33k logic-80k-om)
