@@ -26,6 +26,7 @@ from treernn.reporting.claims import (
     Comparison,
     decide,
     decide_claims,
+    distinct_numbers,
     improvement_at_end,
     load_sweeps,
     reading_notes,
@@ -255,6 +256,15 @@ def test_each_claim_decided_from_its_table(tmp_path):
     # the lm sweep has no syneval or parse F1 metric
     word, outcomes = claim("Marvin & Linzen", decided)
     assert word == NO_RUN and "no syneval_known/long_term" in outcomes[0].reason
+
+
+def test_rising_numbers_read_differently():
+    # logic-onlstm-24k's LSTM: a last validation above every earlier one by 0.00007
+    assert distinct_numbers(0.9652449687321981, 0.965171198050181) == ("0.96524", "0.96517")
+    assert distinct_numbers(0.7, 0.6) == ("0.7", "0.6")
+    assert distinct_numbers(108.74, 112.41) == ("108.7", "112.4")
+    # equal values stay at 10 digits instead of looping
+    assert distinct_numbers(0.5, 0.5) == ("0.5", "0.5")
 
 
 def test_one_seed_is_undecided(tmp_path):

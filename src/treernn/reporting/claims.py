@@ -216,6 +216,17 @@ def improvement_at_end(runs: Sequence[Run]) -> tuple[str, float, float] | None:
     return (monitor, means[-1], before) if improved else None
 
 
+def distinct_numbers(a: float, b: float) -> tuple[str, str]:
+    """``a`` and ``b`` to 4 significant digits, or to as many more (up to 10) as it takes for them
+    to read differently: a last validation better than every earlier one by 0.00007 (val/acc
+    0.96524 against 0.96517) reads as the tie-break it is, not as "0.9652, best before 0.9652"."""
+    for digits in range(4, 11):
+        a_text, b_text = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if a_text != b_text:
+            break
+    return a_text, b_text
+
+
 def _to_the_budget(curves: list[dict[int, float]], budget: int | None) -> list[dict[int, float]]:
     """The validation curves of the runs that trained to the end of ``budget`` updates (without
     one, to the longest run's end): those whose next validation, the run's usual (median) number
@@ -330,8 +341,9 @@ def decide(comparison: Comparison, sweeps: Mapping[str, Sequence[Sweep]]) -> Out
         end = improvement_at_end(model_runs)
         if end is not None:
             monitor, last, before = end
+            last_text, before_text = distinct_numbers(last, before)
             rising.append(
-                f"{model}: {monitor} {last:.4g} at the last validation, best before {before:.4g}"
+                f"{model}: {monitor} {last_text} at the last validation, best before {before_text}"
             )
     if rising:
         outcome.word = UNDECIDED
