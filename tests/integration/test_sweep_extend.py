@@ -95,7 +95,7 @@ def test_an_extended_sweep_gives_the_metrics_of_a_fresh_sweep_of_its_budget(tmp_
         (line,) = [line for line in status if line.startswith(f"job {job} [")]
         assert "trainer.max_steps=80" in line and "sweep_id=n]" in line, line
         assert line.endswith(
-            f"]: extended, newest checkpoint at step 40 (from {(old / job).resolve()}); "
+            f"]: extended, newest checkpoint at step 40 of 80 (from {(old / job).resolve()}); "
             "not resumed yet"
         ), line
     assert status[-1].endswith(": 2 extended")

@@ -43,9 +43,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
+
+import yaml
 
 from treernn import runs
 from treernn.errors import UserError
@@ -156,12 +159,17 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
         if status == "running" and not runs.is_live(job_dir):
             status = "stopped (its process is gone)"
         counts[status] = counts.get(status, 0) + 1
+        overrides = _overrides(job_dir, record)
         info, _ = runs.newest_complete_checkpoint(job_dir)
-        where = f", newest checkpoint at step {info.global_step}" if info else ""
+        where = ""
+        if info:
+            budget = _step_budget(job_dir, overrides)
+            where = f", newest checkpoint at step {info.global_step}"
+            where += f" of {budget}" if budget else ""
         if status == EXTENDED and record.get("extended_from"):
             where += f" (from {record['extended_from']['job']}); not resumed yet"
         error = f": {record['error']}" if record.get("error") and status != "finished" else ""
-        print(f"job {job_dir.name} [{_overrides(job_dir, record)}]: {status}{where}{error}")
+        print(f"job {job_dir.name} [{overrides}]: {status}{where}{error}")
     size = sweep_size(sweep_dir)
     if size is not None and size > len(jobs):
         counts["not started yet"] = size - len(jobs)
@@ -170,6 +178,22 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
     if exit_code and (not counts or counts.get("finished", 0) != sum(counts.values())):
         return 1  # no job known at all is not "every job finished"
     return 0
+
+
+def _step_budget(job_dir: Path, overrides: str) -> int | None:
+    """The job's ``trainer.max_steps``: its (recorded) override, which an extended job carries
+    before its ``.hydra/`` is rewritten, else its saved config's; None where it has none (-1, no
+    limit) or the config gives it by interpolation."""
+    given = re.findall(r"(?:^|\s)\+*trainer\.max_steps=(-?\d+)(?=\s|$)", overrides)
+    if given:
+        steps = int(given[-1])
+    else:
+        path = job_dir / ".hydra" / "config.yaml"
+        try:
+            steps = (yaml.safe_load(path.read_text()) or {}).get("trainer", {}).get("max_steps")
+        except (OSError, yaml.YAMLError, AttributeError):
+            return None
+    return steps if isinstance(steps, int) and steps > 0 else None
 
 
 #: what an archive leaves out: weights (checkpoints, SLURM's requeue checkpoints), wandb's own
