@@ -263,18 +263,22 @@ def _swept_part(part: str, varied: set[str]) -> bool:
     return any(key.split(".")[0] in varied for key in keys)
 
 
-def _overrides(job_dir: Path, record: dict[str, Any]) -> str:
+def override_lines(job_dir: Path, record: dict[str, Any]) -> list[str]:
     """The job's overrides as its record (``status.json``, read by the caller) has them (an
     extended job's carry its new budget while ``.hydra/`` is still the old sweep's), else as
     Hydra saved them."""
     recorded = record.get("overrides")
     if recorded is not None:
-        return " ".join(recorded)
+        return [str(line) for line in recorded]
     path = job_dir / ".hydra" / "overrides.yaml"
     if not path.is_file():
-        return ""
-    lines = [line[2:].strip() for line in path.read_text().splitlines() if line.startswith("- ")]
-    return " ".join(lines)
+        return []
+    return [line[2:].strip() for line in path.read_text().splitlines() if line.startswith("- ")]
+
+
+def _overrides(job_dir: Path, record: dict[str, Any]) -> str:
+    """:func:`override_lines` on one line."""
+    return " ".join(override_lines(job_dir, record))
 
 
 def report_sweep(job_dirs: list[Path], out_dir: Path) -> bool:

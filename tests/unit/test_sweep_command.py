@@ -55,15 +55,15 @@ def test_the_budget_a_running_job_is_shown_against(tmp_path):
     saved config; no limit (-1) or an interpolation gives no budget."""
     job = tmp_path / "0"
     (job / ".hydra").mkdir(parents=True)
-    assert _step_budget(job, "table=tdlm seed=1") is None  # no config saved
+    assert _step_budget(job, ["table=tdlm", "seed=1"]) is None  # no config saved
     (job / ".hydra" / "config.yaml").write_text("trainer:\n  max_steps: 7680\n")
-    assert _step_budget(job, "table=tdlm seed=1") == 7680
-    assert _step_budget(job, "table=tdlm trainer.max_steps=24000 sweep_id=e") == 24000
-    assert _step_budget(job, "trainer.max_steps=100 ++trainer.max_steps=200") == 200
-    assert _step_budget(job, "model.trainer.max_steps=5") == 7680  # another key
-    assert _step_budget(job, "trainer.max_steps=-1") is None
+    assert _step_budget(job, ["table=tdlm", "seed=1"]) == 7680
+    assert _step_budget(job, ["table=tdlm", "trainer.max_steps=24000", "sweep_id=e"]) == 24000
+    assert _step_budget(job, ["trainer.max_steps=100", "++trainer.max_steps=200"]) == 200
+    assert _step_budget(job, ["model.trainer.max_steps=5"]) == 7680  # another key
+    assert _step_budget(job, ["trainer.max_steps=-1"]) is None
     (job / ".hydra" / "config.yaml").write_text("trainer:\n  max_steps: ${task.steps}\n")
-    assert _step_budget(job, "seed=1") is None
+    assert _step_budget(job, ["seed=1"]) is None
 
 
 def test_status_counts_the_jobs_not_started_and_tells_a_script_whether_all_finished(

@@ -43,12 +43,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
-
-import yaml
 
 from treernn import runs
 from treernn.errors import UserError
@@ -148,7 +145,7 @@ def _jobs(sweep_dir: Path) -> list[Path]:
 
 
 def _status(sweep_dir: Path, exit_code: bool = False) -> int:
-    from treernn.sweeps import _overrides, sweep_size
+    from treernn.sweeps import override_lines, sweep_size
 
     saved_multirun(sweep_dir)
     jobs = _jobs(sweep_dir)
@@ -159,7 +156,7 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
         if status == "running" and not runs.is_live(job_dir):
             status = "stopped (its process is gone)"
         counts[status] = counts.get(status, 0) + 1
-        overrides = _overrides(job_dir, record)
+        overrides = override_lines(job_dir, record)
         info, _ = runs.newest_complete_checkpoint(job_dir)
         where = ""
         if info:
@@ -169,7 +166,7 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
         if status == EXTENDED and record.get("extended_from"):
             where += f" (from {record['extended_from']['job']}); not resumed yet"
         error = f": {record['error']}" if record.get("error") and status != "finished" else ""
-        print(f"job {job_dir.name} [{overrides}]: {status}{where}{error}")
+        print(f"job {job_dir.name} [{' '.join(overrides)}]: {status}{where}{error}")
     size = sweep_size(sweep_dir)
     if size is not None and size > len(jobs):
         counts["not started yet"] = size - len(jobs)
@@ -180,19 +177,20 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
     return 0
 
 
-def _step_budget(job_dir: Path, overrides: str) -> int | None:
+def _step_budget(job_dir: Path, overrides: list[str]) -> int | None:
     """The job's ``trainer.max_steps``: its (recorded) override, which an extended job carries
     before its ``.hydra/`` is rewritten, else its saved config's; None where it has none (-1, no
     limit) or the config gives it by interpolation."""
-    given = re.findall(r"(?:^|\s)\+*trainer\.max_steps=(-?\d+)(?=\s|$)", overrides)
-    if given:
-        steps = int(given[-1])
+    from treernn.reporting.run_records import _parse_overrides, _read_yaml, config_value
+
+    given = _parse_overrides(overrides).get("trainer.max_steps")
+    config = job_dir / ".hydra" / "config.yaml"
+    if given is not None:
+        steps = int(given) if given.lstrip("-").isdigit() else None
+    elif config.is_file():
+        steps = config_value(_read_yaml(config) or {}, "trainer.max_steps")
     else:
-        path = job_dir / ".hydra" / "config.yaml"
-        try:
-            steps = (yaml.safe_load(path.read_text()) or {}).get("trainer", {}).get("max_steps")
-        except (OSError, yaml.YAMLError, AttributeError):
-            return None
+        steps = None
     return steps if isinstance(steps, int) and steps > 0 else None
 
 
