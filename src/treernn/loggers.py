@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from treernn.errors import UserError
 from treernn.files import atomic_write
+from treernn.records import DamagedRecord, read_text
 
 #: how long the wandb server may take to accept a connection before an online run gives up
 WANDB_CONNECT_TIMEOUT_S = 5.0
@@ -76,10 +77,12 @@ def csv_rows_up_to(path: Path, step: int) -> tuple[list[str], list[list[str]]]:
     before a checkpoint of step ``G`` has a step below ``G``, and a row of step ``G`` came after
     it (the next epoch's learning rate after an epoch-end checkpoint; the epoch-end row of an
     epoch ending at ``G + 1`` after a checkpoint in its last batch but one)."""
-    with open(path, newline="") as handle:
-        reader = csv.reader(handle)
+    reader = csv.reader(io.StringIO(read_text(path), newline=""))
+    try:
         header = next(reader, [])
         rows = list(reader)
+    except csv.Error as error:
+        raise DamagedRecord(path, f"line {reader.line_num}: {error}") from None
     if "step" not in header:
         return header, rows
     column = header.index("step")

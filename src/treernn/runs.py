@@ -33,27 +33,19 @@ from omegaconf import DictConfig, OmegaConf
 from treernn.config_checks import check_switches
 from treernn.errors import CheckpointError, UserError, say
 from treernn.files import atomic_write, is_full_disk
+from treernn.records import STATUS_FILE, DamagedRecord, read_status
 
 if TYPE_CHECKING:
     from treernn.checkpoints import CheckpointInfo
 
 log = logging.getLogger("treernn")
 
-STATUS_FILE = "status.json"
 LOCK_FILE = ".lock"
 
 
 # ----------------------------------------------------------------------------- run records
 def now() -> str:
     return _dt.datetime.now().isoformat(timespec="microseconds")
-
-
-def read_status(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / STATUS_FILE
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-        return {}
 
 
 def is_finished(run_dir: Path) -> bool:
@@ -195,8 +187,11 @@ def record_failure(run_dir: Path | None, status: str, message: str, details: str
         return
     if run_dir is None or not run_dir.is_dir():
         return
-    if read_status(run_dir).get("resumed_into"):
-        return  # a refused resume: its own directory says where it pointed
+    try:
+        if read_status(run_dir).get("resumed_into"):
+            return  # a refused resume: its own directory says where it pointed
+    except DamagedRecord:
+        return  # the damaged record is what the user is told about; it is left as it is
     write_status(run_dir, status=status, error=message, ended=now())
     if logging.getLogger().handlers:
         emit = log.error if status == "failed" else log.warning
@@ -211,7 +206,10 @@ def remove_if_empty(run_dir: Path | None, rank_zero: bool | None = None) -> None
     ``rank_zero``: whether this process is rank 0 (None: ask Lightning)."""
     if run_dir is None:
         return
-    record = read_status(run_dir)
+    try:
+        record = read_status(run_dir)
+    except DamagedRecord:
+        return  # not this run's own record: kept for the user to look at
     if rank_zero is None:
         rank_zero = _rank_zero()
     if not rank_zero or record.get("stage", "setup") != "setup":

@@ -39,6 +39,7 @@ from omegaconf import OmegaConf
 
 from treernn import runs
 from treernn.errors import UserError
+from treernn.records import read_multirun
 
 BUDGET_NAMES = ", ".join(f"trainer.{key}" for key in runs.BUDGET_KEYS)
 #: what an extended job continues from besides its checkpoints (its test outputs are not copied:
@@ -181,7 +182,7 @@ def _new_multirun(saved: Path, target: Path, budget: dict[str, Any], name: str) 
     """The old sweep's ``multirun.yaml`` with the new budget and name (Hydra writes its own when
     the sweep starts; this one lets ``sweep status`` and ``sweep resume`` read the new sweep
     before that)."""
-    config = OmegaConf.load(saved)
+    config = read_multirun(saved.parent)
     task = [str(item) for item in OmegaConf.select(config, "hydra.overrides.task") or []]
     OmegaConf.update(config, "hydra.overrides.task", _with_budget(task, budget, name))
     for key, value in budget.items():

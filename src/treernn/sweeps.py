@@ -25,7 +25,6 @@ path (the sweep's start time and process, ``${sweep_dir_name:}``), which finds t
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -42,7 +41,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from treernn import runs
 from treernn.errors import UserError
-from treernn.runs import read_status
+from treernn.records import (
+    DamagedRecord,
+    read_metrics,
+    read_multirun,
+    read_overrides,
+    read_status,
+    status_for_listing,
+)
 
 #: job states that a resumed sweep continues from the newest checkpoint ("extended": a job that
 #: ``sweep extend`` copied from a sweep of a smaller budget, :mod:`treernn.sweep_extend`)
@@ -57,6 +63,11 @@ class SweepChanged(UserError):
 
 class NotStarted(SweepChanged):
     """A job of a sweep that was asked to stop before the job started: it leaves no record."""
+
+
+class DamagedJob(SweepChanged):
+    """A job whose record cannot be read: it is left as it is (never taken for a job that has
+    not started, and run again over its old files)."""
 
 
 # ----------------------------------------------------------------------------- a job's value
@@ -90,7 +101,21 @@ def plan_job(job_dir: Path, overrides: list[str], follower: bool = False) -> Job
     ``follower``: a process of a multi-process job other than rank 0 (``srun`` starts every task
     of a DDP job at once). Rank 0 owns the record; a follower may find it already running this
     attempt, and takes the same decision from the same checkpoints (none is written before every
-    rank has joined): it does not refuse a live job, and a job with no checkpoint runs afresh."""
+    rank has joined): it does not refuse a live job, and a job with no checkpoint runs afresh.
+
+    A job whose record is damaged (:class:`DamagedJob`) is not touched: a truncated
+    ``status.json`` of a finished job must not read as a job that never started."""
+    try:
+        return _plan_job(job_dir, overrides, follower)
+    except DamagedRecord as error:
+        raise DamagedJob(f"sweep job {job_dir} left as it is: {error}") from None
+
+
+def _plan_job(job_dir: Path, overrides: list[str], follower: bool) -> JobPlan:
+    try:
+        refuse_links(job_dir, f"sweep job {job_dir.name}")
+    except UserError as error:
+        raise DamagedJob(f"{error}; the job is left as it is") from None
     record = read_status(job_dir)
     if not record:
         return JobPlan("run")
@@ -108,7 +133,7 @@ def plan_job(job_dir: Path, overrides: list[str], follower: bool = False) -> Job
         )
     status = record.get("status")
     if runs.is_finished(job_dir):
-        return JobPlan("skip", metrics=json.loads((Path(job_dir) / "metrics.json").read_text()))
+        return JobPlan("skip", metrics=read_metrics(Path(job_dir) / "metrics.json"))
     if status in RESUMABLE:
         info, _ = runs.newest_complete_checkpoint(job_dir)
         if info is not None:
@@ -139,6 +164,20 @@ def _without_name(overrides: list[str]) -> list[str]:
     return [item for item in overrides if item.split("=", 1)[0].lstrip("+~") != "sweep_id"]
 
 
+def refuse_links(root: Path, what: str) -> None:
+    """A sweep is data: a symbolic link in it (to a file outside, which a resumed job would
+    append to or overwrite: its train.log, its .hydra/config.yaml) is refused with one line."""
+    root = Path(root)
+    if not root.exists():
+        return
+    for path in [root, *sorted(root.rglob("*"))]:
+        if path.is_symlink():
+            raise UserError(
+                f"{what}: {path} is a symbolic link (to {os.readlink(path)}); a sweep's files "
+                "are data, never links: replace it with the file it points to, or remove it"
+            )
+
+
 def sweep_command(config: DictConfig) -> list[str]:
     """The task overrides that define a sweep (its name aside)."""
     return _without_name(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
@@ -155,7 +194,7 @@ def check_same_sweep(config: DictConfig) -> None:
     saved = Path(config.hydra.sweep.dir) / "multirun.yaml"
     if not saved.is_file():
         return
-    before = sweep_command(OmegaConf.load(saved))
+    before = sweep_command(read_multirun(saved.parent))
     now = sweep_command(config)
     if sorted(before) != sorted(now):
         added = [item for item in now if item not in before]
@@ -169,14 +208,8 @@ def check_same_sweep(config: DictConfig) -> None:
 
 
 def saved_multirun(sweep_dir: Path) -> DictConfig:
-    """A sweep's ``multirun.yaml`` (the command and config it was started with)."""
-    saved = sweep_dir / "multirun.yaml"
-    if not saved.is_file():
-        raise UserError(
-            f"{sweep_dir} is not a sweep directory (no multirun.yaml); give the directory that "
-            "python train.py -m printed (outputs/multirun/... or outputs/tables/...)"
-        )
-    return OmegaConf.load(saved)
+    """A sweep's ``multirun.yaml`` (the command and config it was started with), checked."""
+    return read_multirun(sweep_dir)
 
 
 #: an interpolation of a config key (``${model.name}``), not a resolver (``${now:...}``)
@@ -187,7 +220,7 @@ def sweep_failures(sweep_dir: Path | list[Path]) -> list[tuple[Path, dict[str, A
     """(job directory, status record) of each job of a sweep that did not finish."""
     failures = []
     for job_dir in _jobs(sweep_dir):
-        record = read_status(job_dir)
+        record = status_for_listing(job_dir)
         if record.get("status") != "finished":
             failures.append((job_dir, record))
     return failures
@@ -268,17 +301,20 @@ def override_lines(job_dir: Path, record: dict[str, Any]) -> list[str]:
     extended job's carry its new budget while ``.hydra/`` is still the old sweep's), else as
     Hydra saved them."""
     recorded = record.get("overrides")
-    if recorded is not None:
+    if isinstance(recorded, list):
         return [str(line) for line in recorded]
     path = job_dir / ".hydra" / "overrides.yaml"
     if not path.is_file():
         return []
-    return [line[2:].strip() for line in path.read_text().splitlines() if line.startswith("- ")]
+    return read_overrides(path)
 
 
 def _overrides(job_dir: Path, record: dict[str, Any]) -> str:
-    """:func:`override_lines` on one line."""
-    return " ".join(override_lines(job_dir, record))
+    """:func:`override_lines` on one line (in a listing, a damaged overrides file says so)."""
+    try:
+        return " ".join(override_lines(job_dir, record))
+    except DamagedRecord as error:
+        return f"overrides unreadable: {error}"
 
 
 def report_sweep(job_dirs: list[Path], out_dir: Path) -> bool:
@@ -408,8 +444,10 @@ class SweepSummary(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
+            for path in [Path(config.hydra.sweep.dir), *sweep_job_dirs(config)]:
+                refuse_links(path, "sweep")  # before Hydra opens a job's train.log
             check_same_sweep(config)
-        except SweepChanged as error:
+        except UserError as error:
             print(f"error: {error}", file=sys.stderr, flush=True)
             sys.exit(1)
         if runs_in_workers(config):
@@ -429,7 +467,7 @@ class SweepSummary(Callback):
             stopped_by = stop_requested()
             self._stop.path.unlink(missing_ok=True)
         jobs = sweep_job_dirs(config)
-        finished = [job for job in jobs if read_status(job).get("status") == "finished"]
+        finished = [job for job in jobs if status_for_listing(job).get("status") == "finished"]
         # the table first: the summary stays the last thing printed, whatever the report says
         reported = report_sweep(jobs, sweep_dir) if finished else True
         failures = sweep_failures(jobs)
@@ -465,7 +503,7 @@ def sweep_size(sweep_dir: Path) -> int | None:
     saved = Path(sweep_dir) / "multirun.yaml"
     if not saved.is_file():
         return None
-    return jobs_in(OmegaConf.load(saved))
+    return jobs_in(read_multirun(sweep_dir))
 
 
 def jobs_in(config: DictConfig) -> int | None:

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from treernn import runs
 from treernn.commands import main as treernn_main
-from treernn.commands.sweep import _step_budget
+from treernn.commands.sweep import _step_budget, entry_script
 
 
 def make_sweep(root: Path) -> Path:
@@ -103,14 +103,22 @@ def test_exit_code_of_a_sweep_archived_before_any_job_started_is_1(tmp_path):
     assert treernn_main(["sweep", "status", "--exit-code", str(sweep)]) == 1
 
 
+def _checkout(root: Path) -> None:
+    """What makes a directory a treernn checkout for ``sweep resume``."""
+    (root / "conf").mkdir(parents=True, exist_ok=True)
+    (root / "conf" / "config.yaml").write_text("defaults: []\n")
+    (root / "train.py").write_text("raise SystemExit('the sweep folder's train.py ran')\n")
+
+
 def test_resume_reruns_the_saved_command_under_the_sweeps_name(tmp_path, capsys):
     sweep = make_sweep(tmp_path)
-    (tmp_path / "train.py").write_text("")
+    _checkout(tmp_path)
     assert treernn_main(["sweep", "resume", str(sweep), "--dry-run"]) == 0
-    # the old sweep_id is dropped and the directory's name given, after Hydra's own overrides
+    # the old sweep_id is dropped and the directory's name given, after Hydra's own overrides;
+    # the script is this project's own train.py, never the one in the recorded directory
     assert capsys.readouterr().out.strip() == (
-        f"cd {tmp_path} && python train.py -m hydra.launcher.n_jobs=2 table=logic seed=1,2 "
-        "sweep_id=mine"
+        f"cd {tmp_path} && python {entry_script()} -m hydra.launcher.n_jobs=2 table=logic "
+        "seed=1,2 sweep_id=mine"
     )
 
 

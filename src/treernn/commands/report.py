@@ -55,6 +55,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from treernn.parsing.trees import BRACKET_DISTANCES
+from treernn.records import read_json_object
 from treernn.reporting.accuracy import (
     accuracy_table,
     length_curve,
@@ -234,11 +235,15 @@ def throughput_report(args: argparse.Namespace) -> int:
     return 0
 
 
+#: what to do about a damaged ``test_results.json``
+ACCURACY_TODO = "test the run again (python train.py mode=test ckpt_path=<its checkpoint> ...)"
+
+
 def accuracy_report(args: argparse.Namespace) -> int:
     curves = {}
     sysgen: dict[str, dict[str, float]] = {}
     for path in args.results:
-        data = json.loads(path.read_text())
+        data = read_json_object(path, ACCURACY_TODO)
         label = data.get("label", path.parent.name)
         if label in curves:
             label = f"{label} ({path.parent.name})"

@@ -49,8 +49,15 @@ from pathlib import Path
 
 from treernn import runs
 from treernn.errors import UserError
+from treernn.records import (
+    DAMAGED,
+    DamagedRecord,
+    peek_global_step,
+    read_yaml,
+    status_for_listing,
+)
 from treernn.sweep_extend import EXTENDED
-from treernn.sweeps import saved_multirun
+from treernn.sweeps import refuse_links, saved_multirun
 
 RESUME_ENV = "TREERNN_RESUME_SWEEP_DIR"
 
@@ -96,7 +103,7 @@ def resume_command(sweep_dir: Path) -> tuple[Path, list[str]]:
     config = saved_multirun(sweep_dir)
     task = [str(item) for item in config.hydra.overrides.task]
     task = [item for item in task if item.split("=", 1)[0].lstrip("+~") != "sweep_id"]
-    hydra = [str(item) for item in config.hydra.overrides.hydra]
+    hydra = [str(item) for item in config.hydra.overrides.get("hydra", [])]
     cwd = Path(str(config.hydra.runtime.cwd))
     return cwd, ["-m", *hydra, *task, f"sweep_id={sweep_dir.resolve().name}"]
 
@@ -124,14 +131,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _launch(cwd: Path, arguments: list[str], sweep_dir: Path, dry_run: bool) -> int:
-    """Run ``python train.py <arguments>`` in ``cwd`` (this process becomes it)."""
-    script = cwd / "train.py"
-    if not script.is_file():
+    """Run this project's ``train.py`` with ``arguments`` in ``cwd`` (this process becomes it).
+
+    A sweep directory may come from someone else (an archive restored from a colleague's
+    ``results/``): what it records is data. The script is this checkout's own, never one found in
+    the recorded directory, which must be a treernn checkout (its ``train.py`` and ``conf/``:
+    where the sweep's relative paths, ``outputs/`` and ``data/``, lie); and recorded overrides
+    that would load configs or objects from elsewhere are refused (:func:`_check_overrides`)."""
+    script = entry_script()
+    if not ((cwd / "train.py").is_file() and (cwd / "conf" / "config.yaml").is_file()):
         raise UserError(
-            f"the sweep was started in {cwd}, which has no train.py now; run from the project "
-            f"directory: python train.py {' '.join(arguments)}"
+            f"the sweep was started in {cwd}, which is not a treernn checkout now (no train.py "
+            f"and conf/config.yaml); run from your checkout: cd <treernn> && python train.py "
+            f"{' '.join(arguments)}"
         )
-    print(f"cd {cwd} && python train.py {' '.join(arguments)}", flush=True)
+    _check_overrides(arguments, sweep_dir)
+    refuse_links(sweep_dir, "sweep resume")
+    shown = "train.py" if script.parent == cwd.resolve() else str(script)
+    print(f"cd {cwd} && python {shown} {' '.join(arguments)}", flush=True)
     if dry_run:
         return 0
     os.chdir(cwd)
@@ -140,33 +157,55 @@ def _launch(cwd: Path, arguments: list[str], sweep_dir: Path, dry_run: bool) -> 
     return 0  # not reached
 
 
+def entry_script() -> Path:
+    """This checkout's ``train.py`` (beside ``src/treernn``)."""
+    script = Path(__file__).resolve().parents[3] / "train.py"
+    if not script.is_file():
+        raise UserError(
+            f"sweep resume runs the train.py of a treernn checkout, and {script} is missing; "
+            "run it from a clone of the repository"
+        )
+    return script
+
+
+#: what a recorded override may not say: objects to build (``_target_``), other places to read
+#: configs from, callbacks and set-up commands of Hydra, the job's environment
+CODE_KEYS = ("_target_", "searchpath", "hydra.callbacks", "hydra.job.env_", "hydra.launcher.setup")
+
+
+def _check_overrides(arguments: list[str], sweep_dir: Path) -> None:
+    """Refuse a recorded override that could run code from outside this project: one naming an
+    object to build or a config search path, or choosing a config file by a path that leaves
+    ``conf/`` (``model=../../elsewhere/evil``)."""
+    for argument in arguments:
+        key, _, value = argument.partition("=")
+        group = "." not in key  # model=..., hydra/launcher=...: a config file is chosen
+        leaves = group and ("/.." in f"/{value}" or value.startswith(("/", "~")))
+        if any(code in argument for code in CODE_KEYS) or leaves:
+            raise UserError(
+                f"{sweep_dir}/multirun.yaml records the override {argument!r}, which would load "
+                "code or configs from outside this project; a sweep handed to you is data. If "
+                "you trust it, run its command yourself: python train.py -m ..."
+            )
+
+
 def _jobs(sweep_dir: Path) -> list[Path]:
     return sorted((path.parent for path in sweep_dir.glob("*/.hydra")), key=runs.job_order)
 
 
 def _status(sweep_dir: Path, exit_code: bool = False) -> int:
-    from treernn.sweeps import override_lines, sweep_size
+    from treernn.sweeps import sweep_size
 
     saved_multirun(sweep_dir)
     jobs = _jobs(sweep_dir)
     counts: dict[str, int] = {}
     for job_dir in jobs:
-        record = runs.read_status(job_dir)
-        status = record.get("status", "not started")
-        if status == "running" and not runs.is_live(job_dir):
-            status = "stopped (its process is gone)"
+        try:
+            status, line = _job_line(job_dir)
+        except DamagedRecord as error:  # one damaged file: the job says so, the others are listed
+            status, line = DAMAGED, f"job {job_dir.name}: {DAMAGED}: {error}"
         counts[status] = counts.get(status, 0) + 1
-        overrides = override_lines(job_dir, record)
-        info, _ = runs.newest_complete_checkpoint(job_dir)
-        where = ""
-        if info:
-            budget = _step_budget(job_dir, overrides)
-            where = f", newest checkpoint at step {info.global_step}"
-            where += f" of {budget}" if budget else ""
-        if status == EXTENDED and record.get("extended_from"):
-            where += f" (from {record['extended_from']['job']}); not resumed yet"
-        error = f": {record['error']}" if record.get("error") and status != "finished" else ""
-        print(f"job {job_dir.name} [{' '.join(overrides)}]: {status}{where}{error}")
+        print(line)
     size = sweep_size(sweep_dir)
     if size is not None and size > len(jobs):
         counts["not started yet"] = size - len(jobs)
@@ -177,18 +216,47 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
     return 0
 
 
+def _job_line(job_dir: Path) -> tuple[str, str]:
+    """A job's state and its line of ``sweep status``."""
+    from treernn.sweeps import override_lines
+
+    record = runs.read_status(job_dir)
+    status = record.get("status", "not started")
+    if status == "running" and not runs.is_live(job_dir):
+        status = "stopped (its process is gone)"
+    overrides = override_lines(job_dir, record)
+    step = _newest_step(job_dir)
+    where = ""
+    if step is not None:
+        budget = _step_budget(job_dir, overrides)
+        where = f", newest checkpoint at step {step}"
+        where += f" of {budget}" if budget else ""
+    if status == EXTENDED and record.get("extended_from"):
+        where += f" (from {record['extended_from']['job']}); not resumed yet"
+    error = f": {record['error']}" if record.get("error") and status != "finished" else ""
+    return status, f"job {job_dir.name} [{' '.join(overrides)}]: {status}{where}{error}"
+
+
+def _newest_step(job_dir: Path) -> int | None:
+    """The training step of the job's newest readable checkpoint, read without torch or
+    Lightning (:func:`treernn.records.peek_global_step`)."""
+    found = [*(job_dir / "checkpoints").glob("*.ckpt"), *job_dir.glob("hpc_ckpt_*.ckpt")]
+    steps = [step for step in map(peek_global_step, found) if step is not None]
+    return max(steps, default=None)
+
+
 def _step_budget(job_dir: Path, overrides: list[str]) -> int | None:
     """The job's ``trainer.max_steps``: its (recorded) override, which an extended job carries
     before its ``.hydra/`` is rewritten, else its saved config's; None where it has none (-1, no
     limit) or the config gives it by interpolation."""
-    from treernn.reporting.run_records import _parse_overrides, _read_yaml, config_value
+    from treernn.reporting.run_records import _parse_overrides, config_value
 
     given = _parse_overrides(overrides).get("trainer.max_steps")
     config = job_dir / ".hydra" / "config.yaml"
     if given is not None:
         steps = int(given) if given.lstrip("-").isdigit() else None
     elif config.is_file():
-        steps = config_value(_read_yaml(config) or {}, "trainer.max_steps")
+        steps = config_value(read_yaml(config) or {}, "trainer.max_steps")
     else:
         steps = None
     return steps if isinstance(steps, int) and steps > 0 else None
@@ -201,15 +269,21 @@ NOT_ARCHIVED = ("checkpoints", "wandb", "*.ckpt", ".lock")
 
 def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
     saved_multirun(sweep_dir)
+    _check_copy_target(sweep_dir, target, "archive")
+    refuse_links(sweep_dir, "sweep archive")
     ignore = shutil.ignore_patterns(*NOT_ARCHIVED)
     target.mkdir(parents=True, exist_ok=True)
     for path in sweep_dir.iterdir():  # the sweep's own files: multirun.yaml, table.*, curves.*
         if path.is_file() and not path.name.startswith("."):
             shutil.copy2(path, target / path.name)
-    kept, resumable, left = [], [], []
+    kept, resumable, left, damaged = [], [], [], []
     for job_dir in _jobs(sweep_dir):
         copy = target / job_dir.name
-        finished = runs.read_status(job_dir).get("status") == "finished"
+        status = status_for_listing(job_dir).get("status")
+        if status == DAMAGED:
+            damaged.append(job_dir.name)
+            continue
+        finished = status == "finished"
         checkpoint = (
             None if finished or not unfinished else runs.newest_complete_checkpoint(job_dir)[0]
         )
@@ -231,7 +305,28 @@ def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
         )
     if left:
         print(f"not archived (not finished): jobs {', '.join(left)}", flush=True)
+    if damaged:
+        print(
+            f"not archived (damaged status.json; python -m treernn sweep status {sweep_dir} says "
+            f"what is wrong): jobs {', '.join(damaged)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
     return 0
+
+
+def _check_copy_target(source: Path, target: Path, action: str) -> None:
+    """An archive or restore target that is a file, the source itself, or inside the source
+    (which the copy would copy into itself): one line."""
+    if target.exists() and not target.is_dir():
+        raise UserError(f"sweep {action}: {target} is a file; give a directory to copy into")
+    source, resolved = source.resolve(), target.resolve()
+    if resolved == source or source in resolved.parents or resolved in source.parents:
+        raise UserError(
+            f"sweep {action}: {target} and {source} overlap (one is inside the other); give a "
+            "directory outside the sweep, e.g. results/<table>/<name>"
+        )
 
 
 def _keep_checkpoint(
@@ -267,12 +362,24 @@ def _keep_checkpoint(
 
 
 def _restore(copy_dir: Path, sweep_dir: Path) -> int:
+    """Copy what ``sweep_dir`` lacks from ``copy_dir``: regular files and directories only, each
+    checked before anything is copied (a link, or a name that leaves the target, is refused)."""
     saved_multirun(copy_dir)
+    _check_copy_target(copy_dir, sweep_dir, "restore")
+    refuse_links(copy_dir, "sweep restore")
+    for path in copy_dir.rglob("*"):
+        if not (path.is_file() or path.is_dir()):
+            raise UserError(f"sweep restore: {path} is not a regular file; remove it")
     added = 0
     for path in sorted(copy_dir.rglob("*")):
         target = sweep_dir / path.relative_to(copy_dir)
         if path.is_dir() or target.exists() or target.is_symlink():
             continue
+        if any(parent.is_symlink() for parent in target.parents if sweep_dir in parent.parents):
+            raise UserError(
+                f"sweep restore: {target.parent} in {sweep_dir} is a symbolic link; a restore "
+                "writes only inside the sweep's directory"
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target, follow_symlinks=False)
         added += 1

@@ -122,9 +122,18 @@ def read_trees(path: str | Path, format: str = "auto") -> TreeFile:
     source = Path(path).expanduser()
     if not source.is_file():
         raise TreeFileError(source, None, "no such tree file")
-    with source.open(encoding="utf-8") as handle:
-        lines = handle.read().splitlines()
-    return parse_tree_lines(lines, format=format, path=str(source))
+    data = source.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise TreeFileError(
+            source,
+            line,
+            f"not UTF-8 text (byte {data[error.start]:#04x}); a tree file is text, one tree per "
+            "line (brackets or JSON lists)",
+        ) from None
+    return parse_tree_lines(text.splitlines(), format=format, path=str(source))
 
 
 def parse_tree_lines(lines: Iterable[str], format: str = "auto", path: str = "<trees>") -> TreeFile:

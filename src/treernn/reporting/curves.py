@@ -10,12 +10,12 @@ and max over the row's runs. Accuracies are printed in %, as in the tables.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from treernn.errors import UserError
+from treernn.records import read_metrics_csv
 from treernn.reporting.run_records import Run, load_runs
 from treernn.reporting.table import Cell, group_runs, row_keys
 from treernn.reporting.table_output import format_cell
@@ -38,11 +38,9 @@ def run_curve(run_dir: Path, metric: str) -> dict[int, float]:
     """``metric`` by update (the logger's ``step``) from a run's csv logger files."""
     curve: dict[int, float] = {}
     for csv_path in sorted(run_dir.glob("csv/**/metrics.csv")):
-        with csv_path.open(newline="") as handle:
-            for record in csv.DictReader(handle):
-                value, step = record.get(metric), record.get("step")
-                if value not in (None, "") and step not in (None, ""):
-                    curve[int(float(step))] = float(value)
+        for row in read_metrics_csv(csv_path):
+            if metric in row and "step" in row:
+                curve[int(row["step"])] = row[metric]
     return curve
 
 

@@ -4,8 +4,6 @@ not finish set aside with the reason."""
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import re
 import statistics
@@ -15,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from treernn.errors import UserError
-from treernn.runs import read_status
+from treernn.records import (
+    final_values,
+    read_json_object,
+    read_metrics,
+    read_metrics_csv,
+    read_overrides,
+    read_status,
+    read_yaml,
+)
 
 #: overrides that never make a row of their own
 IGNORED_OVERRIDES = ("seed", "task.datamodule.split", "hydra.", "paths.")
@@ -106,12 +112,6 @@ def _job_order(path: Path) -> tuple[str, int, str]:
     return (str(path.parent), int(name) if name.isdigit() else -1, name)
 
 
-def _read_yaml(path: Path) -> Any:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-
-
 def _parse_overrides(lines: Sequence[str]) -> dict[str, str]:
     overrides = {}
     for line in lines:
@@ -124,14 +124,10 @@ def _final_metrics(run_dir: Path) -> dict[str, float]:
     """``metrics.json``, or the last value of each column of the csv logger's ``metrics.csv``."""
     path = run_dir / "metrics.json"
     if path.is_file():
-        return {k: float(v) for k, v in json.loads(path.read_text()).items()}
+        return read_metrics(path)
     metrics: dict[str, float] = {}
     for csv_path in sorted(run_dir.glob("csv/**/metrics.csv")):
-        with csv_path.open(newline="") as handle:
-            for record in csv.DictReader(handle):
-                metrics.update(
-                    {k: float(v) for k, v in record.items() if k and v not in ("", None)}
-                )
+        metrics.update(final_values(read_metrics_csv(csv_path)))
     return metrics
 
 
@@ -171,13 +167,13 @@ def _baselines(run_dir: Path) -> dict[str, float]:
     """Trivial-tree corpus F1 (%) from ``report tree-f1`` / ``parse`` files in the run."""
     found: dict[str, float] = {}
     for path in sorted([*run_dir.glob("tree_f1_*.json"), *run_dir.glob("tree_f1.json")]):
-        data = json.loads(path.read_text())
+        data = read_json_object(path)
         for name, scores in (data.get("baselines") or {}).items():
             if name in BASELINE_ROWS and "corpus_f1" in scores:
                 found[BASELINE_ROWS[name]] = 100 * scores["corpus_f1"]
     path = run_dir / "parse_eval.json"
     if path.is_file():
-        tables = json.loads(path.read_text()).get("tables") or []
+        tables = read_json_object(path).get("tables") or []
         # the gold set of the paper's column (WSJ test, or the whole nltk sample), else the last
         tables = [t for t in tables if t.get("gold", {}).get("name") in TEST_GOLD] or tables[-1:]
         for row in tables[0]["rows"] if tables else []:
@@ -198,10 +194,10 @@ def load_run(run_dir: Path) -> Run | str:
         if not status:
             return "no status.json (did not start or is not a treernn run)"
         return f"{status}: {record['error']}" if record.get("error") else status
-    config = _read_yaml(run_dir / ".hydra" / "config.yaml") or {}
+    config = read_yaml(run_dir / ".hydra" / "config.yaml") or {}
     _name_from_record(config, record)
     overrides_path = run_dir / ".hydra" / "overrides.yaml"
-    lines = _read_yaml(overrides_path) if overrides_path.is_file() else []
+    lines = read_overrides(overrides_path) if overrides_path.is_file() else []
     task = str(config_value(config, "task.name") or record.get("task") or "?")
     metrics = _final_metrics(run_dir)
     not_numbers = sorted(key for key, value in metrics.items() if not math.isfinite(value))
@@ -211,7 +207,7 @@ def load_run(run_dir: Path) -> Run | str:
     values = metric_columns(metrics)
     tree_f1 = run_dir / "tree_f1.json"
     if tree_f1.is_file() and not any(k.startswith("parse_f1") for k in values):
-        for layer, scores in json.loads(tree_f1.read_text()).get("test", {}).items():
+        for layer, scores in read_json_object(tree_f1).get("test", {}).items():
             values[f"parse_f1/{layer}"] = 100 * scores["corpus_f1"]
             values[f"parse_f1_sentence/{layer}"] = 100 * scores["sentence_f1"]
     if not any(name.startswith("test/") for name in metrics) and "parse_f1/layer1" not in values:
