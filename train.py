@@ -1,8 +1,11 @@
 """Train and evaluate a treernn model: ``python train.py task=ptb model=onlstm [overrides]``."""
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
+from treernn.config_checks import check_command_line
 from treernn.resolvers import register_resolvers
 from treernn.runs import check_before_loading
 
@@ -20,4 +23,7 @@ def main(cfg: DictConfig):
 
 
 if __name__ == "__main__":
+    problem = check_command_line(sys.argv[1:])  # Hydra's lexer error would not say how to fix it
+    if problem:
+        sys.exit(f"error: {problem}")
     main()

@@ -20,7 +20,9 @@ import difflib
 import importlib
 import inspect
 import math
+import os
 import signal
+import sys
 import typing
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -110,8 +112,9 @@ TRAINER_RULES = {
 }
 
 #: the run's own numbers (conf/config.yaml), and the example each error gives
-TOP_RULES = {"checkpoint_minutes": "positive_number"}
+TOP_RULES = {"checkpoint_minutes": "positive_number", "threads": "positive_int"}
 EXAMPLES = {
+    "threads": "1 (or null: one per core)",
     "checkpoint_minutes": "10 (its default: TREERNN_CHECKPOINT_MINUTES, unset or a number)",
 }
 
@@ -150,10 +153,84 @@ def check_config(cfg: DictConfig) -> None:
 
 
 def check_switches(cfg: DictConfig) -> None:
-    """The checks that need neither torch nor the constructors: the run's switches and the
-    numbers whose rules follow from their names."""
+    """The checks that need neither torch nor the constructors: the run's switches, the seed and
+    the numbers whose rules follow from their names."""
     check_choices(cfg)
+    check_seed(cfg.get("seed"))
     check_numbers(cfg)
+
+
+def warn_doubtful(cfg: DictConfig) -> None:
+    """Print :func:`doubtful`'s warnings, one line each (``warning: ...``)."""
+    for warning in doubtful(cfg):
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+
+
+#: the seeds numpy and Lightning's ``seed_everything`` take (an unsigned 32-bit integer)
+SEED_RANGE = (0, 2**32 - 1)
+
+
+def check_seed(seed: Any) -> None:
+    low, high = SEED_RANGE
+    if not (_is_int(seed) and low <= seed <= high):
+        raise ConfigValueError(
+            f"seed={seed!r} must be an integer from {low} to {high} (numpy's and Lightning's "
+            "seeds are unsigned 32-bit); e.g. seed=1"
+        )
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a SLURM task's or a taskset's, not the node's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def doubtful(cfg: DictConfig) -> list[str]:
+    """Settings that run, but not as the user likely meant: more threads than CPUs (they wait for
+    each other: a run at about half speed), and a fit with no update to make (``max_epochs=0`` or
+    ``max_steps=0``: the test then reads untrained weights)."""
+    found = []
+    threads, cpus = cfg.get("threads"), usable_cpus()
+    if _is_int(threads) and threads > cpus:
+        found.append(
+            f"threads={threads} is more than the {cpus} CPUs this process may use; threads wait "
+            f"for each other then (a run at about half speed): threads={cpus} or threads=null"
+        )
+    trainer = OmegaConf.select(cfg, "trainer") or {}
+    if str(cfg.get("mode")) in ("fit", "fit+test"):
+        for key in ("max_epochs", "max_steps"):
+            if trainer.get(key) == 0:
+                found.append(
+                    f"trainer.{key}=0: nothing will be trained"
+                    + (", and the test reads the untrained weights" if "test" in cfg.mode else "")
+                    + f"; give trainer.{key} a number of {key.removeprefix('max_')} to train"
+                )
+    return found
+
+
+def check_command_line(arguments: list[str]) -> str | None:
+    """The first override whose value has a character outside ASCII that is not inside quotes
+    (Hydra's override grammar reads those only quoted: its lexer error says nothing of that),
+    as the message to print; None where there is none."""
+    for argument in arguments:
+        if argument.startswith("-") or "=" not in argument:
+            continue
+        key, _, value = argument.partition("=")
+        quote = None
+        for char in value:
+            if quote is None and char in "'\"":
+                quote = char
+            elif char == quote:
+                quote = None
+            elif quote is None and not char.isascii():
+                return (
+                    f"the override {argument} has {char!r}, a character Hydra reads only inside "
+                    f"quotes: write it as {key}='\"{value}\"' (single quotes for the shell, "
+                    "double quotes for Hydra)"
+                )
+    return None
 
 
 def check_choices(cfg: DictConfig) -> None:

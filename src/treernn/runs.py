@@ -30,7 +30,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from treernn.config_checks import check_switches
+from treernn.config_checks import check_switches, warn_doubtful
 from treernn.errors import CheckpointError, UserError, say
 from treernn.files import atomic_write, is_full_disk
 from treernn.records import STATUS_FILE, DamagedRecord, read_status
@@ -224,6 +224,13 @@ def remove_if_empty(run_dir: Path | None, rank_zero: bool | None = None) -> None
             handler.close()
             logging.getLogger().removeHandler(handler)
     shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in run_dir.resolve().parents:  # outputs/<task>/<model>/, made for this run alone
+        if parent == Path.cwd().resolve():
+            break
+        try:
+            parent.rmdir()  # only an empty one; another run's files stop it
+        except OSError:
+            break
 
 
 def output_dir_of(cfg: DictConfig) -> Path | None:
@@ -246,6 +253,8 @@ def check_before_loading(cfg: DictConfig) -> None:
         say(error)
         remove_if_empty(output_dir_of(cfg), rank_zero=launch_rank() == 0)
         sys.exit(1)
+    if launch_rank() == 0:
+        warn_doubtful(cfg)
 
 
 class RunLock:

@@ -40,6 +40,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from treernn import runs
+from treernn.config_checks import warn_doubtful
 from treernn.errors import UserError
 from treernn.records import (
     DamagedRecord,
@@ -438,18 +439,33 @@ def _no_idle_workers(config: DictConfig) -> None:
             config.hydra.launcher.n_jobs = size
 
 
+def check_launcher(config: DictConfig) -> None:
+    """The launcher's job count, which joblib would answer with its own traceback after the
+    sweep's directory is made: an integer other than 0 (-1: one per CPU)."""
+    n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs", default=None)
+    if n_jobs is None:
+        return
+    if not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs == 0:
+        raise UserError(
+            f"hydra.launcher.n_jobs={n_jobs!r} must be a number of jobs run at once: a positive "
+            "integer, or -1 for one per CPU; e.g. hydra.launcher.n_jobs=2"
+        )
+
+
 class SweepSummary(Callback):
     def __init__(self) -> None:
         self._stop: _StopSweep | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
+            check_launcher(config)
             for path in [Path(config.hydra.sweep.dir), *sweep_job_dirs(config)]:
                 refuse_links(path, "sweep")  # before Hydra opens a job's train.log
             check_same_sweep(config)
         except UserError as error:
             print(f"error: {error}", file=sys.stderr, flush=True)
-            sys.exit(1)
+            sys.exit(1)  # before the sweep's directory is made
+        warn_doubtful(config)
         if runs_in_workers(config):
             _no_idle_workers(config)
             path = Path(config.hydra.sweep.dir) / ".stopping"
