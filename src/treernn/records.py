@@ -191,13 +191,21 @@ def status_for_listing(run_dir: str | Path) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- a checkpoint's step
-class _Ignored:
-    """What a peeked checkpoint's classes and tensors unpickle to: nothing is imported or called."""
+class _Ignored(dict):
+    """What a peeked checkpoint's classes and tensors unpickle to: nothing is imported or called.
+    A dict (an ``OrderedDict``'s items are set on it) that takes any arguments and state, and
+    list items too (``append``, ``extend``), and keeps none of them that matter here."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
+        super().__init__()
 
     def __setstate__(self, state: Any) -> None:
+        pass
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
         pass
 
 

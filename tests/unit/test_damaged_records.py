@@ -114,9 +114,15 @@ def test_overrides_and_multirun_files_are_checked_for_what_they_must_hold(tmp_pa
 def test_a_checkpoints_step_is_read_without_torch_and_without_running_its_pickle(tmp_path):
     import torch
 
+    from collections import OrderedDict
+
     path = tmp_path / "last.ckpt"
     saved = {"global_step": 1234, "epoch": 3, "treernn": {"config": {}}}
-    torch.save({**saved, "state_dict": {"w": torch.ones(2)}}, path)
+    # what Lightning's checkpoints hold besides: ordered state dicts, sizes, lists of states
+    weights = OrderedDict(w=torch.ones(2), b=torch.zeros(3, dtype=torch.bfloat16))
+    optimizer = {"state": {0: {"step": torch.tensor(5.0)}}, "param_groups": [{"lr": 0.1}]}
+    extra = {"shape": torch.Size([2, 3]), "optimizer_states": [optimizer], "loops": {"a": [1]}}
+    torch.save({**saved, "state_dict": weights, **extra}, path)
     assert peek_global_step(path) == 1234
     torch.save({"global_step": 5, "state_dict": {}}, path)  # not a treernn checkpoint
     assert peek_global_step(path) is None
