@@ -131,10 +131,15 @@ def unless_finished(value: Any, run_dir: str, otherwise: Any = None) -> Any:
     """``value`` in rank 0 of a run that has not finished, else ``otherwise``: Hydra's own files
     (``.hydra/``, ``train.log``) of a finished job stay as that job wrote them when a resumed
     sweep passes over it (the job is skipped; Hydra would otherwise rewrite its composed config
-    with this invocation's paths and append to its log), and other DDP ranks write none."""
+    with this invocation's paths and append to its log), and other DDP ranks write none. A job
+    whose record is damaged is left as it is too (the job itself says why and runs nothing)."""
+    from treernn.records import DamagedRecord
     from treernn.runs import is_finished
 
-    return value if is_rank_zero() and not is_finished(Path(run_dir)) else otherwise
+    try:
+        return value if is_rank_zero() and not is_finished(Path(run_dir)) else otherwise
+    except DamagedRecord:
+        return otherwise
 
 
 def slurm_tasks_per_node(devices: Any) -> int:

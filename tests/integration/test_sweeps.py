@@ -249,3 +249,25 @@ def test_an_archived_sweep_restored_on_a_machine_that_lost_outputs_skips_its_job
         assert f"job {job}: finished before, skipped" in again.stdout + again.stderr
         assert not (sweep_dir / job / "checkpoints").exists()  # nothing trained again
         assert _metrics(sweep_dir / job) == before[job]
+
+
+def test_a_finished_job_whose_record_was_cut_short_is_named_and_never_trained_again(tmp_path):
+    """A truncated status.json of a finished job read as 'not started', and the resumed sweep
+    trained the job again over its files (an epoch000-v1.ckpt beside the old checkpoint)."""
+    args = ["-m", *LOGIC, "seed=1,2", f"paths.log_dir={tmp_path}", "sweep_id=d"]
+    assert run_cli(args).returncode == 0
+    sweep_dir = _sweep_dir(tmp_path, "d")
+    job = sweep_dir / "1"
+    record = (job / "status.json").read_bytes()
+    (job / "status.json").write_bytes(record[: len(record) // 2])
+    checkpoints = sorted(path.name for path in (job / "checkpoints").iterdir())
+    status = treernn_cli("sweep", "status", str(sweep_dir))
+    assert status.returncode == 0, status.stderr[-3000:]
+    assert f"job 1: damaged record: {job / 'status.json'}: not valid JSON" in status.stdout
+    resumed = treernn_cli("sweep", "resume", str(sweep_dir))
+    assert resumed.returncode == 1, resumed.stderr[-3000:]
+    assert "Traceback" not in resumed.stderr
+    assert f"sweep job {job} left as it is: {job / 'status.json'}" in resumed.stderr
+    assert "job 0: finished before, skipped" in resumed.stdout + resumed.stderr
+    assert sorted(path.name for path in (job / "checkpoints").iterdir()) == checkpoints
+    assert (job / "status.json").read_bytes() == record[: len(record) // 2]

@@ -112,9 +112,9 @@ def test_overrides_and_multirun_files_are_checked_for_what_they_must_hold(tmp_pa
 
 
 def test_a_checkpoints_step_is_read_without_torch_and_without_running_its_pickle(tmp_path):
-    import torch
-
     from collections import OrderedDict
+
+    import torch
 
     path = tmp_path / "last.ckpt"
     saved = {"global_step": 1234, "epoch": 3, "treernn": {"config": {}}}
