@@ -334,3 +334,23 @@ def test_parse_on_a_binary_file_is_one_line(tmp_path, capsys):
         f"error: {binary}:2: not UTF-8 text (byte 0x80); a tree file is text, one tree per line "
         "(brackets or JSON lists)"
     )
+
+
+def test_the_same_sweep_command_again_refuses_a_link_before_hydra_opens_a_log(tmp_path, capsys):
+    """Running the sweep's ``-m`` command again (not through ``sweep resume``): the sweep's
+    start refuses a link in a job before any job runs (Hydra would open its train.log)."""
+    from omegaconf import OmegaConf
+
+    from treernn.sweeps import SweepSummary
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("kept\n")
+    sweep = make_sweep(tmp_path)
+    (sweep / "0" / "train.log").symlink_to(outside)
+    config = OmegaConf.load(sweep / "multirun.yaml")
+    config.hydra.sweep = {"dir": str(sweep)}
+    with pytest.raises(SystemExit) as stopped:
+        SweepSummary().on_multirun_start(config)
+    assert stopped.value.code == 1
+    assert "train.log is a symbolic link" in one_error_line(capsys)
+    assert outside.read_text() == "kept\n"
