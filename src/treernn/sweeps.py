@@ -107,7 +107,7 @@ def plan_job(job_dir: Path, overrides: list[str], follower: bool = False) -> Job
     A job whose record is damaged (:class:`DamagedJob`) is not touched: a truncated
     ``status.json`` of a finished job must not read as a job that never started."""
     try:
-        return _plan_job(job_dir, overrides, follower)
+        return _plan_job(Path(job_dir), overrides, follower)
     except DamagedRecord as error:
         raise DamagedJob(f"sweep job {job_dir} left as it is: {error}") from None
 
