@@ -20,6 +20,7 @@ import io
 import json
 import pickle
 import zipfile
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,27 @@ from treernn.errors import UserError
 
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.json"
+
+
+class RunState(str, Enum):
+    """What ``status.json`` says of a run (its ``status``); written and compared as the string."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    #: stopped by an error (its ``error``); a sweep runs such a job again from the start
+    FAILED = "failed"
+    #: a signal stopped it after it saved a checkpoint to resume from
+    INTERRUPTED = "interrupted"
+    #: a SLURM job that will start again by itself and resume
+    REQUEUED = "requeued"
+    #: an invocation that continued another run (``resumed_into`` names it)
+    RESUMED = "resumed"
+    #: a sweep job copied from a sweep of a smaller budget, not resumed yet (``sweep extend``)
+    EXTENDED = "extended"
+
+    def __str__(self) -> str:
+        return self.value
+
 
 #: what to do about a damaged record of a run
 FIX_RUN = (

@@ -15,14 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-#: environment variables that carry a process's rank, set by torchrun, srun and Lightning's own
-#: subprocess launcher (plain ``ddp`` started from one process)
-RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK")
-
-
-def is_rank_zero() -> bool:
-    """Rank 0 of the job, decided from the environment (before any process group exists)."""
-    return all(os.environ.get(name, "0") == "0" for name in RANK_VARIABLES)
+from treernn.identity import is_rank_zero, process_started
 
 
 def _in_slurm_step() -> bool:
@@ -32,21 +25,6 @@ def _in_slurm_step() -> bool:
 
 def _in_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ
-
-
-def _process_start(pid: int) -> _dt.datetime | None:
-    """When process ``pid`` started (Linux ``/proc``), at the kernel's clock-tick resolution."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = int(fields[19])  # field 22 of stat(5): start time in clock ticks after boot
-        boot = next(
-            int(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime ")
-        )
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
-    return _dt.datetime.fromtimestamp(boot + ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def run_dir_name() -> str:
@@ -66,7 +44,7 @@ def run_dir_name() -> str:
         return f"slurm-{job}-{os.environ['SLURM_STEP_ID']}"
     if _in_torchrun():
         nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
-        started = _process_start(os.getppid()) if nodes == 1 else None
+        started = process_started(os.getppid()) if nodes == 1 else None
         if started is not None:
             return f"{started:%Y-%m-%d_%H-%M-%S}-{started.microsecond // 10_000:02d}_{os.getppid()}"
         return f"torchrun-{os.environ['TORCHELASTIC_RUN_ID']}"

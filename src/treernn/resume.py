@@ -29,8 +29,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from treernn import checkpoints, launch, runs, sweeps
 from treernn.checkpoints import CheckpointInfo, build_task, inspect_checkpoint
 from treernn.errors import CheckpointError, UserError
+from treernn.identity import is_rank_zero
 from treernn.process import log_also_to
-from treernn.resolvers import is_rank_zero
+from treernn.records import RunState
 
 log = logging.getLogger("treernn")
 
@@ -68,7 +69,7 @@ class ResumePlan:
 def _why_no_checkpoint(record: dict[str, Any]) -> str:
     if record.get("mode") == "test":
         return "a mode=test run"
-    if record.get("status") == "failed" and record.get("stage", "setup") == "setup":
+    if record.get("status") == RunState.FAILED and record.get("stage", "setup") == "setup":
         return "failed while setting up"
     return str(record.get("status", "no status record"))
 
@@ -102,7 +103,7 @@ def plan_last(
                 _why_no_checkpoint(record),
             )
             continue
-        if trainer is not None and record.get("status") == "finished":
+        if trainer is not None and record.get("status") == RunState.FINISHED:
             check_budget_left(run_dir, info, trainer)
         return ResumePlan(checkpoint=info, run_dir=run_dir)
     raise CheckpointError(
@@ -252,7 +253,7 @@ def continue_in(cfg: DictConfig, plan: ResumePlan) -> None:
     if target is None or target.resolve() == own_dir.resolve():
         return
     if rank_zero_only.rank == 0:
-        runs.write_status(own_dir, status="resumed", resumed_into=str(target))
+        runs.write_status(own_dir, status=RunState.RESUMED, resumed_into=str(target))
         link = own_dir / "run"
         if not link.exists():
             link.symlink_to(target.resolve(), target_is_directory=True)
@@ -277,7 +278,11 @@ def resume_requeued_job(cfg: DictConfig) -> None:
     """A SLURM job that started again after ``scontrol requeue`` runs in the directory of its
     first attempt (``slurm-<job id>-<step>``, or its sweep job's): it resumes from there."""
     run_dir = Path(cfg.paths.output_dir)
-    if cfg.ckpt_path or cfg.mode == "test" or runs.read_status(run_dir).get("status") != "requeued":
+    if (
+        cfg.ckpt_path
+        or cfg.mode == "test"
+        or runs.read_status(run_dir).get("status") != RunState.REQUEUED
+    ):
         return
     info, _ = runs.newest_complete_checkpoint(run_dir)
     if info is not None:

@@ -44,12 +44,14 @@ from treernn.config_checks import check_config
 from treernn.datamodules import prepared_datamodule
 from treernn.errors import ConfigValueError, RunInterrupted, UserError, say
 from treernn.files import atomic_write, full_disk_error, is_full_disk
+from treernn.identity import process_identity
 from treernn.process import (
     flush_denormals,
     log_to_files_only,
     route_lightning_logs,
     set_threads,
 )
+from treernn.records import RunState
 from treernn.resolvers import register_resolvers
 from treernn.sweeps import sweep_value
 
@@ -124,7 +126,7 @@ def _train(
         started = runs.read_status(run_dir).get("started") or runs.now()
         runs.write_status(
             run_dir,
-            status="running",
+            status=RunState.RUNNING,
             stage="setup",
             task=cfg.task.name,
             model=cfg.model.name,
@@ -133,7 +135,7 @@ def _train(
             command=" ".join(sys.argv),
             overrides=launch.job_overrides(),
             error=None,
-            **runs.process_identity(),
+            **process_identity(),
         )
         runs.record_machine(run_dir)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -212,7 +214,7 @@ def _train(
             metrics.update(_floats(results[0] if results else {}))
         if trainer.is_global_zero:
             _report(cfg, metrics)
-            runs.write_status(run_dir, status="finished", ended=runs.now())
+            runs.write_status(run_dir, status=RunState.FINISHED, ended=runs.now())
         return metrics
     finally:
         loggers_.finish_wandb(loggers)
@@ -295,7 +297,7 @@ def _main(cfg: DictConfig) -> Any:
                 raise cause from None
             raise
     except RunInterrupted as error:
-        runs.record_failure(runs.output_dir_of(cfg), "interrupted", str(error))
+        runs.record_failure(runs.output_dir_of(cfg), RunState.INTERRUPTED, str(error))
         print(str(error), file=sys.stderr, flush=True)
         if multirun and os.environ.get(sweeps.STOP_FILE_ENV):
             # a joblib worker: its exit would make joblib kill the other workers, which may be
@@ -314,7 +316,7 @@ def _main(cfg: DictConfig) -> Any:
         say(str(error))
         return sweep_value(cfg, None)
     except Requeued as error:
-        runs.record_failure(runs.output_dir_of(cfg), "requeued", str(error))
+        runs.record_failure(runs.output_dir_of(cfg), RunState.REQUEUED, str(error))
         print(f"requeued: {error}", file=sys.stderr, flush=True)
         # this process ends here, in a sweep too, without a result: SLURM runs the job again
         # (submitit's job, or the sweep's own batch job, which resumes the sweep: sweep_id=)
@@ -326,7 +328,7 @@ def _main(cfg: DictConfig) -> Any:
             error = full_disk_error(
                 error.filename or "a file of the run", error, "the last good checkpoint is kept"
             )
-        runs.record_failure(runs.output_dir_of(cfg), "failed", str(error))
+        runs.record_failure(runs.output_dir_of(cfg), RunState.FAILED, str(error))
         say(str(error))
         if multirun:
             return sweep_value(cfg, None)
@@ -339,7 +341,7 @@ def _main(cfg: DictConfig) -> Any:
 def _bug(cfg: DictConfig, error: BaseException, multirun: bool) -> Any:
     details = traceback.format_exc()
     summary = f"{type(error).__name__}: {error}"
-    runs.record_failure(runs.output_dir_of(cfg), "failed", summary, details)
+    runs.record_failure(runs.output_dir_of(cfg), RunState.FAILED, summary, details)
     if multirun:
         print(details, file=sys.stderr, flush=True)
         return sweep_value(cfg, None)

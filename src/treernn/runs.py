@@ -33,7 +33,8 @@ from omegaconf import DictConfig, OmegaConf
 from treernn.config_checks import check_switches, warn_doubtful
 from treernn.errors import CheckpointError, UserError, say
 from treernn.files import atomic_write, is_full_disk
-from treernn.records import STATUS_FILE, DamagedRecord, read_status
+from treernn.identity import is_rank_zero, process_start_ticks
+from treernn.records import STATUS_FILE, DamagedRecord, RunState, read_status
 
 if TYPE_CHECKING:
     from treernn.checkpoints import CheckpointInfo
@@ -51,7 +52,7 @@ def now() -> str:
 def is_finished(run_dir: Path) -> bool:
     """The run in ``run_dir`` finished: its record says so and its final metrics are there."""
     return (
-        read_status(run_dir).get("status") == "finished"
+        read_status(run_dir).get("status") == RunState.FINISHED
         and (Path(run_dir) / "metrics.json").is_file()
     )
 
@@ -77,21 +78,6 @@ def write_status(run_dir: Path, **fields: Any) -> dict[str, Any]:
             handle.write(text)
             handle.truncate()
     return record
-
-
-def process_identity(pid: int | None = None) -> dict[str, Any]:
-    """Who runs a run: host, pid and the process's start time (which tells a live process from a
-    later one that got the same pid)."""
-    pid = os.getpid() if pid is None else pid
-    return {"host": socket.gethostname(), "pid": pid, "pid_start": _process_start_ticks(pid)}
-
-
-def _process_start_ticks(pid: int) -> int | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[19])  # field 22 of stat(5): start time in clock ticks after boot
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def machine() -> dict[str, Any]:
@@ -167,19 +153,6 @@ def _rank_zero() -> bool:
     return rank_zero_only.rank == 0
 
 
-#: where a launcher (torchrun, SLURM, jsrun) puts a process's rank, in the order Lightning reads
-#: them before its strategy sets the rank
-RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
-
-
-def launch_rank() -> int:
-    """This process's rank as its launcher gave it (0 without one), read without Lightning."""
-    for name in RANK_VARIABLES:
-        if name in os.environ:
-            return int(os.environ[name])
-    return 0
-
-
 def record_failure(run_dir: Path | None, status: str, message: str, details: str = "") -> None:
     """Say in the run directory why it stopped (``failed``, ``interrupted``, ``requeued``):
     ``status.json`` and train.log. Rank 0 only; nothing where no run directory was made."""
@@ -194,7 +167,7 @@ def record_failure(run_dir: Path | None, status: str, message: str, details: str
         return  # the damaged record is what the user is told about; it is left as it is
     write_status(run_dir, status=status, error=message, ended=now())
     if logging.getLogger().handlers:
-        emit = log.error if status == "failed" else log.warning
+        emit = log.error if status == RunState.FAILED else log.warning
         from treernn.process import log_to_files_only
 
         log_to_files_only(emit, "%s: %s%s", status, message, "\n" + details if details else "")
@@ -251,9 +224,9 @@ def check_before_loading(cfg: DictConfig) -> None:
         check_switches(cfg)
     except UserError as error:
         say(error)
-        remove_if_empty(output_dir_of(cfg), rank_zero=launch_rank() == 0)
+        remove_if_empty(output_dir_of(cfg), rank_zero=is_rank_zero())
         sys.exit(1)
-    if launch_rank() == 0:
+    if is_rank_zero():
         warn_doubtful(cfg)
 
 
@@ -305,12 +278,12 @@ def is_live(run_dir: Path) -> bool:
                 return True
             fcntl.flock(handle, fcntl.LOCK_UN)
     record = read_status(run_dir)
-    if record.get("status") != "running" or record.get("host") != socket.gethostname():
+    if record.get("status") != RunState.RUNNING or record.get("host") != socket.gethostname():
         return False
     pid = record.get("pid")
     if not isinstance(pid, int) or pid == os.getpid():
         return False
-    start = _process_start_ticks(pid)
+    start = process_start_ticks(pid)
     return start is not None and start == record.get("pid_start")
 
 

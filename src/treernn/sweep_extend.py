@@ -39,14 +39,13 @@ from omegaconf import OmegaConf
 
 from treernn import runs
 from treernn.errors import UserError
-from treernn.records import read_multirun
+from treernn.records import RunState, read_multirun
 
 BUDGET_NAMES = ", ".join(f"trainer.{key}" for key in runs.BUDGET_KEYS)
 #: what an extended job continues from besides its checkpoints (its test outputs are not copied:
 #: the extended job writes them again at its end)
 CARRIED = (".hydra", "csv", "train.log")
 #: the record of the job it continues, and where it stood
-EXTENDED = "extended"
 
 
 @dataclass
@@ -164,7 +163,7 @@ def _prepare_job(
     for key in ("ended", "pid", "pid_start", "error", "attempts", "rerun_because", "resumes"):
         record.pop(key, None)
     record.update(
-        status=EXTENDED,
+        status=RunState.EXTENDED,
         overrides=_with_budget(list(record.get("overrides") or []), budget, name),
         extended_from={
             "job": str(job_dir.resolve()),

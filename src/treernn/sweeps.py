@@ -44,6 +44,7 @@ from treernn.config_checks import warn_doubtful
 from treernn.errors import UserError
 from treernn.records import (
     DamagedRecord,
+    RunState,
     read_metrics,
     read_multirun,
     read_overrides,
@@ -53,7 +54,7 @@ from treernn.records import (
 
 #: job states that a resumed sweep continues from the newest checkpoint ("extended": a job that
 #: ``sweep extend`` copied from a sweep of a smaller budget, :mod:`treernn.sweep_extend`)
-RESUMABLE = ("interrupted", "requeued", "running", "extended")
+RESUMABLE = (RunState.INTERRUPTED, RunState.REQUEUED, RunState.RUNNING, RunState.EXTENDED)
 #: what a job produced that a run from the start must not find
 ATTEMPT_FILES = ("checkpoints", "csv", "metrics.json", "parse_eval.json")
 
@@ -222,7 +223,7 @@ def sweep_failures(sweep_dir: Path | list[Path]) -> list[tuple[Path, dict[str, A
     failures = []
     for job_dir in _jobs(sweep_dir):
         record = status_for_listing(job_dir)
-        if record.get("status") != "finished":
+        if record.get("status") != RunState.FINISHED:
             failures.append((job_dir, record))
     return failures
 
@@ -483,7 +484,9 @@ class SweepSummary(Callback):
             stopped_by = stop_requested()
             self._stop.path.unlink(missing_ok=True)
         jobs = sweep_job_dirs(config)
-        finished = [job for job in jobs if status_for_listing(job).get("status") == "finished"]
+        finished = [
+            job for job in jobs if status_for_listing(job).get("status") == RunState.FINISHED
+        ]
         # the table first: the summary stays the last thing printed, whatever the report says
         reported = report_sweep(jobs, sweep_dir) if finished else True
         failures = sweep_failures(jobs)

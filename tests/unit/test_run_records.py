@@ -21,6 +21,7 @@ from treernn import checkpoints, loggers, runs, sweeps
 from treernn.callbacks.checkpoint import LastCheckpoint
 from treernn.callbacks.divergence import DivergenceMonitor
 from treernn.errors import DivergedError, StorageError, UserError
+from treernn.identity import process_identity
 
 
 def _no_room(*args, **kwargs):
@@ -52,7 +53,7 @@ def test_a_run_directory_has_one_writer(tmp_path):
     lock = runs.RunLock(tmp_path)
     lock.acquire()
     try:
-        runs.write_status(tmp_path, status="running", **runs.process_identity())
+        runs.write_status(tmp_path, status="running", **process_identity())
         # another process sees the lock held
         probe = "from treernn import runs; import sys; print(runs.is_live(sys.argv[1]))"
         held = subprocess.run(
@@ -126,7 +127,7 @@ def test_other_ranks_of_a_job_follow_the_record_rank_zero_is_writing(tmp_path, m
     lock.acquire()  # held as another process would hold it (a second open file)
     try:
         runs.write_status(
-            tmp_path, status="running", overrides=overrides, **runs.process_identity()
+            tmp_path, status="running", overrides=overrides, **process_identity()
         )
         with pytest.raises(sweeps.SweepChanged, match="still running"):
             sweeps.plan_job(tmp_path, overrides)

@@ -52,11 +52,11 @@ from treernn.errors import UserError
 from treernn.records import (
     DAMAGED,
     DamagedRecord,
+    RunState,
     peek_global_step,
     read_yaml,
     status_for_listing,
 )
-from treernn.sweep_extend import EXTENDED
 from treernn.sweeps import refuse_links, saved_multirun
 
 RESUME_ENV = "TREERNN_RESUME_SWEEP_DIR"
@@ -211,7 +211,7 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
         counts["not started yet"] = size - len(jobs)
     summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
     print(f"{max(size or 0, len(jobs))} jobs in {sweep_dir}: {summary}")
-    if exit_code and (not counts or counts.get("finished", 0) != sum(counts.values())):
+    if exit_code and (not counts or counts.get(RunState.FINISHED, 0) != sum(counts.values())):
         return 1  # no job known at all is not "every job finished"
     return 0
 
@@ -222,7 +222,7 @@ def _job_line(job_dir: Path) -> tuple[str, str]:
 
     record = runs.read_status(job_dir)
     status = record.get("status", "not started")
-    if status == "running" and not runs.is_live(job_dir):
+    if status == RunState.RUNNING and not runs.is_live(job_dir):
         status = "stopped (its process is gone)"
     overrides = override_lines(job_dir, record)
     step = _newest_step(job_dir)
@@ -231,9 +231,9 @@ def _job_line(job_dir: Path) -> tuple[str, str]:
         budget = _step_budget(job_dir, overrides)
         where = f", newest checkpoint at step {step}"
         where += f" of {budget}" if budget else ""
-    if status == EXTENDED and record.get("extended_from"):
+    if status == RunState.EXTENDED and record.get("extended_from"):
         where += f" (from {record['extended_from']['job']}); not resumed yet"
-    error = f": {record['error']}" if record.get("error") and status != "finished" else ""
+    error = f": {record['error']}" if record.get("error") and status != RunState.FINISHED else ""
     return status, f"job {job_dir.name} [{' '.join(overrides)}]: {status}{where}{error}"
 
 
@@ -283,7 +283,7 @@ def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
         if status == DAMAGED:
             damaged.append(job_dir.name)
             continue
-        finished = status == "finished"
+        finished = status == RunState.FINISHED
         checkpoint = (
             None if finished or not unfinished else runs.newest_complete_checkpoint(job_dir)[0]
         )

@@ -14,6 +14,7 @@ from typing import Any
 
 from treernn.errors import UserError
 from treernn.records import (
+    RunState,
     final_values,
     read_json_object,
     read_metrics,
@@ -190,7 +191,7 @@ def load_run(run_dir: Path) -> Run | str:
     if record.get("resumed_into"):
         return f"resumed in {record['resumed_into']}"
     status = record.get("status")
-    if status != "finished":
+    if status != RunState.FINISHED:
         if not status:
             return "no status.json (did not start or is not a treernn run)"
         return f"{status}: {record['error']}" if record.get("error") else status
