@@ -103,9 +103,10 @@ def sweep_page(sweep: KeptSweep, docs_dir: Path) -> tuple[str, dict[Path, Path]]
     return "\n".join(lines) + "\n", copies
 
 
-def claims_sections(kept: list[KeptSweep]) -> tuple[str, str]:
+def claims_sections(kept: list[KeptSweep], base: Path) -> tuple[str, str]:
     """The claims over the kept sweeps: the full table with its notes (the results page) and a
-    short one (the README's excerpt)."""
+    short one (the README's excerpt). Sweeps are named relative to ``base`` (the folder that holds
+    ``results/``), so that the page reads the same from any checkout."""
     from treernn.reporting.claims import decide_claims, load_sweeps, reading_notes, to_markdown
 
     sweeps = load_sweeps([sweep.path for sweep in kept])
@@ -114,6 +115,8 @@ def claims_sections(kept: list[KeptSweep]) -> tuple[str, str]:
     notes = reading_notes(decided, sweeps)
     if notes:
         full += "\n" + "".join(f"- {note}.\n" for note in notes)
+    if str(base) not in ("", "."):
+        full = full.replace(f"{base}/", "")
     short = ["| # | claim | result | comparison, A - B, 95% interval |", "|---|---|---|---|"]
     for number, (claim, word, outcomes) in enumerate(decided, start=1):
         parts = []
@@ -221,7 +224,7 @@ def planned_pages(results: Path, docs_dir: Path, readme: Path) -> dict[Path, str
             f"no complete sweep under {results}/tables/<table>/<sweep>: give --results the "
             "folder that holds the kept sweeps"
         )
-    full, short = claims_sections(kept)
+    full, short = claims_sections(kept, results.parent)
     files: dict[Path, str | Path] = {
         docs_dir / "results" / "index.md": results_index(kept, full),
         docs_dir / "reference" / "commands.md": commands_page(),
