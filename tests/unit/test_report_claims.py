@@ -307,7 +307,7 @@ def test_a_sweep_that_is_not_a_table_is_one_error_line(tmp_path, capsys):
 
 
 def test_the_report_says_which_machines_each_tables_runs_ran_on(tmp_path):
-    """Sweeps kept across sessions can mix CPUs (their GEMM backends round differently): the
+    """Sweeps kept across machines can mix CPUs (their GEMM backends round differently): the
     report counts each table's runs by the CPUs their records name, a resumed run's in order."""
     sweep = logic_sweep(tmp_path)
     machines = {0: ["Zen 4"], 1: ["Zen 4", "Zen 5"], 2: ["Zen 4", "Zen 4"]}
@@ -481,7 +481,7 @@ def test_the_size_of_a_sweep_from_its_multirun_yaml(tmp_path):
 
 
 def test_a_longer_sweep_still_running_does_not_hide_a_complete_shorter_one(tmp_path):
-    """results/ holds tdlm-long (complete) while tdlm-stop runs across sessions: until every job
+    """results/ holds tdlm-long (complete) while tdlm-stop is still running: until every job
     of the longer sweep has finished, the claims read the complete shorter one and say why."""
     short = lm_sweep(tmp_path / "short")  # 6 jobs, ON-LSTM 100-104 against LSTM 108-112
     save_multirun(short, {"model": "onlstm,lstm", "seed": "1,2,3"}, ["table=lm"], BASIC)

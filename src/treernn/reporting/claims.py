@@ -811,7 +811,7 @@ def runs_read(decided: Sequence[tuple[Claim, str, list[Outcome]]]) -> dict[str, 
 
 def machines_line(runs_by_table: Mapping[str, Sequence[Run]]) -> str:
     """Which machines (and commits) the runs of each table ran on (their status.json records):
-    sweeps kept across sessions may mix CPUs, whose GEMM backends round differently."""
+    sweeps kept across machines may mix CPUs, whose GEMM backends round differently."""
     parts = []
     for table, runs in sorted(runs_by_table.items()):
         counts = collections.Counter(" + ".join(dict.fromkeys(run.machines)) or "?" for run in runs)
