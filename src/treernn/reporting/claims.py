@@ -49,7 +49,13 @@ from pathlib import Path
 
 from treernn.errors import UserError
 from treernn.reporting.curves import run_curve
-from treernn.reporting.run_records import IGNORED_OVERRIDES, Run, config_value, load_runs
+from treernn.reporting.run_records import (
+    IGNORED_OVERRIDES,
+    Run,
+    config_value,
+    is_fraction,
+    load_runs,
+)
 from treernn.sweeps import sweep_size
 
 TRIVIAL_BEST = "trivial:best"
@@ -320,7 +326,7 @@ def rise_at_end(runs: Sequence[Run]) -> tuple[str, float, float, list[float]] | 
 def describe_rise(model: str, monitor: str, rises: Sequence[float]) -> str:
     """``lstm: val/acc +0.007 ± 0.010 points (standard error over 3 seeds)``: accuracies
     (logged as fractions) in percentage points."""
-    scale, unit = (100.0, " points") if _is_fraction(monitor) else (1.0, "")
+    scale, unit = (100.0, " points") if is_fraction(monitor) else (1.0, "")
     values = [scale * rise for rise in rises]
     if not values:
         return f"{model}: {monitor} best at the last validation"
@@ -332,11 +338,6 @@ def describe_rise(model: str, monitor: str, rises: Sequence[float]) -> str:
         f"{model}: {monitor} {mean:+.3g} ± {error:.2g}{unit} "
         f"(standard error over {len(values)} seeds)"
     )
-
-
-def _is_fraction(metric: str) -> bool:
-    """Accuracies are logged as fractions; the tables print them in %."""
-    return metric.rsplit("/", 1)[-1] == "acc"
 
 
 def distinct_numbers(a: float, b: float) -> tuple[str, str]:
@@ -501,7 +502,7 @@ def _validation_gap_check(
     validation = _validation_metric(comparison, better_runs + worse_runs, metric)
     if validation is None or budget is None:
         return None
-    scale = 100.0 if _is_fraction(validation) else 1.0
+    scale = 100.0 if is_fraction(validation) else 1.0
 
     def mean_curve(runs: Sequence[Run]) -> dict[int, float]:
         curves = _to_the_budget([run_curve(run.path, validation) for run in runs], budget)
