@@ -30,6 +30,8 @@ START = "<!-- claims:start (python -m treernn report pages) -->"
 END = "<!-- claims:end -->"
 #: the figures of a sweep directory that its page shows
 FIGURES = ("table.png", "curves.png")
+#: the generated pages' tables are wide: the site's navigation and table of contents make room
+WIDE = "---\nhide:\n  - navigation\n  - toc\n---\n"
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,17 @@ def _command(sweep: KeptSweep) -> str:
     return "python train.py -m " + " ".join(str(item) for item in overrides)
 
 
+def _paragraphs(markdown: str) -> str:
+    """A report's markdown with each note line under its table a paragraph of its own (markdown
+    would run consecutive lines together)."""
+    lines = []
+    for line in markdown.rstrip("\n").splitlines():
+        lines.append(line)
+        if line and not line.startswith(("|", "- ")):
+            lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
 def sweep_page(sweep: KeptSweep, docs_dir: Path) -> tuple[str, dict[Path, Path]]:
     """The page of one sweep and the figures to copy (target -> source)."""
     from treernn.reporting.curves import learning_curves
@@ -76,6 +89,7 @@ def sweep_page(sweep: KeptSweep, docs_dir: Path) -> tuple[str, dict[Path, Path]]
     }
     table = report_table([sweep.path])
     lines = [
+        WIDE,
         f"# {sweep.name} (table {sweep.table})",
         "",
         "Written by `python -m treernn report pages` from the kept runs in "
@@ -88,7 +102,7 @@ def sweep_page(sweep: KeptSweep, docs_dir: Path) -> tuple[str, dict[Path, Path]]
         "",
         "## Test metrics",
         "",
-        table_markdown(table, paths_from=sweep.path).rstrip("\n"),
+        _paragraphs(table_markdown(table, paths_from=sweep.path)),
     ]
     if figures_dir / "table.png" in copies:
         lines += ["", f"![test accuracy by number of operators]({sweep.name}/table.png)"]
@@ -97,7 +111,7 @@ def sweep_page(sweep: KeptSweep, docs_dir: Path) -> tuple[str, dict[Path, Path]]
     except UserError:
         curves = None
     if curves is not None:
-        lines += ["", "## Learning curves", "", curves_markdown(curves).rstrip("\n")]
+        lines += ["", "## Learning curves", "", _paragraphs(curves_markdown(curves))]
         if figures_dir / "curves.png" in copies:
             lines += ["", f"![{curves.metric} by update]({sweep.name}/curves.png)"]
     return "\n".join(lines) + "\n", copies
@@ -107,35 +121,70 @@ def claims_sections(kept: list[KeptSweep], base: Path) -> tuple[str, str]:
     """The claims over the kept sweeps: the full table with its notes (the results page) and a
     short one (the README's excerpt). Sweeps are named relative to ``base`` (the folder that holds
     ``results/``), so that the page reads the same from any checkout."""
-    from treernn.reporting.claims import decide_claims, load_sweeps, reading_notes, to_markdown
+    from treernn.reporting.claims import (
+        _mean,
+        decide_claims,
+        load_sweeps,
+        reading_notes,
+        to_markdown,
+    )
 
     sweeps = load_sweeps([sweep.path for sweep in kept])
     decided = decide_claims(sweeps)
-    full = to_markdown(decided)
-    notes = reading_notes(decided, sweeps)
-    if notes:
-        full += "\n" + "".join(f"- {note}.\n" for note in notes)
-    if str(base) not in ("", "."):
-        full = full.replace(f"{base}/", "")
     short = ["| # | claim | result | comparison, A - B, 95% interval |", "|---|---|---|---|"]
+    detail = [
+        "| # | comparison | word | A | B | A - B | 95% interval | gap trend |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for number, (claim, word, outcomes) in enumerate(decided, start=1):
         parts = []
         for outcome in outcomes:
             text = f"{outcome.comparison.better} vs {outcome.comparison.worse}"
             if outcome.metric:
                 text += f" ({outcome.metric})"
-            if outcome.interval is not None:
-                interval = outcome.interval
+            interval = outcome.interval
+            if interval is not None:
                 text += f": {interval.difference:+.2f} [{interval.low:+.2f}, {interval.high:+.2f}]"
             if outcome.reason:
                 text += f", {outcome.reason}"
             parts.append(text.replace("trivial:best", "trivial trees"))
+            check = outcome.gap_check
+            detail.append(
+                "| "
+                + " | ".join(
+                    [
+                        str(number),
+                        str(outcome.comparison)
+                        + (
+                            f" [{outcome.metric}]"
+                            if outcome.metric not in (None, outcome.comparison.metric)
+                            else ""
+                        ),
+                        outcome.word + (f" ({outcome.reason})" if outcome.reason else ""),
+                        _mean(outcome.better),
+                        _mean(outcome.worse),
+                        f"{interval.difference:+.2f}" if interval else "-",
+                        f"[{interval.low:+.2f}, {interval.high:+.2f}]" if interval else "-",
+                        check.describe() if check else "-",
+                    ]
+                )
+                + " |"
+            )
         short.append(f"| {number} | {claim.text} | **{word}** | {'; '.join(parts)} |")
-    return full, "\n".join(short) + "\n"
+    # the report's notes under its table: the key, still improving, each claim's limits
+    notes_text = to_markdown(decided).split("\n\n", 1)[1]
+    full = "\n".join([*short, "", "### Each comparison", "", *detail, "", notes_text.rstrip("\n")])
+    notes = reading_notes(decided, sweeps)
+    if notes:
+        full += "\n\n" + "".join(f"- {note}.\n" for note in notes)
+    if str(base) not in ("", "."):
+        full = full.replace(f"{base}/", "")
+    return full.rstrip("\n") + "\n", "\n".join(short) + "\n"
 
 
 def results_index(kept: list[KeptSweep], claims: str) -> str:
     lines = [
+        WIDE,
         "# Results",
         "",
         "Written by `python -m treernn report pages` from the complete sweeps kept in "
