@@ -120,9 +120,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "claims",
         help="the ten claims of the three papers, each decided over seeds from table sweeps",
         description="For each comparison a papers' table names (ON-LSTM, Ordered Memory, Top-down "
-        "Tree LSTM): the two means over seeds, the difference, Welch's t 95%% interval and one "
-        "word: shown, not shown or undecided (treernn.reporting.claims). Claims whose table has "
-        "no sweep given say 'no run'.",
+        "Tree LSTM): the two means over seeds, the difference, Welch's t 95%% interval, where "
+        "the gap is heading, and one word: shown, not shown, undecided (the interval contains 0, "
+        "or the gap is closing) or smoke check (a sweep below its table's budget); see "
+        "docs/claims.md. Claims whose table has no sweep given say 'no run'.",
     )
     claims.add_argument(
         "sweeps", nargs="*", type=Path, help="table sweep directories (train.py -m table=<name>)"
