@@ -1,4 +1,4 @@
-"""Whole training updates in fp32 and bf16-mixed, as ``python train.py`` runs them (issue 25).
+"""Whole training updates in fp32 and bf16-mixed, as ``python train.py`` runs them.
 
 ``benchmark_recurrence.py`` and ``benchmark_ordered_memory.py`` time a model alone. A user who asks
 for ``trainer.precision=bf16-mixed`` gets a whole Lightning update on the task's batches:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every sweep behind `python -m treernn report claims`, one after another, each a named sweep
-# (sweep_id): run this script again after any stop (a session's end, a crash, Ctrl-C) and each
+# (sweep_id): run this script again after any stop (a lost machine, a crash, Ctrl-C) and each
 # sweep continues where it stopped, finished jobs skipped and interrupted ones resumed from their
 # last checkpoint. Run it from a checkout of a fixed commit (git worktree add ../treernn-runs
 # <commit>) so that code changes never reach a running sweep.

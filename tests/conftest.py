@@ -60,7 +60,7 @@ def data_dir() -> Path:
 @pytest.fixture
 def data_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``TREERNN_CACHE_DIR`` at a fresh directory, for a dataset generated or downloaded there,
-    with the compiled kernels loaded first from the cache the session started with: they share
+    with the compiled kernels loaded first from the cache the test run started with: they share
     that variable, and in a fresh directory this process would build each again (10-30 s each)."""
     from treernn.kernels import cpp_ext
 

@@ -243,7 +243,7 @@ def constructor_config(cfg: DictConfig) -> DictConfig:
     return OmegaConf.create(current_spelling(container))
 
 
-#: Encoders whose reference/fast switch was spelled otherwise before issue 27: Ordered Memory's
+#: Encoders whose reference/fast switch was spelled otherwise before 278ea5f: Ordered Memory's
 #: ``fused`` flag (true or false) and the tree LSTMs' ``impl: batched``; today
 #: ``impl: fast | reference``.
 _FUSED_FLAG = ("treernn.encoders.ordered_memory.OrderedMemoryEncoder",)

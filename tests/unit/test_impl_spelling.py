@@ -1,4 +1,4 @@
-"""One name for the reference/fast switch (issue 27): ``impl: fast | reference`` for every model.
+"""One name for the reference/fast switch, ``impl: fast | reference``, for every model (278ea5f).
 A checkpoint written before stores the old spelling (Ordered Memory's ``fused``, the tree LSTMs'
 ``impl: batched``) and still builds the same model; typed on the command line, the old spelling
 is the usual one-line error listing what is valid."""

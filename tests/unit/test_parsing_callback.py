@@ -150,7 +150,7 @@ def _free_port() -> int:
 def _ddp_worker(rank: int, port: int, results) -> None:
     # the two ranks share the cores, as Lightning's DDP shares them on the CPU: with one OpenMP
     # thread per core each (torch's default outside pytest-xdist, whose workers set 1), the
-    # threads of one rank wait for cores the other holds; on 2 cores busy with another session's
+    # threads of one rank wait for cores the other holds; on 2 cores busy with another job's
     # processes the test ran past 5 minutes without -n, its ranks' part in 15 s with this
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)

@@ -21,15 +21,19 @@ from treernn.reporting.claims import (
     NO_RUN,
     NOT_SHOWN,
     SHOWN,
+    SMOKE,
     TRIVIAL_BEST,
     UNDECIDED,
     Comparison,
     decide,
     decide_claims,
+    declared_budget,
     distinct_numbers,
     improvement_at_end,
+    line_reaches_zero,
     load_sweeps,
     reading_notes,
+    slope_through,
     to_markdown,
     welch_interval,
 )
@@ -231,14 +235,12 @@ def test_each_claim_decided_from_its_table(tmp_path):
     assert word == SHOWN
     assert (outcome.interval.low, outcome.interval.high) == pytest.approx((-12.534, -3.466), 1e-3)
 
-    # OM - LSTM = 30 on ListOps, but LSTM was still improving: undecided; no Transformer run
+    # OM - LSTM = 30 on ListOps: shown, and the LSTM still improving is printed beside it (each
+    # seed 0.60 -> 0.70: +10 points, no spread); no Transformer run: the claim is undecided
     word, (lstm, transformer) = claim("Ordered Memory beats LSTM and Transformer", decided)
     assert word == UNDECIDED
-    assert lstm.word == UNDECIDED and lstm.interval.low > 0
-    assert lstm.reason == (
-        "validation still improving at the end "
-        "(lstm: val/acc 0.7 at the last validation, best before 0.6)"
-    )
+    assert lstm.word == SHOWN and lstm.interval.low > 0
+    assert lstm.improving == ["lstm: val/acc +10 ± 0 points (standard error over 3 seeds)"]
     assert transformer.word == NO_RUN and "transformer" in transformer.reason
 
     # the best layer (layer1: 82 on average) against the best trivial trees (right-branching,
@@ -305,7 +307,7 @@ def test_a_sweep_that_is_not_a_table_is_one_error_line(tmp_path, capsys):
 
 
 def test_the_report_says_which_machines_each_tables_runs_ran_on(tmp_path):
-    """Sweeps kept across sessions can mix CPUs (their GEMM backends round differently): the
+    """Sweeps kept across machines can mix CPUs (their GEMM backends round differently): the
     report counts each table's runs by the CPUs their records name, a resumed run's in order."""
     sweep = logic_sweep(tmp_path)
     machines = {0: ["Zen 4"], 1: ["Zen 4", "Zen 5"], 2: ["Zen 4", "Zen 4"]}
@@ -479,7 +481,7 @@ def test_the_size_of_a_sweep_from_its_multirun_yaml(tmp_path):
 
 
 def test_a_longer_sweep_still_running_does_not_hide_a_complete_shorter_one(tmp_path):
-    """results/ holds tdlm-long (complete) while tdlm-stop runs across sessions: until every job
+    """results/ holds tdlm-long (complete) while tdlm-stop is still running: until every job
     of the longer sweep has finished, the claims read the complete shorter one and say why."""
     short = lm_sweep(tmp_path / "short")  # 6 jobs, ON-LSTM 100-104 against LSTM 108-112
     save_multirun(short, {"model": "onlstm,lstm", "seed": "1,2,3"}, ["table=lm"], BASIC)
@@ -650,3 +652,150 @@ def test_output_cut_short_by_its_reader_ends_quietly(tmp_path):
     stderr = process.stderr.read()
     assert process.wait(timeout=120) == 141, stderr
     assert stderr == ""
+
+
+# ----------------------------------------------------------------------------- the gap check
+def test_a_line_reaches_zero_by_twice_the_budget():
+    # gap 4 at T = 10,000 with slope -6/5,000 per update: 4 - 12 = -8 at 20,000: crosses 0
+    assert line_reaches_zero(4.0, -6 / 5000, 10000)
+    # gap 4 falling 3 per 10,000: 1 at 20,000, still on its side
+    assert not line_reaches_zero(4.0, -3 / 10000, 10000)
+    # exactly 0 at twice the budget counts as reaching it
+    assert line_reaches_zero(4.0, -4 / 10000, 10000)
+    # a widening gap, on either side of 0, never reaches it
+    assert not line_reaches_zero(-2.0, -1e-3, 10000)
+    assert line_reaches_zero(-2.0, 3e-4, 10000)  # -2 + 3 = +1 at 20,000
+    assert not line_reaches_zero(0.0, -1.0, 10000)  # no gap: the interval decides alone
+    # least squares through (1, 1), (2, 2), (3, 6): mean x 2, mean y 3;
+    # slope = ((-1)(-2) + 0 + (1)(3)) / (1 + 0 + 1) = 5/2
+    assert slope_through([(1, 1), (2, 2), (3, 6)]) == pytest.approx(2.5)
+    assert slope_through([(3000, 15.0), (4000, 8.0)]) == pytest.approx(-7 / 1000)
+    with pytest.raises(ValueError, match="2 points"):
+        slope_through([(1, 1)])
+
+
+def two_budgets_of_om_vs_lstm(root: Path, short_om: list[float]) -> tuple[Path, Path]:
+    """table=logic at 5,000 and 10,000 updates: at 10,000 OM 70, 72, 74 against LSTM 62, 64, 66
+    (gap 8, interval [3.466, 12.534]: shown by the interval); at 5,000 OM ``short_om``
+    against LSTM 50, 52, 54."""
+    sweeps = []
+    for name, om, lstm in (("short", short_om, [50, 52, 54]), ("long", [70, 72, 74], [62, 64, 66])):
+        sweep = root / name / "logic"
+        for job, (model, value) in enumerate(
+            [("ordered_memory", v) for v in om] + [("lstm", v) for v in lstm]
+        ):
+            make_run(sweep, job, "logic", model, job % 3 + 1, ops(value))
+        sweeps.append(sweep)
+    set_budgets((sweeps[0], 5000), (sweeps[1], 10000))
+    return sweeps[0], sweeps[1]
+
+
+def test_a_gap_closing_since_a_smaller_budget_turns_shown_into_undecided(tmp_path):
+    om_vs_lstm = Comparison(("logic",), "ops7-12", "ordered_memory", "lstm")
+    # at 5,000: OM 64, 66, 68 against 50, 52, 54: gap 14; at 10,000: 8. The line through
+    # (5,000, 14) and (10,000, 8): slope -6/5,000, at 20,000: 8 - 12 = -4: it reaches 0
+    short, longer = two_budgets_of_om_vs_lstm(tmp_path, [64, 66, 68])
+    outcome = decide(om_vs_lstm, load_sweeps([short, longer]))
+    assert (outcome.word, outcome.reason) == (UNDECIDED, "gap closing")
+    check = outcome.gap_check
+    assert (check.source, check.earlier_at, check.budget) == ("smaller budget", 5000, 10000)
+    assert (check.earlier, check.gap, check.slope) == pytest.approx((14.0, 8.0, -6 / 5000))
+    assert check.at_twice == pytest.approx(-4.0)
+    assert check.describe() == "+14.00 at 5,000 -> +8.00 at 10,000; on that line -4.00 at 20,000"
+    # at 5,000 a gap of 10 (OM 60, 62, 64): slope -2/5,000, 8 - 4 = 4 at 20,000: still shown
+    short, longer = two_budgets_of_om_vs_lstm(tmp_path / "narrowing", [60, 62, 64])
+    outcome = decide(om_vs_lstm, load_sweeps([short, longer]))
+    assert outcome.word == SHOWN and outcome.gap_check.at_twice == pytest.approx(4.0)
+    # a smaller budget with the gap widening since (5 then 8): shown
+    short, longer = two_budgets_of_om_vs_lstm(tmp_path / "widening", [55, 57, 59])
+    outcome = decide(om_vs_lstm, load_sweeps([short, longer]))
+    assert outcome.word == SHOWN and outcome.gap_check.slope == pytest.approx(3 / 5000)
+
+
+def test_the_gap_check_never_decides_an_interval_that_contains_zero(tmp_path):
+    # ON-LSTM 65, 67, 69 against LSTM 62, 64, 66 at 10,000 (interval [-1.534, 7.534]), 10 ahead
+    # at 5,000: the line reaches 0, but the word stays what the interval says
+    sweeps = []
+    for name, onlstm in (("short", [60, 62, 64]), ("long", [65, 67, 69])):
+        sweep = tmp_path / name / "logic"
+        lstm = [50, 52, 54] if name == "short" else [62, 64, 66]
+        for job, (model, value) in enumerate(
+            [("onlstm", v) for v in onlstm] + [("lstm", v) for v in lstm]
+        ):
+            make_run(sweep, job, "logic", model, job % 3 + 1, ops(value))
+        sweeps.append(sweep)
+    set_budgets((sweeps[0], 5000), (sweeps[1], 10000))
+    outcome = decide(Comparison(("logic",), "ops7-12", "onlstm", "lstm"), load_sweeps(sweeps))
+    assert (outcome.word, outcome.reason) == (UNDECIDED, "the interval contains 0")
+    assert outcome.gap_check.closing  # printed, not applied
+
+
+def sst2_with_curves(root: Path, om_curve: list[float], lstm_curve: list[float]) -> Path:
+    """The SST-2 sweep with OM 89, 90, 91 against LSTM 81, 82, 83 (gap 8 at T, shown by the
+    interval: 8 ± 2.7764 * 0.8165) and the validation curves given, over 400 updates."""
+    sweep = root / "sst2"
+    for job, (model, value) in enumerate(
+        [("ordered_memory", v) for v in (89, 90, 91)] + [("lstm", v) for v in (81, 82, 83)]
+    ):
+        curve = om_curve if model == "ordered_memory" else lstm_curve
+        make_run(sweep, job, "sst2", model, job % 3 + 1, {"test/acc": value / 100}, curve)
+    set_budgets((sweep, 400))  # validations after 100, 200, 300, 400 updates
+    return sweep
+
+
+def test_without_a_smaller_budget_the_validation_gap_over_the_last_quarter_decides(tmp_path):
+    om_vs_lstm = Comparison(("sst2",), "acc", "ordered_memory", "lstm")
+    # the last quarter of 400: the validations after 300 and 400 updates. Gap in points:
+    # 80 - 65 = 15 at 300, 78 - 70 = 8 at 400: slope -7/100 per update; from the test gap 8 at
+    # T = 400: 8 - 0.07 * 400 = -20 at 800: closing
+    sweep = sst2_with_curves(tmp_path, [0.5, 0.8, 0.8, 0.78], [0.5, 0.6, 0.65, 0.70])
+    outcome = decide(om_vs_lstm, load_sweeps([sweep]))
+    assert (outcome.word, outcome.reason) == (UNDECIDED, "gap closing")
+    check = outcome.gap_check
+    assert (check.source, check.validation) == ("validation", "val/acc")
+    assert check.slope == pytest.approx(-7 / 100)
+    assert check.at_twice == pytest.approx(8 - 28)
+    # the gap at 300 and 400: 80 - 70 = 10, 79 - 70 = 9: slope -1/100, 8 - 4 = 4 at 800: shown
+    sweep = sst2_with_curves(tmp_path / "holds", [0.5, 0.8, 0.8, 0.79], [0.5, 0.6, 0.7, 0.7])
+    outcome = decide(om_vs_lstm, load_sweeps([sweep]))
+    assert outcome.word == SHOWN and outcome.gap_check.slope == pytest.approx(-1 / 100)
+    # only the updates after 3T/4 count: an early jump (gap 0 -> 20 by 200) changes nothing
+    sweep = sst2_with_curves(tmp_path / "early", [0.5, 0.9, 0.8, 0.79], [0.5, 0.7, 0.7, 0.7])
+    assert decide(om_vs_lstm, load_sweeps([sweep])).gap_check.slope == pytest.approx(-1 / 100)
+
+
+def test_a_sweep_below_its_tables_declared_budget_is_a_smoke_check(tmp_path):
+    """conf/table/sst2.yaml declares 270 updates: a 30-update sweep decides nothing, whatever
+    its interval says (sst2_sweep's: [-8.267, -3.733], 'not shown' at a real budget)."""
+    sweep = sst2_sweep(tmp_path)
+    set_budgets((sweep, 30))
+    assert declared_budget("sst2") == 270
+    decided = decide_claims(load_sweeps([sweep]))
+    word, (outcome,) = decided[8][1], decided[8][2]
+    assert word == SMOKE and outcome.word == SMOKE
+    assert outcome.reason == "30 updates, below table sst2's declared 270"
+    assert (outcome.interval.low, outcome.interval.high) == pytest.approx((-8.267, -3.733), 1e-3)
+    # at the declared budget it is a verdict
+    set_budgets((sweep, 270))
+    assert decide_claims(load_sweeps([sweep]))[8][1] == NOT_SHOWN
+    # a table the checkout does not declare (an installed package without conf/): no smoke check
+    assert declared_budget("sst2", tmp_path) is None
+
+
+def test_still_improving_is_printed_with_its_rise_and_standard_error(tmp_path):
+    # seeds' val/acc 0.60 -> 0.70, 0.61 -> 0.72, 0.59 -> 0.71 between the 2nd and 3rd validation
+    # (the mean's best before the end is the 2nd, 0.60): rises 10, 11, 12 points, mean 11,
+    # std 1, standard error 1/sqrt(3) = 0.577
+    sweep = tmp_path / "sst2"
+    curves = [[0.5, 0.60, 0.70], [0.5, 0.61, 0.72], [0.5, 0.59, 0.71]]
+    for job, (model, value) in enumerate(
+        [("ordered_memory", v) for v in (79, 80, 81)] + [("lstm", v) for v in (85, 86, 87)]
+    ):
+        curve = curves[job % 3] if model == "lstm" else PLATEAU
+        make_run(sweep, job, "sst2", model, job % 3 + 1, {"test/acc": value / 100}, curve)
+    outcome = decide(Comparison(("sst2",), "acc", "ordered_memory", "lstm"), load_sweeps([sweep]))
+    assert outcome.word == NOT_SHOWN  # information only
+    assert outcome.improving == ["lstm: val/acc +11 ± 0.58 points (standard error over 3 seeds)"]
+    text = to_markdown(decide_claims(load_sweeps([sweep])))
+    assert "- claim 9, ordered_memory > lstm on acc: lstm: val/acc +11 ± 0.58 points" in text
+    assert "- claim 9: hidden 100 with embeddings trained from scratch (no GloVe" in text

@@ -1,6 +1,6 @@
 """``results/`` keeps the claims' sweeps (scripts/run_claims.sh): finished jobs without weights,
 committed, and unfinished jobs with their checkpoints, never committed but not ignored either, so
-that a new checkout that recovers a session's uncommitted files resumes those jobs."""
+that a new checkout that recovers a lost machine's uncommitted files resumes those jobs."""
 
 from __future__ import annotations
 

@@ -102,7 +102,11 @@ def test_agreement_accuracy_and_unknown_words():
     assert result.unknown_words == {"dogs": 2}
     assert result.sentences_scored == 6
     table = format_table(result)
-    assert "Subject-verb agreement" in table and "0.33" in table
+    # accuracies in %, the paper's columns named as the paper's (Simple: 99 / 100 there)
+    assert "Subject-verb agreement" in table and " 33.3 " in table
+    assert "ON-LSTM (paper) %" in table and "LSTM (paper) %" in table
+    simple_line = next(line for line in table.splitlines() if "Simple" in line)
+    assert simple_line.split()[-2:] == ["99.0", "100.0"]
     assert result.as_dict()["cases"][0]["accuracy"] == pytest.approx(1 / 3)
 
 

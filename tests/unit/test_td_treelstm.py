@@ -127,7 +127,7 @@ def test_parameters_uniform_in_paper_range_and_gradients_flow():
 def test_missing_tree_and_unknown_impl_are_clear_errors():
     with pytest.raises(ValueError, match="tree="):
         TopDownTreeLSTM(input_size=2, hidden_size=2)(torch.zeros(1, 2, 2))
-    with pytest.raises(ValueError, match="impl='batched'"):  # the spelling before issue 27
+    with pytest.raises(ValueError, match="impl='batched'"):  # the spelling before 278ea5f
         TopDownTreeLSTM(input_size=2, hidden_size=2, impl="batched")
 
 

@@ -1,6 +1,6 @@
 """The EWT stand-ins for MSR sentence completion and MSTParser k-best reranking (Top-down Tree LSTM
 paper, Tables 1 and 2) of a ``dependency_lm`` model after testing, from the tested weights
-(:mod:`treernn.evaluation.ewt_standins`, ``docs/ewt_standins.md``).
+(:mod:`treernn.evaluation.ewt_standins`, ``docs/papers/ewt-standins.md``).
 
 Off by default; ``conf/callbacks/ewt_standins.yaml`` switches it on (``callbacks=[default,
 ewt_standins]``, or ``- /callbacks/ewt_standins@task.callbacks`` in a table). The questions and

@@ -121,15 +121,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "claims",
         help="the ten claims of the three papers, each decided over seeds from table sweeps",
         description="For each comparison a papers' table names (ON-LSTM, Ordered Memory, Top-down "
-        "Tree LSTM): the two means over seeds, the difference, Welch's t 95%% interval and one "
-        "word: shown, not shown or undecided (treernn.reporting.claims). Claims whose table has "
-        "no sweep given say 'no run'.",
+        "Tree LSTM): the two means over seeds, the difference, Welch's t 95%% interval, where "
+        "the gap is heading, and one word: shown, not shown, undecided (the interval contains 0, "
+        "or the gap is closing) or smoke check (a sweep below its table's budget); see "
+        "docs/claims.md. Claims whose table has no sweep given say 'no run'.",
     )
     claims.add_argument(
         "sweeps", nargs="*", type=Path, help="table sweep directories (train.py -m table=<name>)"
     )
     claims.add_argument("--out", type=Path, default=None, help="also write the table here (.md)")
     claims.set_defaults(run_report=claims_report)
+
+    pages = reports.add_parser(
+        "pages",
+        help="the docs' results pages and the README's claims excerpt, from results/",
+        description="Writes docs/results/ (the claims table and a page per complete kept sweep: "
+        "its table, learning curves and figures) and the README's claims excerpt between its "
+        "markers (treernn.reporting.pages). Incomplete sweeps are left out.",
+    )
+    pages.add_argument("--results", type=Path, default=Path("results"), help="the kept sweeps")
+    pages.add_argument("--docs", type=Path, default=Path("docs"), help="the docs folder")
+    pages.add_argument("--readme", type=Path, default=Path("README.md"))
+    pages.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; fail naming the files that differ from what would be written",
+    )
+    pages.set_defaults(run_report=pages_report)
 
     accuracy = reports.add_parser(
         "accuracy",
@@ -300,6 +318,27 @@ def table_report(args: argparse.Namespace) -> int:
     if args.wandb or (table.wandb_project and _importable("wandb")):
         where = log_to_wandb(table, prefix.parent, table.wandb_project or "treernn")
         print(f"logged the table to wandb ({where})")
+    return 0
+
+
+def pages_report(args: argparse.Namespace) -> int:
+    from treernn.errors import UserError
+    from treernn.reporting.pages import planned_pages, stale_pages, write_pages
+
+    files = planned_pages(args.results, args.docs, args.readme)
+    if args.check:
+        stale = stale_pages(files, args.docs)
+        if stale:
+            raise UserError(
+                f"{len(stale)} results file(s) differ from the kept runs ("
+                + ", ".join(map(str, stale[:5]))
+                + (", ..." if len(stale) > 5 else "")
+                + "): run `python -m treernn report pages` and commit what it writes"
+            )
+        print(f"{len(files)} results files match the kept runs")
+        return 0
+    for path in write_pages(files):
+        print(f"wrote {path}")
     return 0
 
 

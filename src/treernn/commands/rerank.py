@@ -11,8 +11,8 @@ Producing candidates: any k-best dependency parser writing CoNLL (MSTParser's k-
 paper, or another parser's k-best output), with one ``# sent_id`` per sentence. For a quick sanity
 check without a k-best parser, ``make-candidates`` writes the gold tree plus K-1 trees that each
 re-attach a few words to other heads (kept projective), in shuffled order. Reranking those is an
-easy synthetic task, not the paper's benchmark; the stand-in of ``docs/ewt_standins.md`` (candidates
-from UD English-EWT's test trees) is scored at the end of a run's test by a callback
+easy synthetic task, not the paper's benchmark; the stand-in of ``docs/papers/ewt-standins.md``
+(candidates from UD English-EWT's test trees) is scored at the end of a run's test by a callback
 (``callbacks=[default,ewt_standins]``).
 
     python -m treernn rerank score --ckpt X.ckpt --candidates cands.conllu --gold gold.conllu

@@ -1,5 +1,5 @@
 """Stand-ins for the Top-down Tree LSTM paper's two evaluations, built deterministically from UD
-English-EWT's gold trees (``docs/ewt_standins.md`` says why and what they cannot show).
+English-EWT's gold trees (``docs/papers/ewt-standins.md`` says why and what they cannot show).
 
 Zhang, Lu and Lapata (2016) test their tree language models on MSR Sentence Completion (Table 1:
 1,040 questions from Sherlock Holmes novels, models trained on 522 other novels) and by reranking

@@ -420,9 +420,11 @@ def _spread(items: list[tuple[str, ...]], limit: int | None) -> list[tuple[str, 
 
 
 def format_table(result: SynEvalResult) -> str:
-    """Table 3 layout: one line per test case, the model's accuracy beside the paper's."""
+    """Table 3 layout: one line per test case, the model's accuracy (%) beside the paper's (its
+    Table 3 prints fractions; here both are in %, as every report prints accuracies)."""
     lines = [
-        f"{'':62} {'model':>6} {'pairs':>7} {'w/ unk':>7} {'known':>6} {'ON-LSTM':>8} {'LSTM':>6}",
+        f"{'':62} {'model %':>7} {'pairs':>7} {'w/ unk':>7} {'known %':>7} "
+        f"{'ON-LSTM (paper) %':>17} {'LSTM (paper) %':>14}",
     ]
     dependency = phenomenon = None
     for case_result in result.cases:
@@ -434,22 +436,22 @@ def format_table(result: SynEvalResult) -> str:
             phenomenon = case.phenomenon
             lines.append(f"  {phenomenon}:")
         lines.append(
-            f"    {case.name:<58} {_paper(case_result.accuracy):>6} "
+            f"    {case.name:<58} {_percent(case_result.accuracy):>7} "
             f"{case_result.total:>7} {case_result.pairs_with_unknown_words:>7} "
-            f"{_paper(case_result.known_accuracy):>6} "
-            f"{_paper(case.paper_onlstm):>8} {_paper(case.paper_lstm):>6}"
+            f"{_percent(case_result.known_accuracy):>7} "
+            f"{_percent(case.paper_onlstm):>17} {_percent(case.paper_lstm):>14}"
         )
     lines.append(
         f"{result.pairs} distinct pairs, {result.pairs_with_unknown_words} with words outside the "
         f"vocabulary (mapped to <unk>; {len(result.unknown_words)} distinct words; 'known': the "
-        f"accuracy on the pairs with none); template set {result.template_set}; "
-        f"{result.seconds:.1f} s"
+        f"accuracy on the pairs with none); '(paper)': ON-LSTM's Table 3; template set "
+        f"{result.template_set}; {result.seconds:.1f} s"
     )
     return "\n".join(lines)
 
 
-def _paper(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
 
 
 def group_means(result: SynEvalResult, known: bool = False) -> dict[str, float]:

@@ -5,7 +5,7 @@ paper's size a training update launches about 8,000 small kernels, and the GPU w
 launches (an H200 was busy 51 ms of a 150-160 ms update). A CUDA graph records a loop's kernels
 once and replays them in one launch: on an H200 the paper-size stack, with the paper's dropouts,
 trained at 45,900 tokens/s through these graphs against 10,100 eagerly (4.5x), and the small
-one at 201,000 against 48,900 (``docs/recurrence_speed.md``, twenty-first session).
+one at 201,000 against 48,900 (``docs/recurrence_speed.md`` as of 8148193).
 
 :func:`run` runs a loop function through a graph kept per key (the loop's name and the shapes,
 dtypes and options of its call). Each graph owns static copies of the call's tensors: a call

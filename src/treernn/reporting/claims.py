@@ -13,13 +13,16 @@ A claim holds one or more comparisons "A is better than B on a table's metric". 
   s_B^2/n_B)`` (sample variances) and the Welch-Satterthwaite ``df``. B may be the trivial trees
   (``trivial:best``: the trivial tree with the highest mean F1 on the same sentences; its value is
   the same in every run, so its variance is 0 and the interval is A's one-sample interval);
-- one word: **shown** when the interval lies on the claim's side of 0, **not shown** when it lies
-  on the other side, **undecided** when it contains 0, when either side has fewer than 2 seeds,
-  or when validation was still improving at the end of training for either model (its monitored
-  metric, mean over seeds, was better at the last validation than at every earlier one: more
-  updates could change the answer; the reason gives both means, so that a reader sees whether
-  it was a climb or a tenth of a point on a plateau; the seeds that their own rule stopped
-  before the budget are left out of that mean, see :func:`improvement_at_end`).
+- one word, by the rule of ``docs/claims.md``, fixed before the runs it reads: **shown** when
+  the interval lies on the claim's side of 0, **not shown** when it lies on the other side,
+  **undecided** when it contains 0 or either side has fewer than 2 seeds; then a gap check that
+  can only turn shown / not shown into **undecided (gap closing)**: the straight line through
+  the gap at the largest complete smaller budget of the same comparison and the gap at the
+  budget T (without a smaller budget: the gap at T with the slope of the validation gap over the
+  last quarter of T) reaches 0 by 2T (:func:`gap_check`). A sweep below its table's declared
+  budget is a **smoke check**, not a verdict. Validation still improving at the end is printed,
+  with each model's rise and its standard error over seeds, as information
+  (:func:`rise_at_end`).
 
 A comparison may name several tables, in order of preference (ON-LSTM against LSTM on logic:
 ``logic_onlstm``, at the ON-LSTM paper's width, then ``logic``); it reads the first that has a
@@ -41,12 +44,18 @@ import collections
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from treernn.errors import UserError
 from treernn.reporting.curves import run_curve
-from treernn.reporting.run_records import IGNORED_OVERRIDES, Run, config_value, load_runs
+from treernn.reporting.run_records import (
+    IGNORED_OVERRIDES,
+    Run,
+    config_value,
+    is_fraction,
+    load_runs,
+)
 from treernn.sweeps import sweep_size
 
 TRIVIAL_BEST = "trivial:best"
@@ -73,6 +82,8 @@ class Claim:
     paper: str
     text: str
     comparisons: tuple[Comparison, ...]
+    #: what keeps this reproduction from deciding the paper's claim as the paper states it
+    limits: str = ""
 
 
 def _pair(tables, metric, better, worse, higher=True) -> Comparison:
@@ -85,11 +96,15 @@ CLAIMS: tuple[Claim, ...] = (
         "ON-LSTM Table 1",
         "ON-LSTM language model beats the AWD-LSTM baseline (test perplexity)",
         (_pair(["lm"], "ppl", "onlstm", "lstm", higher=False),),
+        "scaled-down widths (embedding 200, hidden 400, not 400 and 1,150) and a budget of "
+        "epochs, not the paper's 1,000",
     ),
     Claim(
         "ON-LSTM Table 2",
         "ON-LSTM's induced trees beat the trivial trees (parse F1, best layer)",
         (_pair(["lm"], "parse_f1/layer*", "onlstm", TRIVIAL_BEST),),
+        "scaled-down widths; the NLTK WSJ sample lies inside PTB's training text (the paper "
+        "scores the WSJ test section)",
     ),
     Claim(
         "ON-LSTM Table 3",
@@ -99,22 +114,27 @@ CLAIMS: tuple[Claim, ...] = (
             _pair(["lm"], "syneval_known/long_term", "onlstm", "lstm"),
             _pair(["lm"], "syneval_known/short_term", "lstm", "onlstm"),
         ),
+        "scaled-down widths; Marvin & Linzen pairs restricted to PTB's 10k vocabulary (the "
+        "paper's models read a Wikipedia vocabulary)",
     ),
     Claim(
         "ON-LSTM Fig. 3",
         "ON-LSTM beats LSTM on logic at 7-12 operators",
         # the paper's width (table=logic_onlstm) where it ran, else the logic table's
         (_pair(["logic_onlstm", "logic"], "ops7-12", "onlstm", "lstm"),),
+        "the paper's width only where table=logic_onlstm ran; fewer updates than the paper",
     ),
     Claim(
         "Ordered Memory Table 1",
         "Ordered Memory beats LSTM on logic at 7-12 operators",
         (_pair(["logic"], "ops7-12", "ordered_memory", "lstm"),),
+        "scaled-down widths (embedding and hidden 80, not 200) and budgets",
     ),
     Claim(
         "Ordered Memory Table 1 (Sys. Gen.)",
         "Ordered Memory beats LSTM on systematic generalisation (partitions A, B, C)",
         tuple(_pair(["sysgen"], f"sysgen_{split}", "ordered_memory", "lstm") for split in "ABC"),
+        "scaled-down widths (embedding and hidden 80, not 200) and budgets",
     ),
     Claim(
         "Ordered Memory Fig. 3a",
@@ -123,16 +143,19 @@ CLAIMS: tuple[Claim, ...] = (
             _pair(["listops"], "acc", "ordered_memory", "lstm"),
             _pair(["listops"], "acc", "ordered_memory", "transformer"),
         ),
+        "scaled-down widths (embedding and hidden 64, not 128) and budgets",
     ),
     Claim(
         "Ordered Memory Fig. 3a",
         "Ordered Memory's induced ListOps trees beat the trivial trees",
         (_pair(["listops"], "parse_f1/layer*", "ordered_memory", TRIVIAL_BEST),),
+        "scaled-down widths (embedding and hidden 64, not 128) and budgets",
     ),
     Claim(
         "Ordered Memory Table 3",
         "Ordered Memory beats LSTM on SST-2",
         (_pair(["sst2"], "acc", "ordered_memory", "lstm"),),
+        "hidden 100 with embeddings trained from scratch (no GloVe; the paper: hidden 300, GloVe)",
     ),
     Claim(
         "Top-down Tree LSTM Tables 1-2",
@@ -144,6 +167,8 @@ CLAIMS: tuple[Claim, ...] = (
             _pair(["tdlm"], "completion_acc", "td_treelstm", "lstm"),
             _pair(["tdlm"], "rerank_uas", "ld_treelstm", "td_treelstm"),
         ),
+        "scaled-down widths; UD English-EWT and its stand-ins for the paper's MSR and k-best "
+        "sets; the halving rule gives seeds different budgets",
     ),
 )
 
@@ -176,6 +201,66 @@ def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) 
 
 # ----------------------------------------------------------------------------- deciding
 SHOWN, NOT_SHOWN, UNDECIDED, NO_RUN = "shown", "not shown", "undecided", "no run"
+#: a sweep run below its table's declared budget: it checks that the pipeline runs, it decides
+#: nothing
+SMOKE = "smoke check"
+GAP_CLOSING = "gap closing"
+
+
+@dataclass(frozen=True)
+class GapCheck:
+    """Where the claim metric's gap A - B is heading: a straight line through the gap at the
+    budget ``budget`` with slope ``slope`` (per update), and whether it reaches 0 by twice the
+    budget. ``source`` says where the slope comes from: the gap at a smaller budget ``earlier_at``
+    of the same comparison (``earlier``), or the validation gap over the last quarter of the
+    budget (``validation``: that metric)."""
+
+    gap: float
+    budget: int
+    slope: float
+    source: str
+    earlier_at: int | None = None
+    earlier: float | None = None
+    validation: str | None = None
+
+    @property
+    def at_twice(self) -> float:
+        return self.gap + self.slope * self.budget
+
+    @property
+    def closing(self) -> bool:
+        return line_reaches_zero(self.gap, self.slope, self.budget)
+
+    def describe(self) -> str:
+        if self.source == "smaller budget":
+            start = (
+                f"{self.earlier:+.2f} at {self.earlier_at:,} -> {self.gap:+.2f} at {self.budget:,}"
+            )
+        else:
+            per = self.slope * 1000
+            start = f"{self.validation} gap {per:+.3g} per 1,000 updates over the last quarter"
+        return f"{start}; on that line {self.at_twice:+.2f} at {2 * self.budget:,}"
+
+
+def line_reaches_zero(gap: float, slope: float, budget: int) -> bool:
+    """Whether the line through ``gap`` at ``budget`` updates with ``slope`` per update reaches 0
+    after ``budget`` and by ``2 * budget``: its value at twice the budget is 0 or of the other
+    sign. A gap of exactly 0 decides nothing and is left to the interval."""
+    if gap == 0.0:
+        return False
+    return gap * (gap + slope * budget) <= 0.0
+
+
+def slope_through(points: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope of ``(update, value)`` points (two points: the line through them)."""
+    if len(points) < 2:
+        raise ValueError(f"a slope needs 2 points, got {len(points)}")
+    mean_x = statistics.fmean(x for x, _ in points)
+    mean_y = statistics.fmean(y for _, y in points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    if spread == 0.0:
+        raise ValueError("a slope needs 2 different updates")
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
 
 
 @dataclass
@@ -188,7 +273,10 @@ class Outcome:
     better: list[float] | None = None
     worse: list[float] | None = None
     interval: Interval | None = None
-    reason: str = ""  # why undecided / no run, in a few words
+    reason: str = ""  # why undecided / no run / a smoke check, in a few words
+    gap_check: GapCheck | None = None
+    #: "still improving" at the end of training, as information: it does not change the word
+    improving: list[str] = field(default_factory=list)
 
 
 def improvement_at_end(runs: Sequence[Run]) -> tuple[str, float, float] | None:
@@ -202,6 +290,15 @@ def improvement_at_end(runs: Sequence[Run]) -> tuple[str, float, float] | None:
     stopped improving by that rule, and more updates would not have trained it on; and with it in
     the mean, the mean after it stopped would be over fewer seeds than before, so that a change of
     seeds could read as a climb. None where every run stopped before its budget."""
+    rise = rise_at_end(runs)
+    return None if rise is None else rise[:3]
+
+
+def rise_at_end(runs: Sequence[Run]) -> tuple[str, float, float, list[float]] | None:
+    """:func:`improvement_at_end` with each seed's own rise: its value at the last validation
+    minus its value at the validation whose mean was the best before (the rises' mean is the
+    means' difference), over the seeds that have both; the spread of the rises over seeds says
+    whether the climb is more than noise."""
     config = runs[0].config
     monitor = str((config.get("task") or {}).get("monitor") or "")
     lower = (config.get("task") or {}).get("mode") == "min"
@@ -211,9 +308,36 @@ def improvement_at_end(runs: Sequence[Run]) -> tuple[str, float, float] | None:
     if len(steps) < 2:
         return None
     means = [statistics.fmean(curve[step] for curve in curves if step in curve) for step in steps]
-    before = min(means[:-1]) if lower else max(means[:-1])
+    earlier = means[:-1]
+    best_index = earlier.index(min(earlier) if lower else max(earlier))
+    before = earlier[best_index]
     improved = means[-1] < before if lower else means[-1] > before
-    return (monitor, means[-1], before) if improved else None
+    if not improved:
+        return None
+    last_step, best_step = steps[-1], steps[best_index]
+    rises = [
+        curve[last_step] - curve[best_step]
+        for curve in curves
+        if last_step in curve and best_step in curve
+    ]
+    return monitor, means[-1], before, rises
+
+
+def describe_rise(model: str, monitor: str, rises: Sequence[float]) -> str:
+    """``lstm: val/acc +0.007 ± 0.010 points (standard error over 3 seeds)``: accuracies
+    (logged as fractions) in percentage points."""
+    scale, unit = (100.0, " points") if is_fraction(monitor) else (1.0, "")
+    values = [scale * rise for rise in rises]
+    if not values:
+        return f"{model}: {monitor} best at the last validation"
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return f"{model}: {monitor} {mean:+.3g}{unit} (1 seed)"
+    error = statistics.stdev(values) / math.sqrt(len(values))
+    return (
+        f"{model}: {monitor} {mean:+.3g} ± {error:.2g}{unit} "
+        f"(standard error over {len(values)} seeds)"
+    )
 
 
 def distinct_numbers(a: float, b: float) -> tuple[str, str]:
@@ -282,7 +406,131 @@ def choose_sweep(comparison: Comparison, candidates: Sequence[Sweep]) -> Sweep:
     return candidates[0]
 
 
-def decide(comparison: Comparison, sweeps: Mapping[str, Sequence[Sweep]]) -> Outcome:
+def _values(
+    comparison: Comparison, sweep: Sweep, metric: str | None, trivial: str | None = None
+) -> tuple[list[float], list[float], str | None]:
+    """The claim metric over A's and B's runs of ``sweep``, and the trivial trees compared (the
+    best on the same sentences, or ``trivial`` where given)."""
+    better_runs, worse_runs = _sides(comparison, sweep.runs)
+    better = [run.values[metric] for run in better_runs if metric and metric in run.values]
+    if comparison.worse != TRIVIAL_BEST:
+        worse = [run.values[metric] for run in worse_runs if metric and metric in run.values]
+        return better, worse, None
+    names = {name for run in better_runs for name in run.baselines}
+    best = trivial or max(
+        names,
+        key=lambda name: statistics.fmean(
+            run.baselines[name] for run in better_runs if name in run.baselines
+        ),
+        default=None,
+    )
+    worse = [run.baselines[best] for run in better_runs if best and best in run.baselines]
+    return better, worse, best
+
+
+def declared_budget(table: str, config_dir: Path | None = None) -> int | None:
+    """The budget a table declares (``trainer.max_steps`` in ``conf/table/<table>.yaml``); None
+    where the file or the key is not there (an installed package without the checkout's conf)."""
+    import yaml
+
+    path = (config_dir or CONFIG_DIR) / "table" / f"{table}.yaml"
+    if not path.is_file():
+        return None
+    steps = ((yaml.safe_load(path.read_text()) or {}).get("trainer") or {}).get("max_steps")
+    return int(steps) if isinstance(steps, int) else None
+
+
+#: the checkout's config directory, beside src/
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "conf"
+
+
+def gap_check(
+    comparison: Comparison,
+    candidates: Sequence[Sweep],
+    sweep: Sweep,
+    metric: str,
+    gap: float,
+    trivial: str | None,
+) -> GapCheck | None:
+    """Where the gap at the sweep's budget T is heading (the rule in ``docs/claims.md``): the
+    line through the gap at the largest complete smaller budget of the same comparison and the
+    gap at T; where no smaller budget ran both models, the gap at T with the slope of the
+    validation gap over the last quarter of T. None where neither can be read."""
+    budget = sweep.budget
+    if budget is None:
+        return None
+    smaller = [
+        other
+        for other in candidates
+        if other.complete
+        and other.budget is not None
+        and other.budget < budget
+        and all(_sides(comparison, other.runs))
+    ]
+    for other in sorted(smaller, key=lambda other: other.budget or 0, reverse=True):
+        better, worse, _ = _values(comparison, other, metric, trivial)
+        if better and worse:
+            earlier = statistics.fmean(better) - statistics.fmean(worse)
+            slope = (gap - earlier) / (budget - other.budget)
+            return GapCheck(gap, budget, slope, "smaller budget", other.budget, earlier)
+    return _validation_gap_check(comparison, sweep, metric, gap)
+
+
+def _validation_metric(comparison: Comparison, runs: Sequence[Run], metric: str) -> str | None:
+    """The validation column that follows the claim metric: ``val/<metric>`` where the runs
+    logged it (parse F1 by layer, perplexity), else the task's monitor where it points the same
+    way (an accuracy the claim's subset or partition is part of)."""
+    own = f"val/{metric}"
+    if all(run_curve(run.path, own) for run in runs):
+        return own
+    task = runs[0].config.get("task") or {}
+    monitor = str(task.get("monitor") or "")
+    higher = task.get("mode") != "min"
+    if monitor and higher == comparison.higher_is_better:
+        return monitor
+    return None
+
+
+def _validation_gap_check(
+    comparison: Comparison, sweep: Sweep, metric: str, gap: float
+) -> GapCheck | None:
+    budget = sweep.budget
+    better_runs, worse_runs = _sides(comparison, sweep.runs)
+    better_runs = [run for run in better_runs if metric in run.values]
+    worse_runs = [run for run in worse_runs if metric in run.values]
+    trivial = comparison.worse == TRIVIAL_BEST
+    validation = _validation_metric(comparison, better_runs + worse_runs, metric)
+    if validation is None or budget is None:
+        return None
+    scale = 100.0 if is_fraction(validation) else 1.0
+
+    def mean_curve(runs: Sequence[Run]) -> dict[int, float]:
+        curves = _to_the_budget([run_curve(run.path, validation) for run in runs], budget)
+        steps = sorted({step for curve in curves for step in curve})
+        return {
+            step: scale * statistics.fmean(curve[step] for curve in curves if step in curve)
+            for step in steps
+        }
+
+    better = mean_curve(better_runs)
+    # the trivial trees are the same at every update: the gap moves with A alone
+    worse = {step: 0.0 for step in better} if trivial else mean_curve(worse_runs)
+    steps = sorted(set(better) & set(worse))
+    if len(steps) < 2:
+        return None
+    # validations after 3T/4 updates (the csv logger writes one after n updates at step n - 1)
+    quarter = [step for step in steps if step + 1 >= 0.75 * budget] or steps[-2:]
+    if len(quarter) < 2:
+        quarter = steps[-2:]
+    slope = slope_through([(step + 1, better[step] - worse[step]) for step in quarter])
+    return GapCheck(gap, budget, slope, "validation", validation=validation)
+
+
+def decide(
+    comparison: Comparison,
+    sweeps: Mapping[str, Sequence[Sweep]],
+    config_dir: Path | None = None,
+) -> Outcome:
     """The outcome of one comparison from each table's sweeps (see the module docstring)."""
     tables = [name for name in comparison.tables if sweeps.get(name)]
     if not tables:
@@ -306,54 +554,47 @@ def decide(comparison: Comparison, sweeps: Mapping[str, Sequence[Sweep]]) -> Out
         return outcome
     metric = _column(better_runs, comparison.metric, comparison.higher_is_better)
     outcome.metric = metric
-    better = [run.values[metric] for run in better_runs if metric and metric in run.values]
-    if comparison.worse == TRIVIAL_BEST:
-        names = {name for run in better_runs for name in run.baselines}
-        best = max(
-            names,
-            key=lambda name: statistics.fmean(
-                run.baselines[name] for run in better_runs if name in run.baselines
-            ),
-            default=None,
-        )
-        worse = [run.baselines[best] for run in better_runs if best and best in run.baselines]
-        outcome.metric = f"{metric} vs {best}"
-    else:
-        worse = [run.values[metric] for run in worse_runs if metric and metric in run.values]
+    better, worse, trivial = _values(comparison, sweep, metric)
+    if trivial is not None or comparison.worse == TRIVIAL_BEST:
+        outcome.metric = f"{metric} vs {trivial}"
     outcome.better, outcome.worse = better, worse
     if not better or not worse:
         outcome.reason = f"no {comparison.metric} in the runs of table {table}"
         return outcome
-    if len(better) < 2 or len(worse) < 2:
-        outcome.word, outcome.reason = UNDECIDED, "fewer than 2 seeds"
-        return outcome
-    interval = welch_interval(better, worse)
-    outcome.interval = interval
-    # the claim's side: A - B > 0 where higher is better, < 0 where lower is
-    sign = 1.0 if comparison.higher_is_better else -1.0
-    low, high = sorted((sign * interval.low, sign * interval.high))
     # the runs that gave the numbers (of a systematic-generalisation partition: that partition's)
     compared = {comparison.better: [run for run in better_runs if metric in run.values]}
     if comparison.worse != TRIVIAL_BEST:
         compared[comparison.worse] = [run for run in worse_runs if metric in run.values]
-    rising = []
     for model, model_runs in compared.items():
-        end = improvement_at_end(model_runs)
-        if end is not None:
-            monitor, last, before = end
-            last_text, before_text = distinct_numbers(last, before)
-            rising.append(
-                f"{model}: {monitor} {last_text} at the last validation, best before {before_text}"
-            )
-    if rising:
-        outcome.word = UNDECIDED
-        outcome.reason = f"validation still improving at the end ({'; '.join(rising)})"
-    elif low > 0:
-        outcome.word = SHOWN
-    elif high < 0:
-        outcome.word = NOT_SHOWN
-    else:
+        rise = rise_at_end(model_runs)
+        if rise is not None:
+            outcome.improving.append(describe_rise(model, rise[0], rise[3]))
+    declared = declared_budget(table, config_dir)
+    smoke = ""
+    if declared is not None and sweep.budget is not None and sweep.budget < declared:
+        smoke = f"{sweep.budget:,} updates, below table {table}'s declared {declared:,}"
+    if len(better) < 2 or len(worse) < 2:
+        outcome.word, outcome.reason = (
+            (SMOKE, smoke) if smoke else (UNDECIDED, "fewer than 2 seeds")
+        )
+        return outcome
+    interval = welch_interval(better, worse)
+    outcome.interval = interval
+    if smoke:
+        outcome.word, outcome.reason = SMOKE, smoke
+        return outcome
+    # where the gap is heading, printed for every comparison; it decides only a shown / not shown
+    check = gap_check(comparison, sweeps[table], sweep, metric, interval.difference, trivial)
+    outcome.gap_check = check
+    # the claim's side: A - B > 0 where higher is better, < 0 where lower is
+    sign = 1.0 if comparison.higher_is_better else -1.0
+    low, high = sorted((sign * interval.low, sign * interval.high))
+    if low <= 0 <= high:
         outcome.word, outcome.reason = UNDECIDED, "the interval contains 0"
+    elif check is not None and check.closing:
+        outcome.word, outcome.reason = UNDECIDED, GAP_CLOSING
+    else:
+        outcome.word = SHOWN if low > 0 else NOT_SHOWN
     return outcome
 
 
@@ -365,6 +606,8 @@ def claim_word(outcomes: Sequence[Outcome]) -> str:
         return SHOWN
     if all(word == NO_RUN for word in words):
         return NO_RUN
+    if all(word in (SMOKE, NO_RUN) for word in words):
+        return SMOKE
     return UNDECIDED
 
 
@@ -569,7 +812,7 @@ def runs_read(decided: Sequence[tuple[Claim, str, list[Outcome]]]) -> dict[str, 
 
 def machines_line(runs_by_table: Mapping[str, Sequence[Run]]) -> str:
     """Which machines (and commits) the runs of each table ran on (their status.json records):
-    sweeps kept across sessions may mix CPUs, whose GEMM backends round differently."""
+    sweeps kept across machines may mix CPUs, whose GEMM backends round differently."""
     parts = []
     for table, runs in sorted(runs_by_table.items()):
         counts = collections.Counter(" + ".join(dict.fromkeys(run.machines)) or "?" for run in runs)
@@ -578,35 +821,65 @@ def machines_line(runs_by_table: Mapping[str, Sequence[Run]]) -> str:
     return "Runs: " + "; ".join(parts) + "."
 
 
-def to_markdown(decided: Sequence[tuple[Claim, str, list[Outcome]]], machines: bool = False) -> str:
+def to_markdown(
+    decided: Sequence[tuple[Claim, str, list[Outcome]]],
+    machines: bool = False,
+    details: bool = True,
+) -> str:
     """One table: a row per comparison, the claim and its word on its first row; with
-    ``machines``, a line saying which machines the runs read of each table ran on."""
-    header = ["#", "claim", "result", "comparison", "A", "B", "A - B", "95% interval", "word"]
+    ``details``, the comparisons still improving at the end and each claim's limits under it;
+    with ``machines``, a line saying which machines the runs read of each table ran on."""
+    header = ["#", "claim", "result", "comparison", "A", "B", "A - B", "95% interval", "gap trend"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for number, (claim, word, outcomes) in enumerate(decided, start=1):
         for index, outcome in enumerate(outcomes):
             first = index == 0
             interval, metric = outcome.interval, outcome.comparison.metric
+            check = outcome.gap_check
             cells = [
                 str(number) if first else "",
                 f"{claim.text} ({claim.paper})" if first else "",
                 f"**{word}**" if first else "",
                 str(outcome.comparison)
-                + (f" [{outcome.metric}]" if outcome.metric not in (None, metric) else ""),
+                + (f" [{outcome.metric}]" if outcome.metric not in (None, metric) else "")
+                + f": {outcome.word}"
+                + (f" ({outcome.reason})" if outcome.reason else ""),
                 _mean(outcome.better),
                 _mean(outcome.worse),
                 f"{interval.difference:+.2f}" if interval else "-",
                 f"[{interval.low:+.2f}, {interval.high:+.2f}]" if interval else "-",
-                outcome.word + (f" ({outcome.reason})" if outcome.reason else ""),
+                check.describe() if check else "-",
             ]
             lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
         "A, B: mean ± sample std over seeds (accuracy and F1 in %); interval: Welch's t 95% "
-        "interval of A - B; shown / not shown: the interval lies on the claim's / the other side "
-        "of 0; undecided: it contains 0, fewer than 2 seeds, or validation was still improving at "
-        "the end of training.",
+        "interval of A - B at the sweep's budget T; shown / not shown: the interval lies on the "
+        "claim's / the other side of 0; undecided: it contains 0, fewer than 2 seeds, or the gap "
+        "closing (the gap trend's line reaches 0 by 2T); smoke check: a sweep below its table's "
+        "declared budget, not a verdict (docs/claims.md).",
     ]
+    if details:
+        improving = [
+            f"- claim {number}, {outcome.comparison}: {'; '.join(outcome.improving)}"
+            for number, (_, _, outcomes) in enumerate(decided, start=1)
+            for outcome in outcomes
+            if outcome.improving
+        ]
+        if improving:
+            lines += [
+                "",
+                "Still improving at the last validation (the rise over the best earlier mean; "
+                "information, not part of the verdict):",
+                "",
+                *improving,
+            ]
+        limits = [
+            f"- claim {number}: {claim.limits}"
+            for number, (claim, _, _) in enumerate(decided, start=1)
+            if claim.limits
+        ]
+        lines += ["", "What limits each claim here:", "", *limits]
     read = runs_read(decided) if machines else {}
     if read:
         lines += ["", machines_line(read)]

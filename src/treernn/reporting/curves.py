@@ -16,7 +16,7 @@ from pathlib import Path
 
 from treernn.errors import UserError
 from treernn.records import read_metrics_csv
-from treernn.reporting.run_records import Run, load_runs
+from treernn.reporting.run_records import Run, is_fraction, load_runs
 from treernn.reporting.table import Cell, group_runs, row_keys
 from treernn.reporting.table_output import format_cell
 
@@ -45,7 +45,7 @@ def run_curve(run_dir: Path, metric: str) -> dict[int, float]:
 
 
 def _percent(metric: str) -> bool:
-    return metric.rsplit("/", 1)[-1] == "acc" or metric.endswith("/acc_epoch")
+    return is_fraction(metric)
 
 
 def learning_curves(paths: Iterable[str | Path], metric: str = "auto") -> Curves:

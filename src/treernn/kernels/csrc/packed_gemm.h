@@ -403,7 +403,7 @@ TREERNN_AVX512 inline void store_tile(const M& m, int64_t row, int64_t p, bool t
 // Per k, P weight loads and R broadcasts for PR FMAs: 4 x 6 issues 0.42 loads an FMA against
 // 0.63 for 2 x 8 (this Xeon's cores, and Zen's, issue at most two FMAs and two to three loads a
 // cycle), and ON-LSTM's one-layer inference loop ran 1.04-1.10x faster with it (Intel Xeon
-// family 6 model 207; docs/recurrence_speed.md, nineteenth session). Every output's sum runs over
+// family 6 model 207; docs/recurrence_speed.md as of 8148193). Every output's sum runs over
 // k in the same order whatever the tile, so all give the same bits.
 constexpr int64_t kQuadRows = 6;
 
@@ -611,7 +611,7 @@ void product_amx_bf16(const Product<uint32_t, uint32_t, float>& m, int64_t p0, i
 // end, the next panel's first lines): the hardware prefetchers alone left the first row tile of
 // each panel waiting on L3 or memory. Distance and block sizes from the step shapes' products
 // timed in turn on a 2-core AMD Zen 3, 1.3-1.4x (20 x 1150 x 4830: 63-70 -> 89-94 GFLOP/s;
-// docs/recurrence_speed.md, twenty-third session).
+// docs/recurrence_speed.md as of 8148193).
 constexpr int64_t kAvx2Prefetch = 64;
 constexpr int64_t kAvx2KBlock = 128;
 constexpr int64_t kAvx2BlockedRows = 64;

@@ -1,0 +1,322 @@
+"""The results pages of the docs, written from the kept sweeps: ``python -m treernn report pages``.
+
+From ``results/tables/<table>/<sweep>/`` (the claims' sweeps, committed job by job) it writes:
+
+- ``docs/results/index.md``: the claims table of :mod:`treernn.reporting.claims` over the kept
+  sweeps, and a link to each sweep's page;
+- ``docs/results/<table>/<sweep>.md``: the sweep's command, its comparison table
+  (:mod:`treernn.reporting.table`) and its learning curves (:mod:`treernn.reporting.curves`),
+  with the figures the sweep wrote (``table.png``, ``curves.png``) copied beside it;
+- the README's excerpt, a short claims table between the markers :data:`START` and
+  :data:`END`, rewritten in place;
+- ``docs/reference/commands.md``: every command's options, from its argparse parser.
+
+Only complete sweeps are read: those whose every job (as many as their ``multirun.yaml`` makes)
+has finished. A sweep still running, archived into ``results/`` while it trains, has no verdict
+to show yet, and a clean clone (tracked files only) and a checkout with such a sweep beside the
+kept ones write the same pages. ``--check`` writes nothing and fails, naming the files, where
+the committed pages differ from what the command would write (the test suite runs it).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from treernn.errors import UserError
+
+START = "<!-- claims:start (python -m treernn report pages) -->"
+END = "<!-- claims:end -->"
+#: the figures of a sweep directory that its page shows
+FIGURES = ("table.png", "curves.png")
+#: the generated pages' tables are wide: the site's navigation and table of contents make room
+WIDE = "---\nhide:\n  - navigation\n  - toc\n---\n"
+
+
+@dataclass(frozen=True)
+class KeptSweep:
+    table: str
+    name: str
+    path: Path
+
+
+def kept_sweeps(results: Path) -> list[KeptSweep]:
+    """The complete sweeps under ``results/tables/<table>/<sweep>``, by table and name."""
+    from treernn.reporting.run_records import load_runs
+    from treernn.sweeps import sweep_size
+
+    kept = []
+    for path in sorted((results / "tables").glob("*/*")):
+        size = sweep_size(path) if path.is_dir() else None
+        if size is None:
+            continue
+        runs, _ = load_runs([path], allow_empty=True)
+        if len(runs) >= size:
+            kept.append(KeptSweep(path.parent.name, path.name, path))
+    return kept
+
+
+def _command(sweep: KeptSweep) -> str:
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.load(sweep.path / "multirun.yaml")
+    overrides = OmegaConf.select(config, "hydra.overrides.task") or []
+    return "python train.py -m " + " ".join(str(item) for item in overrides)
+
+
+def _paragraphs(markdown: str) -> str:
+    """A report's markdown with each note line under its table a paragraph of its own (markdown
+    would run consecutive lines together)."""
+    lines = []
+    for line in markdown.rstrip("\n").splitlines():
+        lines.append(line)
+        if line and not line.startswith(("|", "- ")):
+            lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+def sweep_page(sweep: KeptSweep, docs_dir: Path) -> tuple[str, dict[Path, Path]]:
+    """The page of one sweep and the figures to copy (target -> source)."""
+    from treernn.reporting.curves import learning_curves
+    from treernn.reporting.curves import to_markdown as curves_markdown
+    from treernn.reporting.table import report_table
+    from treernn.reporting.table_output import to_markdown as table_markdown
+
+    figures_dir = docs_dir / "results" / sweep.table / sweep.name
+    copies = {
+        figures_dir / name: sweep.path / name for name in FIGURES if (sweep.path / name).is_file()
+    }
+    table = report_table([sweep.path])
+    lines = [
+        WIDE,
+        f"# {sweep.name} (table {sweep.table})",
+        "",
+        "Written by `python -m treernn report pages` from the kept runs in "
+        f"`results/tables/{sweep.table}/{sweep.name}/`; `results/README.md` says where and with "
+        "which code they ran.",
+        "",
+        "```bash",
+        _command(sweep),
+        "```",
+        "",
+        "## Test metrics",
+        "",
+        _paragraphs(table_markdown(table, paths_from=sweep.path)),
+    ]
+    if figures_dir / "table.png" in copies:
+        lines += ["", f"![test accuracy by number of operators]({sweep.name}/table.png)"]
+    try:
+        curves = learning_curves([sweep.path])
+    except UserError:
+        curves = None
+    if curves is not None:
+        lines += ["", "## Learning curves", "", _paragraphs(curves_markdown(curves))]
+        if figures_dir / "curves.png" in copies:
+            lines += ["", f"![{curves.metric} by update]({sweep.name}/curves.png)"]
+    return "\n".join(lines) + "\n", copies
+
+
+def claims_sections(kept: list[KeptSweep], base: Path) -> tuple[str, str]:
+    """The claims over the kept sweeps: the full table with its notes (the results page) and a
+    short one (the README's excerpt). Sweeps are named relative to ``base`` (the folder that holds
+    ``results/``), so that the page reads the same from any checkout."""
+    from treernn.reporting.claims import (
+        _mean,
+        decide_claims,
+        load_sweeps,
+        reading_notes,
+        to_markdown,
+    )
+
+    sweeps = load_sweeps([sweep.path for sweep in kept])
+    decided = decide_claims(sweeps)
+    short = ["| # | claim | result | comparison, A - B, 95% interval |", "|---|---|---|---|"]
+    detail = [
+        "| # | comparison | word | A | B | A - B | 95% interval | gap trend |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for number, (claim, word, outcomes) in enumerate(decided, start=1):
+        parts = []
+        for outcome in outcomes:
+            text = f"{outcome.comparison.better} vs {outcome.comparison.worse}"
+            if outcome.metric:
+                text += f" ({outcome.metric})"
+            interval = outcome.interval
+            if interval is not None:
+                text += f": {interval.difference:+.2f} [{interval.low:+.2f}, {interval.high:+.2f}]"
+            if outcome.reason:
+                text += f", {outcome.reason}"
+            parts.append(text.replace("trivial:best", "trivial trees"))
+            check = outcome.gap_check
+            detail.append(
+                "| "
+                + " | ".join(
+                    [
+                        str(number),
+                        str(outcome.comparison)
+                        + (
+                            f" [{outcome.metric}]"
+                            if outcome.metric not in (None, outcome.comparison.metric)
+                            else ""
+                        ),
+                        outcome.word + (f" ({outcome.reason})" if outcome.reason else ""),
+                        _mean(outcome.better),
+                        _mean(outcome.worse),
+                        f"{interval.difference:+.2f}" if interval else "-",
+                        f"[{interval.low:+.2f}, {interval.high:+.2f}]" if interval else "-",
+                        check.describe() if check else "-",
+                    ]
+                )
+                + " |"
+            )
+        short.append(f"| {number} | {claim.text} | **{word}** | {'; '.join(parts)} |")
+    # the report's notes under its table: the key, still improving, each claim's limits
+    notes_text = to_markdown(decided).split("\n\n", 1)[1]
+    full = "\n".join([*short, "", "### Each comparison", "", *detail, "", notes_text.rstrip("\n")])
+    notes = reading_notes(decided, sweeps)
+    if notes:
+        full += "\n\n" + "".join(f"- {note}.\n" for note in notes)
+    if str(base) not in ("", "."):
+        full = full.replace(f"{base}/", "")
+    return full.rstrip("\n") + "\n", "\n".join(short) + "\n"
+
+
+def results_index(kept: list[KeptSweep], claims: str) -> str:
+    lines = [
+        WIDE,
+        "# Results",
+        "",
+        "Written by `python -m treernn report pages` from the complete sweeps kept in "
+        "`results/tables/` (`results/README.md` lists each sweep's command, code and machine). "
+        "The rule behind each word is on [the claims rule](../claims.md) page.",
+        "",
+        "## The papers' claims",
+        "",
+        claims.rstrip("\n"),
+        "",
+        "## Kept sweeps",
+        "",
+        "| table | sweep | page |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {sweep.table} | {sweep.name} | [{sweep.name}]({sweep.table}/{sweep.name}.md) |"
+        for sweep in kept
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def replace_excerpt(readme: str, excerpt: str) -> str:
+    """``readme`` with the text between :data:`START` and :data:`END` replaced by ``excerpt``."""
+    if readme.count(START) != 1 or readme.count(END) != 1:
+        raise UserError(
+            f"the README needs one line '{START}' and one '{END}' around the claims excerpt"
+        )
+    before, rest = readme.split(START)
+    _, after = rest.split(END)
+    return f"{before}{START}\n{excerpt}{END}{after}"
+
+
+def _help(parser) -> str:
+    import os
+
+    width = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"  # the page reads the same whatever terminal wrote it
+    try:
+        return parser.format_help().rstrip("\n")
+    finally:
+        if width is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = width
+
+
+def _subparsers(parser) -> dict:
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def commands_page() -> str:
+    """``docs/reference/commands.md``: every ``python -m treernn`` command and subcommand with
+    its options, as its argparse parser prints them (:func:`treernn.commands.build_parser`)."""
+    from treernn.commands import COMMANDS, build_parser
+
+    lines = [
+        "# Commands",
+        "",
+        "Written by `python -m treernn report pages` from the commands' parsers: each section is "
+        "what `python -m treernn <command> --help` prints. Training is `python train.py` "
+        "(see [Configuration](config.md)).",
+        "",
+        "```text",
+        _help(build_parser()),
+        "```",
+    ]
+    for name in COMMANDS:
+        command = _subparsers(build_parser([name]))[name]
+        lines += ["", f"## {name}", "", "```text", _help(command), "```"]
+        for sub_name, sub in _subparsers(command).items():
+            lines += ["", f"### {name} {sub_name}", "", "```text", _help(sub), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def planned_pages(results: Path, docs_dir: Path, readme: Path) -> dict[Path, str | Path]:
+    """Every file the command writes: path -> its text, or the file it is a copy of."""
+    kept = kept_sweeps(results)
+    if not kept:
+        raise UserError(
+            f"no complete sweep under {results}/tables/<table>/<sweep>: give --results the "
+            "folder that holds the kept sweeps"
+        )
+    full, short = claims_sections(kept, results.parent)
+    files: dict[Path, str | Path] = {
+        docs_dir / "results" / "index.md": results_index(kept, full),
+        docs_dir / "reference" / "commands.md": commands_page(),
+    }
+    for sweep in kept:
+        text, copies = sweep_page(sweep, docs_dir)
+        files[docs_dir / "results" / sweep.table / f"{sweep.name}.md"] = text
+        files.update(copies)
+    if readme.is_file():
+        files[readme] = replace_excerpt(readme.read_text(), short)
+    return files
+
+
+def _differs(path: Path, content: str | Path) -> bool:
+    if not path.is_file():
+        return True
+    if isinstance(content, Path):
+        return path.read_bytes() != content.read_bytes()
+    return path.read_text() != content
+
+
+def write_pages(files: dict[Path, str | Path]) -> list[Path]:
+    """Write what differs; the paths written."""
+    written = []
+    for path, content in files.items():
+        if not _differs(path, content):
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Path):
+            shutil.copyfile(content, path)
+        else:
+            path.write_text(content)
+        written.append(path)
+    return written
+
+
+def stale_pages(files: dict[Path, str | Path], docs_dir: Path) -> list[Path]:
+    """The files that differ from what the command writes, and pages under
+    ``docs/results`` that it would not write (a sweep no longer kept)."""
+    stale = [path for path, content in files.items() if _differs(path, content)]
+    results_dir = docs_dir / "results"
+    if results_dir.is_dir():
+        stale += sorted(
+            path for path in results_dir.rglob("*") if path.is_file() and path not in files
+        )
+    return stale
