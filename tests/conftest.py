@@ -34,7 +34,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _torch_defaults():
+    from treernn.kernels import choices
+
     torch.manual_seed(0)
+    # a run trained in this process earlier left it attached to its record and budget
+    choices.detach()
     yield
 
 
