@@ -79,10 +79,10 @@ def projection_placement(
     num_gates = gate_count(hidden, chunk_size)
     label = f"ON-LSTM input projection from {depth}"
     key = (batch, hidden, num_gates, label, torch.get_num_threads())
+    # without a probe (the run's budget spent): the last, separate, as without the compiled loop
     value = gemm.kept_choice(
         key, ["loop", "rows", "separate"],
         lambda: _probe_placement(batch, depth, hidden, chunk_size, kernel),
-        default="separate",  # without a probe: as the layer runs without the compiled loop
     )  # fmt: skip
     DECISIONS[(batch, depth, hidden)] = value
     return value
