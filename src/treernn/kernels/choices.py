@@ -25,8 +25,8 @@ Probing is bounded: a run spends at most :data:`RUN_BUDGET` seconds probing
 (``TREERNN_PROBE_SECONDS``; ``0`` probes nothing), a probe at most :data:`PROBE_BUDGET` of them.
 A shape asked for once the run's budget is spent takes the kernel's safe default (fp32, aten's
 products, the projection over all steps, the compiled recurrence), recorded with the run but not
-kept for the machine, whose next run probes it. A probe that ran out of time before it timed
-every candidate is handled the same way. ``docs/how-to/kernel-choices.md`` says how to pin the
+kept for the machine, whose next run probes it; so does a shape whose probe ran out of time
+before it had timed every candidate. ``docs/how-to/kernel-choices.md`` says how to pin the
 choices or probe again.
 """
 
@@ -227,8 +227,8 @@ def choose(
                 how = f"kept in {machine}"
             else:
                 value, how = _probe_within_budget(probe, default, busy)
-                if how.startswith("probed"):
-                    _keep_for_machine(machine, machine_name, value, busy_text=how)
+                if how.startswith("probed"):  # a default is for this run only
+                    _keep_for_machine(machine, machine_name, value, how)
         _STATE.used[named] = (value, how)
         for path in _STATE.writes:  # a record's choices are never changed, only added to
             if named not in _recorded(path):
@@ -263,32 +263,30 @@ def _probe_within_budget(
         _STATE.probes.pop()
         if outer:
             _STATE.spent += time.perf_counter() - start
-    if running.cut_short:
-        return value, "probed, cut short by its time budget"
+    if running.cut_short:  # a choice among the candidates it had time for: none at all
+        return default, "default: its probe ran out of time"
     reason = busy()
     return value, f"probed under load ({reason})" if reason else "probed"
 
 
-def _keep_for_machine(machine: Path, name: str, value: str, busy_text: str) -> None:
-    """Add one choice to the machine's cache (a temporary file, then a rename: never a
-    half-written file); a probe under load is noted beside it. A probe cut short is not kept."""
-    if "cut short" in busy_text:
-        return
+def _keep_for_machine(machine: Path, name: str, value: str, how: str) -> None:
+    """Add one probed choice to the machine's cache (a temporary file, then a rename: never a
+    half-written file); a probe under load is noted beside it."""
 
     def add(stored: dict) -> None:
         stored[name] = value
         notes = stored.get(UNDER_LOAD)
         notes = notes if isinstance(notes, dict) else {}
         notes.pop(name, None)
-        if busy_text.startswith("probed under load"):
-            notes[name] = busy_text.removeprefix("probed under load (").removesuffix(")")
+        if how.startswith("probed under load"):
+            notes[name] = how.removeprefix("probed under load (").removesuffix(")")
         if notes:
             stored[UNDER_LOAD] = notes
         else:
             stored.pop(UNDER_LOAD, None)
 
     try:
-        _update(machine, add, flat=True)
+        _update(machine, add)
     except OSError as error:  # a read-only home: the choice holds for this run only
         log.warning("could not keep the kernel choice in %s: %s", machine, error)
 
@@ -313,7 +311,7 @@ def _read(path: Path) -> dict:
     return stored if isinstance(stored, dict) else {}
 
 
-def _update(path: Path, change: Callable[[dict], object], flat: bool = False) -> None:
+def _update(path: Path, change: Callable[[dict], object]) -> None:
     """Read ``path``, ``change`` it and write it back (a temporary file beside it, then a
     rename)."""
     stored = _read(path)
