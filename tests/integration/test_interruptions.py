@@ -327,19 +327,24 @@ def test_a_resumed_run_keeps_the_kernel_choices_it_started_with(tmp_path):
     under load). Before, a probe under load was kept by no one: the resumed ON-LSTM probed again
     and its metrics differed from the sixth significant digit on (on a loaded 2-core AMD Zen 3
     in CI, val/ppl 1052.2092 against 1052.2159)."""
+    # (each run's aten loops are slower than the probed kernels: a longer timeout on a busy CPU)
     args = [*QUICK, "trainer.max_epochs=2"]
     first_choices = _ranked_probes(["aten", "separate"])  # then onednn for weight gradients
     other_choices = _ranked_probes(["treernn", "rows", "onednn"])
     machine = _cache_of_its_own(tmp_path / "machine")
-    whole = run_cli([*args, f"paths.log_dir={tmp_path / 'whole'}", *first_choices], env=machine)
+    whole = run_cli(
+        [*args, f"paths.log_dir={tmp_path / 'whole'}", *first_choices], env=machine, timeout=1200
+    )
     assert whole.returncode == 0, whole.stderr[-3000:]
     (uninterrupted,) = _run_dirs(tmp_path / "whole")
 
     log_dir = f"paths.log_dir={tmp_path / 'killed'}"
-    killed = run_cli([*args, log_dir, *first_choices, *_signal_at(16, "SIGKILL")], env=machine)
+    killed = run_cli(
+        [*args, log_dir, *first_choices, *_signal_at(16, "SIGKILL")], env=machine, timeout=1200
+    )
     assert killed.returncode == -9
     (run_dir,) = _run_dirs(tmp_path / "killed")
-    resumed = run_cli([*args, log_dir, "ckpt_path=last", *other_choices], env=machine)
+    resumed = run_cli([*args, log_dir, "ckpt_path=last", *other_choices], env=machine, timeout=1200)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "step 14)" in resumed.stdout + resumed.stderr
     assert _metrics(run_dir) == _metrics(uninterrupted)
