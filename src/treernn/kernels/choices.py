@@ -59,6 +59,8 @@ BUDGET_ENV = "TREERNN_PROBE_SECONDS"
 RUN_BUDGET = 5.0
 #: seconds one probe may take (less where less of the run's budget is left)
 PROBE_BUDGET = 1.0
+#: how a choice whose probe ran out of time is recorded
+OUT_OF_TIME = "default: its probe ran out of time"
 #: how long a process waits for another's lock on a file of choices before it goes on without
 LOCK_WAIT = 120.0
 #: the kernels' environment switches, recorded with a run (a resume under other ones is said)
@@ -229,6 +231,8 @@ def choose(
                 value, how = _probe_within_budget(probe, default, busy)
                 if how.startswith("probed"):  # a default is for this run only
                     _keep_for_machine(machine, machine_name, value, how)
+                elif how == OUT_OF_TIME:  # the probe's own log line named a partial winner
+                    log.info("%s: its probe ran out of time; %s is used (this run)", named, value)
         _STATE.used[named] = (value, how)
         for path in _STATE.writes:  # a record's choices are never changed, only added to
             if named not in _recorded(path):
@@ -264,7 +268,7 @@ def _probe_within_budget(
         if outer:
             _STATE.spent += time.perf_counter() - start
     if running.cut_short:  # a choice among the candidates it had time for: none at all
-        return default, "default: its probe ran out of time"
+        return default, OUT_OF_TIME
     reason = busy()
     return value, f"probed under load ({reason})" if reason else "probed"
 
