@@ -249,3 +249,21 @@ def test_a_resume_under_other_switches_is_said(tmp_path, monkeypatch, caplog) ->
     (message,) = [record.getMessage() for record in caplog.records]
     assert "TREERNN_GEMM_BACKEND=None then, 'aten' now" in message
     assert "last digits" in message
+
+
+@pytest.mark.parametrize(("budget", "per_probe"), [("5", 1.0), ("2", 1.0), ("600", 120.0)])
+def test_a_probe_gets_a_second_or_a_fifth_of_a_larger_budget(
+    budget, per_probe, tmp_path, monkeypatch
+) -> None:
+    """TREERNN_PROBE_SECONDS=600 (filling a machine's cache in one run) gives a large shape's
+    probe two minutes; the default 5 s gives a probe one."""
+    monkeypatch.setenv(choices.BUDGET_ENV, budget)
+    choices.attach(tmp_path / "run")
+    seen = []
+
+    def probe() -> str:
+        seen.append(choices.probe_deadline() - time.perf_counter())
+        return "mkl"
+
+    _choose(probe)
+    assert per_probe - 0.2 < seen[0] <= per_probe

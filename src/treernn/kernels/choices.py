@@ -22,7 +22,8 @@ to all three. The run's record is written by the process that writes the run dir
 zero); the other ranks of a DDP run read it and share the machine's cache and lock.
 
 Probing is bounded: a run spends at most :data:`RUN_BUDGET` seconds probing
-(``TREERNN_PROBE_SECONDS``; ``0`` probes nothing), a probe at most :data:`PROBE_BUDGET` of them.
+(``TREERNN_PROBE_SECONDS``; ``0`` probes nothing), a probe at most :data:`PROBE_BUDGET` of them
+(a fifth of a larger budget).
 A shape asked for once the run's budget is spent takes the kernel's safe default (fp32, aten's
 products, the projection over all steps, the compiled recurrence), recorded with the run but not
 kept for the machine, whose next run probes it; so does a shape whose probe ran out of time
@@ -57,7 +58,8 @@ UNDER_LOAD = "taken under load"
 #: seconds of probing a run may spend in all (``TREERNN_PROBE_SECONDS`` where set)
 BUDGET_ENV = "TREERNN_PROBE_SECONDS"
 RUN_BUDGET = 5.0
-#: seconds one probe may take (less where less of the run's budget is left)
+#: seconds one probe may take (less where less of the run's budget is left; a fifth of a larger
+#: budget than the default's, so that a run given minutes to fill the cache probes large shapes)
 PROBE_BUDGET = 1.0
 #: how a choice whose probe ran out of time is recorded
 OUT_OF_TIME = "default: its probe ran out of time"
@@ -256,7 +258,8 @@ def _probe_within_budget(
             )
         return default, "default: the run's probing budget was spent"
     start = time.perf_counter()
-    deadline = start + min(PROBE_BUDGET, max(left, 0.0))
+    per_probe = max(PROBE_BUDGET, run_budget() / 5) if _STATE.attached else PROBE_BUDGET
+    deadline = start + min(per_probe, max(left, 0.0))
     if not outer:  # asked by a probe: within that probe's time
         deadline = min(deadline, _STATE.probes[-1].deadline)
     running = _Probe(deadline)
