@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from treernn.kernels import choices
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,6 +37,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _torch_defaults():
     torch.manual_seed(0)
+    # a run trained in this process earlier left it attached to its record and budget
+    choices.detach()
     yield
 
 

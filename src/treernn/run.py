@@ -22,6 +22,7 @@ from typing import Any
 
 import hydra
 import lightning.pytorch as pl
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
@@ -45,6 +46,7 @@ from treernn.datamodules import prepared_datamodule
 from treernn.errors import ConfigValueError, RunInterrupted, UserError, say
 from treernn.files import atomic_write, full_disk_error, is_full_disk
 from treernn.identity import process_identity
+from treernn.kernels import choices as kernel_choices
 from treernn.process import (
     flush_denormals,
     log_to_files_only,
@@ -138,6 +140,11 @@ def _train(
             **process_identity(),
         )
         runs.record_machine(run_dir)
+    # the kernels' choices are part of the run: recorded with it, reused on resume and by the
+    # sweep's other jobs (treernn.kernels.choices)
+    sweep_dir = Path(HydraConfig.get().sweep.dir) if launch.is_multirun() else None
+    trained_in = plan.run_dir if plan is not None else None
+    kernel_choices.attach(run_dir, sweep_dir, trained_in, write=rank_zero_only.rank == 0)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = prepared_datamodule(cfg.task.datamodule, "fit")

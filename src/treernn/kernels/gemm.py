@@ -15,13 +15,14 @@ Backends (the ``gemm_backend`` option of the encoders, or the environment variab
 ``TREERNN_GEMM_BACKEND``, which is read when the option is ``"auto"``):
 
 * ``"auto"`` (default): on CPU in float32, the fastest of ``mkl``, ``onednn``, ``treernn`` and
-  ``aten`` at the
-  shape (batch, in_features, out_features), measured by a short probe (a few hundred products)
-  the first time the shape is seen on this machine, logged (``treernn.kernels.gemm``) and kept
-  in ``$TREERNN_CACHE_DIR/gemm_backends.json`` (default ``~/.cache/treernn``) by CPU model,
-  shape, dtype, threads and torch version. Keeping the choice makes it once per machine, not once
-  per run: two runs with the same seed on one machine stay bit-identical even when the backends
-  are close and a probe under load would pick differently. Delete the file to probe again;
+  ``aten`` at the shape (batch, in_features, out_features), measured by a short probe (a few
+  hundred products, within a time budget) the first time the shape is seen on this machine,
+  logged (``treernn.kernels.gemm``) and kept in ``$TREERNN_CACHE_DIR/gemm_backends.json``
+  (default ``~/.cache/treernn``) by CPU model, shape, dtype, threads and torch version, and in
+  the record of the run that asked (:mod:`treernn.kernels.choices`). Keeping the choice makes it
+  once per machine, not once per run, and recording it with the run makes a resumed run (or a
+  sweep's later job) use what it used before: the same seed gives the same numbers, however
+  busy the machine was when a probe ran. Delete the file to probe again;
 * ``"mkl"``, ``"onednn"``, ``"treernn"``: forced, where the build and dtype allow it
   (``treernn`` also runs float64, with its portable C++ copy: the tests run the ON-LSTM sequence
   loops against the float64 reference that way);
@@ -52,11 +53,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import os
 import platform
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -67,6 +66,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from treernn.errors import ConfigValueError
+from treernn.kernels import choices
 from treernn.kernels.gemm_backends import (  # noqa: F401 (part of this module's interface)
     PackedWeight,
     mkl_available,
@@ -86,6 +86,8 @@ CPU = torch.device("cpu")
 #: (batch, in_features, out_features, dtype, threads) -> chosen backend, per process; the keys
 #: of weight-gradient and precision choices start with "weight gradient" and "precision"
 _CHOICES: dict[tuple, str] = {}
+# a process that attaches to a run takes the run's recorded choices over its own
+choices.on_attach(lambda: _CHOICES.clear())
 #: (model, product, shape) -> the dtype name its products ran in under bf16-mixed, per process
 DECISIONS: dict[tuple[str, str, str], str] = {}
 #: models whose fp32 products under bf16-mixed have been logged
@@ -150,25 +152,26 @@ def resolve(
 
 
 def kept_choice(
-    key: tuple, usable: list[str], probe: Callable[[], str], device: torch.device = CPU
+    key: tuple,
+    usable: list[str],
+    probe: Callable[[], str],
+    device: torch.device = CPU,
+    default: str | None = None,
 ) -> str:
-    """The choice for ``key`` on ``device``: this process's, else the file's where it is one of
-    ``usable``, else ``probe()``'s (then written to the file). The file's key names the choices
-    too: a backend added later (or one that now builds) is probed, not passed over."""
+    """The choice for ``key`` on ``device``, one of ``usable``: this process's, else the one the
+    run recorded (a resumed run, a sweep's job), else the machine's, else ``probe()``'s within
+    the run's probing budget, else ``default`` (the last of ``usable`` unless given: aten,
+    fp32, the projection over all steps), see :mod:`treernn.kernels.choices`. The choice's name
+    lists ``usable`` too: a backend added later (or one that now builds) is probed, not passed
+    over."""
     process_key = (*key, device.type, *usable)
     if process_key in _CHOICES:  # the common case, at every forward call: nothing else to build
         return _CHOICES[process_key]
-    name = f"{_machine_key(*key, device.type)} | of {' '.join(usable)}"
-    stored = _stored_choices()
-    if stored.get(name) in usable:
-        _CHOICES[process_key] = stored[name]
-    else:
-        _CHOICES[process_key] = probe()
-        busy = machine_busy()
-        if busy:  # the figures may be the other processes': probe again next time
-            log.info("%s; this choice holds for this process only", busy)
-        else:
-            _store_choice(name, _CHOICES[process_key])
+    fallback = default if default in usable else usable[-1]
+    name = _machine_key(*key, device.type)
+    _CHOICES[process_key] = choices.choose(
+        name, usable, probe, fallback, PROBES_REVISION, machine_busy
+    )
     return _CHOICES[process_key]
 
 
@@ -183,7 +186,8 @@ def remembered(key: tuple, decide: Callable[[], str]) -> str:
 
 def machine_busy() -> str | None:
     """Why a probe just taken may not speak for this machine (more runnable processes than CPUs:
-    a 1-minute load average above the CPU count plus one half), or None."""
+    a 1-minute load average above the CPU count plus one half), or None. The choice is kept all
+    the same, noted as taken under load (:mod:`treernn.kernels.choices`)."""
     try:
         load = os.getloadavg()[0]
     except OSError:
@@ -195,8 +199,7 @@ def machine_busy() -> str | None:
 
 
 def _choices_file() -> Path:
-    root = os.environ.get("TREERNN_CACHE_DIR", "~/.cache/treernn")
-    return Path(root).expanduser() / "gemm_backends.json"
+    return choices.machine_file()
 
 
 @functools.cache
@@ -235,10 +238,13 @@ PROBES_REVISION = 8
 
 
 def _machine_key(batch, in_features, out_features, dtype, threads, device_type="cpu") -> str:
+    """The name of a choice: the machine, the shape, the threads and torch's version (the
+    machine's cache adds :data:`PROBES_REVISION`, a run's record does not: a run resumed under
+    a newer revision of the probes keeps what it chose)."""
     machine = _cpu_model() if device_type == "cpu" else _accelerator_model(device_type)
     return (
         f"{machine} | {batch}x{in_features}x{out_features} {_dtype_name(dtype)} | "
-        f"{threads} threads | torch {torch.__version__} | probes {PROBES_REVISION}"
+        f"{threads} threads | torch {torch.__version__}"
     )
 
 
@@ -246,28 +252,6 @@ def _accelerator_model(device_type: str) -> str:
     if device_type == "cuda" and torch.cuda.is_available():
         return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
     return device_type
-
-
-def _stored_choices() -> dict[str, str]:
-    try:
-        stored = json.loads(_choices_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return stored if isinstance(stored, dict) else {}
-
-
-def _store_choice(name: str, backend: str) -> None:
-    """Add one choice to the file (a temporary file, then a rename: never a half-written file)."""
-    path = _choices_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stored = _stored_choices()
-        stored[name] = backend
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as handle:
-            json.dump(stored, handle, indent=1, sort_keys=True)
-        os.replace(handle.name, path)
-    except OSError as error:  # a read-only home: the choice then holds for this process only
-        log.warning("could not keep the GEMM backend choice in %s: %s", path, error)
 
 
 def _probe(usable: list[str], batch: int, in_features: int, out_features: int, dtype) -> str:
@@ -308,6 +292,12 @@ def time_in_turns(
     With ``give_up``, a product whose warm-up call takes over ``give_up`` times the first's is
     timed by that call alone (a bf16 product 50-100x slower than fp32 is not worth more rounds).
 
+    Within a probe (:func:`treernn.kernels.choices.probe_deadline`) the timing ends by the
+    probe's deadline: fewer calls a round, fewer rounds, and where even the first calls run past
+    it the products not yet called are left out and the probe is cut short (the run then takes
+    the kernel's default, see there). On a busy 2-core machine the probes of the paper-size
+    ON-LSTM ran for minutes each, longer than the smoke run they were probing for.
+
     The products run with autocast off: a probe is often first asked inside a bf16-mixed forward,
     where autocast would run an fp32 candidate that goes through torch (aten's ``mm``) in bf16.
     On an Intel Xeon with AMX that made aten the "fastest fp32 backend" at many shapes and
@@ -316,23 +306,38 @@ def time_in_turns(
     3-5 times. A run that wants bf16 asks for it (a bf16 dtype, or autocast inside the run)."""
     # about 2 ms a round at 20 GFLOP/s, at least 2 products
     calls = max(2, min(50, int(4e7 / flops)))
-    first = {}
+    deadline = choices.probe_deadline()
+    first: dict[str, float] = {}
     with torch.no_grad(), torch.autocast(device.type, enabled=False):
         for name, product in products.items():
+            if first and deadline is not None and time.perf_counter() > deadline:
+                choices.cut_short()
+                break
+            start = time.perf_counter()
             product()  # set-up
             _synchronize(device)
+            if deadline is not None and time.perf_counter() > deadline:
+                first[name] = time.perf_counter() - start  # set-up included: an upper bound
+                choices.cut_short()
+                break
             start = time.perf_counter()
             product()
             _synchronize(device)
             first[name] = time.perf_counter() - start
         fastest_first = min(first.values())
         timed = {
-            name: product
-            for name, product in products.items()
+            name: products[name]
+            for name in first
             if give_up is None or first[name] <= give_up * fastest_first
         }
-        best = {name: first[name] for name in products}
-        for _ in range(7):
+        best = dict(first)
+        for _ in range(ROUNDS):
+            if deadline is not None:  # as many calls as the time left allows, at least one
+                left = deadline - time.perf_counter()
+                round_seconds = max(sum(best[name] for name in timed), 1e-9)
+                calls = min(calls, int(left / round_seconds))
+                if calls < 1:
+                    break
             for name, product in timed.items():
                 start = time.perf_counter()
                 for _ in range(calls):
@@ -340,6 +345,10 @@ def time_in_turns(
                 _synchronize(device)
                 best[name] = min(best[name], (time.perf_counter() - start) / calls)
     return best
+
+
+#: rounds of calls :func:`time_in_turns` takes at most
+ROUNDS = 7
 
 
 def _synchronize(device: torch.device) -> None:
@@ -519,7 +528,7 @@ def product_dtype(
             model,
             round(100 * (1 - BF16_MARGIN)),
             shape,
-            _PROBED.get(key, f"the choice kept in {_choices_file()}; delete it to probe again"),
+            _PROBED.get(key, "the choice recorded with the run or kept for this machine"),
         )
     return None
 

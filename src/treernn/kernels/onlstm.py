@@ -680,17 +680,31 @@ def recurrence_backend(
     label += ", training" if training else ""
     key = (batch, hidden, num_gates, label, torch.get_num_threads())
     sizes = (batch, hidden, chunk_size, kernel, dtype, training)
-    return gemm.kept_choice(key, usable, lambda: _probe_recurrence(usable, *sizes))
+    probe = functools.partial(_probe_recurrence, usable, *sizes)
+    # without a probe (the run's probing budget spent): the compiled loop, no Python per step
+    return gemm.kept_choice(key, usable, probe, default="treernn")
 
 
 #: steps of the loops the probes time (about a BPTT segment: the weight is packed once per call)
 PROBE_STEPS = 32
+#: fewer steps where a step's products exceed this many FLOPs over :data:`PROBE_STEPS` (but at
+#: least :data:`MIN_PROBE_STEPS`): at the paper's 1150 (batch 20) a probe of 32 training steps
+#: took 21 GFLOP a call, seconds on 2 cores, and the packing the steps share is then small
+#: beside one step's products
+PROBE_FLOPS = 5e8
+MIN_PROBE_STEPS = 4
+
+
+def probe_steps(batch: int, hidden: int, num_gates: int) -> int:
+    """The steps of a probe's loop at these sizes (:data:`PROBE_STEPS` but for large shapes)."""
+    per_step = 2.0 * batch * hidden * num_gates
+    return max(MIN_PROBE_STEPS, min(PROBE_STEPS, int(PROBE_FLOPS / max(per_step, 1.0))))
 
 
 def _probe_loop(
     batch, hidden, chunk_size, kernel, backend, product_dtype, training=False, device=gemm.CPU
 ):
-    """A forward loop of :data:`PROBE_STEPS` steps on random data (a closure) and its FLOPs;
+    """A forward loop of :func:`probe_steps` steps on random data (a closure) and its FLOPs;
     ``training``: the recurrence's autograd node forward and backward (the gradients of the
     inputs and of the weight: three products per step's worth of FLOPs). The data come from a
     generator of their own: probing draws nothing from the run's random streams. The probes
@@ -698,11 +712,12 @@ def _probe_loop(
     asked inside a bf16-mixed forward would otherwise run the backward pass's products in bf16,
     and the compiled step refuse their state)."""
     num_gates = gate_count(hidden, chunk_size)
+    steps = probe_steps(batch, hidden, num_gates)
     generator = torch.Generator().manual_seed(0)
-    gates = torch.randn(PROBE_STEPS, batch, num_gates, generator=generator).to(device)
+    gates = torch.randn(steps, batch, num_gates, generator=generator).to(device)
     weight = (torch.randn(num_gates, hidden, generator=generator) / hidden**0.5).to(device)
     state = torch.zeros(batch, hidden, device=device)
-    flops = 2.0 * PROBE_STEPS * batch * hidden * num_gates
+    flops = 2.0 * steps * batch * hidden * num_gates
     if training:
         gates.requires_grad_(True)
         weight.requires_grad_(True)

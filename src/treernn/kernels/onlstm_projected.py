@@ -31,12 +31,12 @@ from treernn.errors import ConfigValueError
 from treernn.kernels import cpp_ext, gemm
 from treernn.kernels.gemm import input_gradient, weight_gradient
 from treernn.kernels.onlstm import (
-    PROBE_STEPS,
     fast_recurrence,
     forward_buffers,
     fused_kernel,
     gate_count,
     gate_gradients,
+    probe_steps,
     recurrence_backend,
     recurrent_weight_gradient,
 )
@@ -79,6 +79,7 @@ def projection_placement(
     num_gates = gate_count(hidden, chunk_size)
     label = f"ON-LSTM input projection from {depth}"
     key = (batch, hidden, num_gates, label, torch.get_num_threads())
+    # without a probe (the run's budget spent): the last, separate, as without the compiled loop
     value = gemm.kept_choice(
         key, ["loop", "rows", "separate"],
         lambda: _probe_placement(batch, depth, hidden, chunk_size, kernel),
@@ -128,11 +129,12 @@ def _decide_placement(
 
 
 def _probe_data(batch: int, depth: int, hidden: int, num_gates: int):
-    """A probe's random problem of :data:`PROBE_STEPS` steps, from a generator of its own (probing
+    """A probe's random problem of :func:`probe_steps` steps, from a generator of its own (probing
     draws nothing from the run's random streams): inputs (T, B, D), W_ih, W_hh, a zero bias and
     a zero state."""
     generator = torch.Generator().manual_seed(0)
-    inputs = torch.randn(PROBE_STEPS, batch, depth, generator=generator)
+    steps = probe_steps(batch, hidden, num_gates)
+    inputs = torch.randn(steps, batch, depth, generator=generator)
     input_weight = torch.randn(num_gates, depth, generator=generator) / depth**0.5
     recurrent_weight = torch.randn(num_gates, hidden, generator=generator) / hidden**0.5
     return (
@@ -145,7 +147,7 @@ def _probe_data(batch: int, depth: int, hidden: int, num_gates: int):
 
 
 def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kernel) -> str:
-    """Times the placements on random data (forward loops of :data:`PROBE_STEPS` steps, the
+    """Times the placements on random data (forward loops of :func:`probe_steps` steps, the
     weights packed per call as in training) and returns the fastest."""
     num_gates = gate_count(hidden, chunk_size)
     inputs, input_weight, recurrent_weight, bias, state = _probe_data(
@@ -162,7 +164,7 @@ def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kerne
         gates = gemm.linear(inputs, input_weight, bias)
         return fast_recurrence(gates, recurrent_weight, state, state, None, chunk_size, "treernn")
 
-    flops = 2.0 * PROBE_STEPS * batch * (depth + hidden) * num_gates
+    flops = 2.0 * inputs.size(0) * batch * (depth + hidden) * num_gates
     runs = {"loop": lambda: in_loop("loop"), "rows": lambda: in_loop("rows"), "separate": separate}
     seconds = gemm.time_in_turns(runs, flops)
     choice = min(seconds, key=seconds.get)
@@ -190,7 +192,7 @@ def loop_precision_runs(
     training: bool,
 ):
     """For :func:`gemm.product_dtype`: a layer's loop with the projection inside it at
-    ``placement`` (``loop`` or ``rows``), over :data:`PROBE_STEPS` steps of random data, with
+    ``placement`` (``loop`` or ``rows``), over :func:`probe_steps` steps of random data, with
     fp32 and with bf16 products, as it runs in the mode: the one-call inference
     (:func:`infer_in_loop`), or for ``training`` the autograd node's forward and backward
     (:class:`ONLSTMProjectedRecurrence`, gradients of the inputs and both weights). Where the
@@ -230,7 +232,7 @@ def loop_precision_runs(
         if gemm.treernn_available(torch.bfloat16):
             loops["bfloat16"] = functools.partial(run, True)
         passes = 3 if training else 1  # the backward pass's products: twice the forward's
-        return loops, passes * 2.0 * PROBE_STEPS * batch * (depth + hidden) * num_gates
+        return loops, passes * 2.0 * inputs.size(0) * batch * (depth + hidden) * num_gates
 
     return runs
 

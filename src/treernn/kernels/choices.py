@@ -1,0 +1,372 @@
+"""What the fast kernels chose, as part of the run that used it.
+
+The kernels choose GEMM backends, loop placements and precisions per shape by short timing
+probes (:func:`treernn.kernels.gemm.kept_choice`). The candidates agree to float rounding only,
+so a choice changes a run's numbers in their last digits: a run resumed with another choice than
+it started with does not end where it would have ended uninterrupted. A choice is therefore part
+of the run. When a kernel asks for one, :func:`choose` looks, in this order, at
+
+1. the run's record, ``<run dir>/.hydra/kernel_choices.json`` beside the run's composed config
+   (written as each choice is made: a resumed run, however it stopped, uses what it used
+   before; so does ``mode=test`` of its checkpoints);
+2. the sweep's record, ``<sweep dir>/kernel_choices.json`` (a multirun's jobs: the first job
+   that needs a shape decides it for all of them, on this machine or on another of the same
+   CPU);
+3. the machine's cache, ``$TREERNN_CACHE_DIR/gemm_backends.json`` (default
+   ``~/.cache/treernn``: runs on one machine share their choices, whatever the load was when a
+   probe ran; a probe taken under load is kept and marked so, under ``"taken under load"``);
+
+and only then probes, under an exclusive lock on the machine's cache (a second process waits
+for the first one's choice rather than probe the same shape beside it), and writes the choice
+to all three. The run's record is written by the process that writes the run directory (rank
+zero); the other ranks of a DDP run read it and share the machine's cache and lock.
+
+Probing is bounded: a run spends at most :data:`RUN_BUDGET` seconds probing
+(``TREERNN_PROBE_SECONDS``; ``0`` probes nothing), a probe at most :data:`PROBE_BUDGET` of them
+(a fifth of a larger budget).
+A shape asked for once the run's budget is spent takes the kernel's safe default (fp32, aten's
+products, the projection over all steps, the compiled recurrence), recorded with the run but not
+kept for the machine, whose next run probes it; so does a shape whose probe ran out of time
+before it had timed every candidate. ``docs/how-to/kernel-choices.md`` says how to pin the
+choices or probe again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from treernn.errors import ConfigValueError
+
+log = logging.getLogger(__name__)
+
+#: the record of a run (in its directory's ``.hydra/``) and of a sweep (in the sweep's directory)
+RECORD = "kernel_choices.json"
+RUN_RECORD = Path(".hydra") / RECORD
+RECORD_FORMAT = 1
+#: the machine's cache, in ``$TREERNN_CACHE_DIR``
+MACHINE_FILE = "gemm_backends.json"
+#: the machine cache's map of choices probed under load to the load seen
+UNDER_LOAD = "taken under load"
+#: seconds of probing a run may spend in all (``TREERNN_PROBE_SECONDS`` where set)
+BUDGET_ENV = "TREERNN_PROBE_SECONDS"
+RUN_BUDGET = 5.0
+#: seconds one probe may take (less where less of the run's budget is left; a fifth of a larger
+#: budget than the default's, so that a run given minutes to fill the cache probes large shapes)
+PROBE_BUDGET = 1.0
+#: how a choice whose probe ran out of time is recorded
+OUT_OF_TIME = "default: its probe ran out of time"
+#: how long a process waits for another's lock on a file of choices before it goes on without
+LOCK_WAIT = 120.0
+#: the kernels' environment switches, recorded with a run (a resume under other ones is said)
+SWITCHES = ("TREERNN_GEMM_BACKEND", "TREERNN_ONLSTM_PROJECTION", "TREERNN_CPP_EXT")
+
+
+class _Probe:
+    """A probe running now: when it must be done by, and whether it ran out of time."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.cut_short = False
+
+
+class _State:
+    """This process's attachment to a run, its probing budget and the probes running now."""
+
+    def __init__(self) -> None:
+        #: record files read before the machine's, in order; those written; the sweep's (shared
+        #: by processes, written under a lock)
+        self.reads: list[Path] = []
+        self.writes: list[Path] = []
+        self.shared: list[Path] = []
+        #: whether this process runs a run (its probing budget applies)
+        self.attached = False
+        #: seconds the run has spent probing; whether it was said that they are spent
+        self.spent = 0.0
+        self.said_spent = False
+        #: the probes running now: a probe may ask for another choice (the innermost last)
+        self.probes: list[_Probe] = []
+        #: the choices this process used since it attached, name -> (choice, how it was made)
+        self.used: dict[str, tuple[str, str]] = {}
+        #: locks this process holds, path -> open handle
+        self.held: dict[Path, object] = {}
+
+
+_STATE = _State()
+#: what a kernel module forgets when the process attaches to a run (its in-process choices)
+_FORGET: list[Callable[[], None]] = []
+
+
+def on_attach(forget: Callable[[], None]) -> None:
+    """Have ``forget()`` called whenever this process attaches to a run: the choices a kernel
+    module remembers in the process must give way to those the run recorded."""
+    _FORGET.append(forget)
+
+
+def attach(
+    run_dir: Path | str,
+    sweep_dir: Path | str | None = None,
+    trained_in: Path | str | None = None,
+    write: bool = True,
+) -> None:
+    """Make the kernels' choices from now on part of the run in ``run_dir``: those recorded there
+    (a resumed run) are used first, then those of ``trained_in`` (the run whose checkpoint
+    ``mode=test`` tests, read only), then the sweep's in ``sweep_dir`` (a multirun's job), then
+    the machine's; new ones are written to the run's record and the sweep's (``write``: by the
+    process that writes the run directory, rank zero). The run's probing budget starts afresh."""
+    run = Path(run_dir) / RUN_RECORD
+    sweep = Path(sweep_dir) / RECORD if sweep_dir is not None else None
+    trained = Path(trained_in) / RUN_RECORD if trained_in is not None else None
+    reads = [run, trained, sweep]
+    _STATE.reads = list(dict.fromkeys(path for path in reads if path is not None))
+    _STATE.writes = [path for path in (run, sweep) if path is not None] if write else []
+    _STATE.shared = [sweep] if sweep is not None else []
+    _STATE.attached = True
+    _STATE.spent, _STATE.said_spent = 0.0, False
+    _STATE.used = {}
+    for forget in _FORGET:
+        forget()
+    switches = {name: os.environ.get(name) for name in SWITCHES}
+    recorded = _read(run).get("switches")
+    if isinstance(recorded, dict) and recorded != switches:
+        changed = ", ".join(
+            f"{name}={recorded.get(name)!r} then, {switches[name]!r} now"
+            for name in SWITCHES
+            if recorded.get(name) != switches[name]
+        )
+        log.warning(
+            "%s ran with other kernel switches (%s): its numbers will differ from an "
+            "uninterrupted run's in their last digits",
+            run.parent,
+            changed,
+        )
+    elif write and not isinstance(recorded, dict):
+        _update(run, lambda record: record.setdefault("switches", switches))
+
+
+def detach() -> None:
+    """No run: choices come from the machine's cache and probes only (tests, a notebook, a
+    benchmark), each probe within :data:`PROBE_BUDGET`, with no budget for all of them."""
+    _STATE.reads, _STATE.writes, _STATE.shared, _STATE.used = [], [], [], {}
+    _STATE.spent, _STATE.attached = 0.0, False
+    for forget in _FORGET:
+        forget()
+
+
+def used() -> dict[str, tuple[str, str]]:
+    """The choices this process used since it attached: name -> (choice, how it was made)."""
+    return dict(_STATE.used)
+
+
+def run_budget() -> float:
+    """The seconds of probing a run may spend (:data:`BUDGET_ENV`, else :data:`RUN_BUDGET`)."""
+    value = os.environ.get(BUDGET_ENV, "")
+    if not value.strip():
+        return RUN_BUDGET
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise ConfigValueError(
+            f"{BUDGET_ENV}={value!r}: the seconds a run may spend probing kernels, a number "
+            "(0: no probes, the kernels' defaults)"
+        )
+    return seconds
+
+
+def probe_deadline() -> float | None:
+    """The ``time.perf_counter()`` by which the probe running now must be done; None outside a
+    probe (a benchmark timing products itself)."""
+    return _STATE.probes[-1].deadline if _STATE.probes else None
+
+
+def cut_short() -> None:
+    """Said by the timing of a probe that ran out of time before it timed every candidate: its
+    choice is used by this run but not kept for the machine."""
+    if _STATE.probes:
+        _STATE.probes[-1].cut_short = True
+
+
+def machine_file() -> Path:
+    root = os.environ.get("TREERNN_CACHE_DIR", "~/.cache/treernn")
+    return Path(root).expanduser() / MACHINE_FILE
+
+
+def choose(
+    name: str,
+    usable: list[str],
+    probe: Callable[[], str],
+    default: str,
+    revision: int,
+    busy: Callable[[], str | None] = lambda: None,
+) -> str:
+    """The choice named ``name`` (the machine, shape, dtype, threads and torch version; the
+    machine's cache adds the probes' ``revision``), one of ``usable``: the run's record's, else
+    the sweep's, else the machine's, else ``probe()``'s within the run's budget (``busy()``: why
+    the machine may be too loaded for its figures, noted beside it), else ``default``."""
+    named = f"{name} | of {' '.join(usable)}"
+    machine_name = f"{name} | probes {revision} | of {' '.join(usable)}"
+    machine = machine_file()
+    # the sweep's record and the machine's cache are shared with other processes; the run's
+    # record has one writer (its directory is locked while the run runs)
+    with _locked([*_STATE.shared, machine]):
+        how = ""
+        for path in _STATE.reads:
+            value = _recorded(path).get(named)
+            if value in usable:
+                how = f"recorded in {path}"
+                break
+        else:
+            stored = _read(machine)
+            value = stored.get(machine_name)
+            if value in usable:
+                how = f"kept in {machine}"
+            else:
+                value, how = _probe_within_budget(probe, default, busy)
+                if how.startswith("probed"):  # a default is for this run only
+                    _keep_for_machine(machine, machine_name, value, how)
+                elif how == OUT_OF_TIME:  # the probe's own log line named a partial winner
+                    log.info("%s: its probe ran out of time; %s is used (this run)", named, value)
+        _STATE.used[named] = (value, how)
+        for path in _STATE.writes:  # a record's choices are never changed, only added to
+            if named not in _recorded(path):
+                _update(path, lambda record: _add_choice(record, named, value, how))
+    return value
+
+
+def _probe_within_budget(
+    probe: Callable[[], str], default: str, busy: Callable[[], str | None]
+) -> tuple[str, str]:
+    outer = not _STATE.probes
+    left = run_budget() - _STATE.spent if _STATE.attached else PROBE_BUDGET
+    if outer and left <= 0:
+        if not _STATE.said_spent:
+            _STATE.said_spent = True
+            log.info(
+                "the run's %.1f s of kernel probes are spent: shapes not yet chosen take the "
+                "kernels' defaults, recorded with the run (%s sets the budget)",
+                run_budget(),
+                BUDGET_ENV,
+            )
+        return default, "default: the run's probing budget was spent"
+    start = time.perf_counter()
+    per_probe = max(PROBE_BUDGET, run_budget() / 5) if _STATE.attached else PROBE_BUDGET
+    deadline = start + min(per_probe, max(left, 0.0))
+    if not outer:  # asked by a probe: within that probe's time
+        deadline = min(deadline, _STATE.probes[-1].deadline)
+    running = _Probe(deadline)
+    _STATE.probes.append(running)
+    try:
+        value = probe()
+    finally:
+        _STATE.probes.pop()
+        if outer:
+            _STATE.spent += time.perf_counter() - start
+    if running.cut_short:  # a choice among the candidates it had time for: none at all
+        return default, OUT_OF_TIME
+    reason = busy()
+    return value, f"probed under load ({reason})" if reason else "probed"
+
+
+def _keep_for_machine(machine: Path, name: str, value: str, how: str) -> None:
+    """Add one probed choice to the machine's cache (a temporary file, then a rename: never a
+    half-written file); a probe under load is noted beside it."""
+
+    def add(stored: dict) -> None:
+        stored[name] = value
+        notes = stored.get(UNDER_LOAD)
+        notes = notes if isinstance(notes, dict) else {}
+        notes.pop(name, None)
+        if how.startswith("probed under load"):
+            notes[name] = how.removeprefix("probed under load (").removesuffix(")")
+        if notes:
+            stored[UNDER_LOAD] = notes
+        else:
+            stored.pop(UNDER_LOAD, None)
+
+    try:
+        _update(machine, add)
+    except OSError as error:  # a read-only home: the choice holds for this run only
+        log.warning("could not keep the kernel choice in %s: %s", machine, error)
+
+
+def _add_choice(record: dict, name: str, value: str, how: str) -> None:
+    record.setdefault("format", RECORD_FORMAT)
+    record.setdefault("choices", {}).setdefault(name, value)
+    record.setdefault("how", {}).setdefault(name, how)
+
+
+def _recorded(path: Path) -> dict:
+    """The choices in a run's or a sweep's record."""
+    found = _read(path).get("choices")
+    return found if isinstance(found, dict) else {}
+
+
+def _read(path: Path) -> dict:
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def _update(path: Path, change: Callable[[dict], object]) -> None:
+    """Read ``path``, ``change`` it and write it back (a temporary file beside it, then a
+    rename)."""
+    stored = _read(path)
+    change(stored)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
+        json.dump(stored, handle, indent=1, sort_keys=True)
+    os.replace(handle.name, path)
+
+
+@contextlib.contextmanager
+def _locked(paths: list[Path]) -> Iterator[None]:
+    """Exclusive locks on ``.<name>.lock`` beside each of ``paths`` not already held by this
+    process, taken in a fixed order (the sweep's, then the machine's) so that two processes
+    never wait for each other. A lock that cannot be created (a read-only directory) or is held
+    longer than :data:`LOCK_WAIT` is gone on without."""
+    taken: list[Path] = []
+    try:
+        for path in paths:
+            if path in _STATE.held:
+                continue
+            handle = _lock(path)
+            if handle is not None:
+                _STATE.held[path] = handle
+                taken.append(path)
+        yield
+    finally:
+        for path in reversed(taken):
+            handle = _STATE.held.pop(path)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+
+
+def _lock(path: Path):
+    lock = path.with_name(f".{path.name}.lock")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock, "a")  # noqa: SIM115 (held until _locked releases it)
+    except OSError:
+        return None
+    waited_until = time.monotonic() + LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() > waited_until:
+                log.warning("%s is held by another process; choosing without it", lock)
+                handle.close()
+                return None
+            time.sleep(0.02)
