@@ -42,15 +42,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from treernn.api import load
     from treernn.data.download import default_data_dir
-    from treernn.loading import load_run, write_json
+    from treernn.loading import write_json
 
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     test_sets = load_test_sets(args.syneval_dir or data_dir / "syneval", args.template_set)
-    loaded = load_run(args.ckpt, "language_model", "syneval", device=args.device)
-    task = loaded.task
+    model = load(args.ckpt, args.device, kind="language_model", command="syneval")
     result = evaluate_syneval(
-        task,
+        model.module,
         test_sets,
         args.template_set,
         batch_size=args.batch_size,
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         progress=lambda message: print(message, file=sys.stderr, flush=True),
     )
     print(format_table(result))
-    out = args.out or loaded.run_dir / f"syneval_{args.template_set}.json"
+    out = args.out or model.run_dir / f"syneval_{args.template_set}.json"
     record = result.as_dict() | {
         "checkpoint": str(args.ckpt),
         "max_pairs_per_condition": args.max_per_condition,
