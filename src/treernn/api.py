@@ -341,7 +341,7 @@ class LanguageModel(Model):
         """Per sentence, every word and the closing ``<eos>`` with its surprisal in bits
         (``-log2 p``), each sentence read alone after ``<eos>`` from a fresh state; a word
         outside the vocabulary is read (and scored) as ``<unk>`` and marked ``unknown``."""
-        from treernn.evaluation.surprisal import BITS_PER_NAT, word_log_probs
+        from treernn.evaluation.surprisal import bits, word_log_probs
 
         words = _numbered_words(self, sentences)
         vocab = self.vocab
@@ -353,7 +353,7 @@ class LanguageModel(Model):
                     TokenSurprisal(
                         word=word,
                         token=word if word in vocab else "<unk>",
-                        surprisal=-value * BITS_PER_NAT,
+                        surprisal=bits(value),
                         unknown=word not in vocab,
                     )
                     for word, value in zip(tokens, values)

@@ -22,7 +22,15 @@ from typing import Any, TextIO
 
 import torch
 
-BITS_PER_NAT = 1.0 / math.log(2.0)
+LN2 = math.log(2.0)
+
+
+def bits(log_prob: float) -> float:
+    """Surprisal in bits of a natural-log probability: ``-log_prob / ln 2`` (``0.0``, not
+    ``-0.0``, for a certain token)."""
+    return -log_prob / LN2 + 0.0
+
+
 SURPRISAL_HEADER = ("sentence_id", "token_id", "token", "surprisal")
 
 
@@ -89,7 +97,7 @@ def surprisal_rows(
     """``(token, surprisal in bits)`` of one sentence: its words (``<unk>`` where not ``known``)
     and ``<eos>``; ``log_probs`` in nats, one more than ``words``."""
     tokens = [word if is_known else "<unk>" for word, is_known in zip(words, known)]
-    return [(token, -value * BITS_PER_NAT) for token, value in zip([*tokens, "<eos>"], log_probs)]
+    return [(token, bits(value)) for token, value in zip([*tokens, "<eos>"], log_probs)]
 
 
 def write_surprisal_table(rows: Sequence[Sequence[tuple[str, float]]], out: TextIO) -> None:
