@@ -124,6 +124,7 @@ def load(
     if source.is_dir() and sharing.is_export(source):
         exported = sharing.load_export(source, kind=kind, command=command)
         module, config, found_kind, meta = exported.module, None, exported.kind, exported.meta
+        checkpoint = None
     else:
         checkpoint = checkpoint_of(source)
         module, config, found_kind = _from_checkpoint(checkpoint, kind, command, hint)
@@ -131,7 +132,7 @@ def load(
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     module = module.to(device).eval()
     model_class = MODEL_CLASSES[found_kind]
-    return model_class(module=module, kind=found_kind, meta=meta, source=source, config=config)
+    return model_class(module, found_kind, meta, source, config, checkpoint)
 
 
 def checkpoint_of(path: Path) -> Path:
@@ -186,14 +187,23 @@ def _from_checkpoint(
 class Model:
     """A trained treernn model. ``module`` is the underlying ``torch.nn.Module`` (the task:
     embedding, encoder, head), ``meta`` what the model was trained on (task, model and dataset
-    names, the data's reading settings), ``config`` the run's full config when it was loaded
-    from a checkpoint (None for an export)."""
+    names, the data's reading settings), ``config`` the run's full config and ``checkpoint`` the
+    file read when it was loaded from a checkpoint or run (both None for an export)."""
 
     #: the methods of this kind, in messages
     methods: tuple[str, ...] = ()
 
-    def __init__(self, module: Any, kind: Kind, meta: dict[str, Any], source: Path, config: Any):
+    def __init__(
+        self,
+        module: Any,
+        kind: Kind,
+        meta: dict[str, Any],
+        source: Path,
+        config: Any,
+        checkpoint: Path | None = None,
+    ):
         self.module = module
+        self.checkpoint = checkpoint
         self.kind = kind
         self.meta = meta
         self.source = source
@@ -213,10 +223,9 @@ class Model:
     @property
     def run_dir(self) -> Path:
         """Where results about this model go: its run directory, or the export directory."""
-        if self.config is None:
+        if self.checkpoint is None:
             return self.source
-        checkpoint = checkpoint_of(self.source).resolve()
-        folder = checkpoint.parent
+        folder = self.checkpoint.resolve().parent
         return folder.parent if folder.name == "checkpoints" else folder
 
     @property

@@ -116,13 +116,13 @@ def export(model: Any, out: str | Path, commit: str | None = None) -> Path:
     from treernn import __version__
     from treernn.checkpoints import constructor_config
 
-    if model.config is None:
+    if model.config is None or model.checkpoint is None:
         raise CheckpointError(f"{model.source} is an export already: copy its directory")
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise CheckpointError(f"{out} is not empty: export into a new directory")
     cfg = model.config
-    checkpoint = _checkpoint_path(model.source)
+    checkpoint = model.checkpoint
     stored = _stored_task_kwargs(checkpoint)
     vocab_tokens, vocab_form = _vocabulary(model.module.vocab, stored)
     task_arguments = {
@@ -159,16 +159,11 @@ def export(model: Any, out: str | Path, commit: str | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     module = model.module.to("cpu")
     save_model(module, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    (out / WEIGHTS_FILE).chmod(0o644)  # safetensors writes it readable by its owner only
     (out / VOCAB_FILE).write_text("".join(f"{token}\n" for token in vocab_tokens), "utf-8")
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (out / CARD_FILE).write_text(model_card(config), encoding="utf-8")
     return out
-
-
-def _checkpoint_path(source: Path) -> Path:
-    from treernn.api import checkpoint_of
-
-    return checkpoint_of(Path(source))
 
 
 def _stored_task_kwargs(checkpoint: Path) -> dict[str, Any]:
