@@ -302,10 +302,18 @@ def _numbered_words(model: Model, sentences: Sequence[str | Sequence[str]]) -> l
             "sentences: give a list of sentences (one string is one sentence: [text])"
         )
     words = [model.words(sentence) for sentence in sentences]
+    vocab = model.vocab
+    has_unk = "<unk>" in vocab
     for number, (sentence, sentence_words) in enumerate(zip(sentences, words), start=1):
         if not sentence_words:
             raise ConfigValueError(
                 f"sentence {number} ({sentence!r}) has no words after dropping punctuation"
+            )
+        unknown = [word for word in sentence_words if word not in vocab]
+        if unknown and not has_unk:
+            raise ConfigValueError(
+                f"sentence {number} ({sentence!r}): {', '.join(map(repr, unknown))} not in the "
+                "model's vocabulary, which has no <unk> to read unknown words as"
             )
     return words
 
@@ -381,7 +389,7 @@ class LanguageModel(Model):
             lines: Sequence[Any] = [line for line in text.splitlines() if line.strip()]
         else:
             lines = text
-        words = [self.words(line) for line in lines]
+        words = _numbered_words(self, [line for line in lines if self.words(line)])
         if sum(len(line) + 1 for line in words) < 2:
             raise ConfigValueError("perplexity: the text has no words")
         return stream_perplexity(self.module, words, bptt)
