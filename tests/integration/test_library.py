@@ -93,7 +93,9 @@ def test_an_export_gives_the_checkpoints_numbers_in_a_new_process(tmp_path, monk
     monkeypatch.setenv("TREERNN_DATA_DIR", str(data))
     run_dir = tmp_path / "run"
     train_in_process(TOY_LM, run_dir)
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"))
+    # one GEMM backend for every process: the auto choice can differ between processes on a busy
+    # machine (treernn.kernels.gemm), which moves float32 results in their last digits
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"), TREERNN_GEMM_BACKEND="aten")
     export = tmp_path / "export"
     result = subprocess.run(
         [sys.executable, "-m", "treernn", "export", "--ckpt", str(run_dir), "--out", str(export)],
@@ -163,7 +165,7 @@ def test_a_wheel_trains_from_an_empty_directory_and_serves_its_run(tmp_path, dat
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(TREERNN_DATA_DIR=str(data_dir), WANDB_MODE="offline")
+    env.update(TREERNN_DATA_DIR=str(data_dir), WANDB_MODE="offline", TREERNN_GEMM_BACKEND="aten")
     train = subprocess.run(
         [str(venv / "bin" / "treernn-train"), "task=logic", "model=onlstm", "trainer=smoke"],
         cwd=empty,
