@@ -23,10 +23,12 @@ from treernn.errors import UserError, say
 COMMANDS: dict[str, tuple[str, str]] = {
     "parse": ("parse", "parse F1 of a model's or a file's trees, with baselines (Table 2)"),
     "trees": ("trees", "a language model's induced trees of given sentences (Appendix A)"),
-    "syneval": ("syneval", "Marvin & Linzen targeted syntactic evaluation (Table 3)"),
+    "surprisals": ("surprisals", "a language model's surprisal of every token (LM-Zoo's table)"),
+    "syneval": ("syneval", "Marvin & Linzen or BLiMP minimal pairs (Table 3)"),
     "msr": ("msr", "MSR Sentence Completion accuracy of a (tree) language model"),
     "rerank": ("rerank", "rerank k-best dependency parses with a tree LM: UAS/LAS"),
     "generate": ("generate", "sample dependency trees from a TreeLSTM / LdTreeLSTM"),
+    "export": ("export", "a trained model as a shareable directory (safetensors, config, card)"),
     "report": (
         "report",
         "a sweep's table beside the papers', accuracy by length, tree F1 of a run, throughput",

@@ -93,16 +93,17 @@ def format_report(kind: str, report: dict[str, float | None], ties: str, seed: i
 
 
 def run(args: argparse.Namespace) -> int:
+    from treernn.api import load
     from treernn.data.download import default_data_dir
-    from treernn.loading import load_run
 
-    task = load_run(
+    task = load(
         args.ckpt,
-        "dependency_lm",
-        "msr",
+        "cpu",
+        kind="dependency_lm",
+        command="msr",
         hint="a dependency language model's checkpoint (task=dependency_lm, e.g. "
         "experiment=tdlstm/ld_treelstm_ewt_small)",
-    ).task
+    ).module
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     questions = read_msr(data_dir / QUESTIONS_FILE, data_dir / ANSWERS_FILE)
     result = evaluate(

@@ -13,7 +13,8 @@ WSJ when ``--wsj-dir`` (or ``TREERNN_WSJ_DIR``) is given, else both of the sampl
 labels (``(S (NP the cat) (VP sat))``, ``((the cat) sat)``) or nested JSON lists; its words must
 be the gold sentence's after the same filtering.
 
-``--ckpt``: a language model with syntactic distances (ON-LSTM); each sentence is read alone as
+``--ckpt``: a language model with syntactic distances (ON-LSTM): a checkpoint, a run directory
+or an exported model (``treernn.load``); each sentence is read alone as
 ``<eos> w_1 .. w_n <eos>`` and every layer's greedy tree is a row. Several checkpoints (seeds)
 give each layer's mean and max. ``--save-trees PATH`` writes one layer's trees (``--layer``,
 default the one below the top: ON-LSTM reports the 2nd of 3) in a format ``--pred`` reads, so
@@ -35,8 +36,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from treernn.api import load
 from treernn.errors import ConfigValueError
-from treernn.loading import default_device, load_run, run_directory
+from treernn.loading import default_device, run_directory
 from treernn.parsing.scoreboard import (
     KNOWN_SPLITS,
     PUNCTUATION_CHOICES,
@@ -121,10 +123,13 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     # the quick checks first: a malformed tree file or checkpoint fails before the treebank is read
     tree_file = read_trees(args.pred, args.format) if args.pred is not None else None
-    tasks = [
-        load_run(c, "language_model", "parse", device=args.device, need_distances=True).task
+    models = [
+        load(c, args.device, kind="language_model", command="parse")
         for c in ([] if tree_file else args.ckpt)
     ]
+    for model in models:
+        model.check_distances()
+    tasks = [model.module for model in models]
     boards: list[Scoreboard] = []
     extra: list[dict[str, Any]] = []
     timing = {"read": 0.0, "induce": 0.0, "score": 0.0}

@@ -33,7 +33,7 @@ from treernn.evaluation.reranking import (
     perturbed_candidates,
     rerank,
 )
-from treernn.evaluation.tree_scoring import read_conll, score_trees
+from treernn.evaluation.tree_scoring import read_conll
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,19 +58,19 @@ TREE_MODEL = (
 
 
 def run(args: argparse.Namespace) -> int:
-    task = None
+    model = None
     if args.action == "score":  # the checkpoint is checked before any data is read
-        from treernn.loading import load_run
+        from treernn.api import load
 
-        task = load_run(args.ckpt, "dependency_lm", "rerank", hint=TREE_MODEL).task
-        if task.encoder.input_view != "dependency_tree":
+        model = load(args.ckpt, "cpu", kind="dependency_lm", command="rerank", hint=TREE_MODEL)
+        if model.encoder.input_view != "dependency_tree":
             raise CheckpointError(
                 f"rerank: {args.ckpt} is a sequence model; rerank needs {TREE_MODEL}"
             )
     gold, report = read_conll(args.gold, on_error="skip")
     if report.skipped:
         print(f"warning: {report.summary()}", file=sys.stderr)
-    if task is None:  # make-candidates
+    if model is None:  # make-candidates
         rng = random.Random(args.seed)
         trees = [c for g in gold for c in perturbed_candidates(g, args.k, args.changes, rng)]
         write_conllu(trees, args.output)
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     candidates, _ = read_conll(args.candidates)
     groups = group_candidates(candidates)
-    scores = grouped_scores(score_trees(task, candidates, args.batch_size).tolist(), groups)
+    scores = grouped_scores(model.score(candidates, args.batch_size), groups)
     exclude = [x for x in args.exclude_labels.split(",") if x]
     result = rerank(scores, groups, gold, exclude)
     print(

@@ -3,11 +3,17 @@ language-model checkpoint, in the layout of the ON-LSTM paper's Table 3
 (:mod:`treernn.evaluation.syneval` says how sentences are scored and what "known" pairs are).
 
     python -m treernn syneval --ckpt PATH [--template-set current|EMNLP2018] [--out JSON]
+    python -m treernn syneval --ckpt PATH --blimp FILE.jsonl [FILE.jsonl ...] [--out JSON]
 
 prints the Table 3 layout and writes it as JSON beside the run (``syneval_<set>.json``) or to
 ``--out``, with ``metrics``: the accuracies in % under the keys the callback logs. The same
 evaluation runs after testing inside a run with the ``syneval`` callback
 (``conf/callbacks/syneval.yaml``), which logs its accuracies as test metrics.
+
+``--blimp``: BLiMP minimal-pair files (JSON lines with ``sentence_good``, ``sentence_bad``,
+``UID``, ...; :mod:`treernn.evaluation.blimp`) instead: accuracy per paradigm and over all pairs,
+written as JSON beside the run (``blimp.json``) or to ``--out``. ``--ckpt`` takes a checkpoint, a
+run directory or an exported model.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--syneval-dir", default=None, help="default: <data dir>/syneval")
     parser.add_argument("--data-dir", default=None, help="default: $TREERNN_DATA_DIR or ./data")
     parser.add_argument("--template-set", choices=TEMPLATE_SETS, default="current")
+    parser.add_argument(
+        "--blimp", nargs="+", default=None, metavar="JSONL", help="BLiMP minimal-pair files"
+    )
     parser.add_argument("--max-per-condition", type=int, default=None)
     parser.add_argument(
         "--no-end", action="store_true", help="leave log p(<eos>) out of the sentence score"
@@ -42,15 +51,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from treernn.api import load
     from treernn.data.download import default_data_dir
-    from treernn.loading import load_run, write_json
+    from treernn.loading import write_json
 
+    if args.blimp:
+        return run_blimp(args)
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     test_sets = load_test_sets(args.syneval_dir or data_dir / "syneval", args.template_set)
-    loaded = load_run(args.ckpt, "language_model", "syneval", device=args.device)
-    task = loaded.task
+    model = load(args.ckpt, args.device, kind="language_model", command="syneval")
     result = evaluate_syneval(
-        task,
+        model.module,
         test_sets,
         args.template_set,
         batch_size=args.batch_size,
@@ -59,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         progress=lambda message: print(message, file=sys.stderr, flush=True),
     )
     print(format_table(result))
-    out = args.out or loaded.run_dir / f"syneval_{args.template_set}.json"
+    out = args.out or model.run_dir / f"syneval_{args.template_set}.json"
     record = result.as_dict() | {
         "checkpoint": str(args.ckpt),
         "max_pairs_per_condition": args.max_per_condition,
@@ -67,4 +78,23 @@ def run(args: argparse.Namespace) -> int:
         "metrics": syneval_metrics(result),
     }
     write_json(record, out)
+    return 0
+
+
+def run_blimp(args: argparse.Namespace) -> int:
+    from treernn.api import load
+    from treernn.evaluation.blimp import evaluate_blimp, format_blimp, read_blimp
+    from treernn.loading import write_json
+
+    pairs = read_blimp(args.blimp)
+    model = load(args.ckpt, args.device, kind="language_model", command="syneval")
+    result = evaluate_blimp(
+        lambda sentences: model.log_probs(
+            sentences, include_end=not args.no_end, batch_size=args.batch_size
+        ),
+        pairs,
+    )
+    print(format_blimp(result))
+    record = result | {"checkpoint": str(args.ckpt), "files": [str(p) for p in args.blimp]}
+    write_json(record, args.out or model.run_dir / "blimp.json")
     return 0

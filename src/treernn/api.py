@@ -1,0 +1,655 @@
+"""treernn's Python API: a trained model one line away.
+
+    import treernn
+    model = treernn.load("outputs/ptb/onlstm/<run>")       # a run directory, a .ckpt or an export
+    model.surprisals(["The cat sat on the mat."])
+    model.trees(["The cat sat on the mat."], layer=2)
+
+:func:`load` takes a checkpoint file, a run directory (its best checkpoint, else ``last.ckpt``)
+or a directory written by ``python -m treernn export`` (:mod:`treernn.sharing`), and returns a
+:class:`Model` of the kind the run trained; no Hydra or Lightning knowledge is needed. Sentences go
+in as raw text (tokenised the way the model's dataset was: :func:`Model.words`) or as lists of
+words taken as they are; results come out per sentence, batched inside. The methods by kind:
+
+==========================  ===============================================================
+language model (task=ptb)   ``log_probs``, ``surprisals``, ``perplexity``; ``trees`` when its
+                            encoder has syntactic distances (ON-LSTM)
+classifier (logic, ListOps, ``predict``; ``trees`` when its encoder induces trees (ON-LSTM
+SST)                        distances, Ordered Memory attention)
+dependency language model   ``score``, ``generate``
+==========================  ===============================================================
+
+A method the model's kind lacks raises :class:`UnsupportedMethodError`, one line naming what the
+model offers. Every ``python -m treernn`` command that reads a model goes through :func:`load`
+(the commands pass ``kind`` so that a checkpoint of another task is refused before it is built).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from treernn.errors import CheckpointError, ConfigValueError, UserError
+
+Kind = Literal["language_model", "classifier", "dependency_lm"]
+#: what each kind is called in messages
+KIND_NAMES = {
+    "language_model": "a language model",
+    "classifier": "a classifier",
+    "dependency_lm": "a dependency language model",
+}
+#: what a command that needs each kind asks for by default
+KIND_HINTS = {
+    "language_model": "a language model's checkpoint (task=ptb)",
+    "classifier": "a classification run's checkpoint (task=logic or task=listops)",
+    "dependency_lm": "a dependency language model's checkpoint (task=dependency_lm)",
+}
+
+
+class UnsupportedMethodError(UserError, AttributeError):
+    """A method the model's kind does not have (``predict`` on a language model, ...)."""
+
+
+# ----------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class TokenSurprisal:
+    """One token of a sentence as the model read it: ``word`` (after tokenisation; ``<eos>`` for
+    the end of the sentence), ``token`` (what the model saw: the word, or ``<unk>``), its
+    surprisal ``-log2 p(token | what came before)`` in bits, and whether it was unknown."""
+
+    word: str
+    token: str
+    surprisal: float
+    unknown: bool
+
+
+@dataclass(frozen=True)
+class SentenceTrees:
+    """The induced trees of one sentence: ``trees[i]`` is the bracketed tree of layer
+    ``layers[i]`` (1 = the lowest) over ``words``; ``unknown`` are the words read as ``<unk>``;
+    ``distances[i]`` the syntactic distance read at each word (ON-LSTM; None for attention)."""
+
+    sentence: str
+    words: list[str]
+    trees: list[str]
+    layers: list[int]
+    unknown: list[str] = field(default_factory=list)
+    distances: list[list[float]] | None = None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Sampled dependency trees (``(words, heads)``, heads 1-based, 0 for the root) and the
+    held-out accuracy (%) of the four edge classifiers trained to grow them."""
+
+    trees: list[tuple[list[str], list[int]]]
+    classifier_accuracy: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A classifier's answer: the most probable ``label`` and the probability of every label."""
+
+    label: str
+    probabilities: dict[str, float]
+
+
+# ----------------------------------------------------------------------------- loading
+def load(
+    path: str | Path,
+    device: str | None = None,
+    *,
+    kind: Kind | None = None,
+    command: str = "treernn.load",
+    hint: str | None = None,
+) -> Model:
+    """The trained model at ``path``, in eval mode, on ``device`` (default: CUDA when there is
+    one, else the CPU).
+
+    ``path``: a treernn checkpoint (``.ckpt``), a run directory (the best checkpoint its
+    ``last.ckpt`` records, else ``last.ckpt``) or an exported model directory (``config.json``,
+    ``model.safetensors``, ``vocab.txt``; nothing in it is run). ``kind``: when given, a model of
+    another kind is refused with one line before anything is built, naming ``command`` and what
+    it needs (``hint``; default: the kind's usual run).
+    """
+    import torch
+
+    from treernn import sharing
+
+    source = Path(path)
+    if not source.exists():
+        raise CheckpointError(f"{source} does not exist: give a checkpoint, run or export path")
+    if source.is_dir() and sharing.is_export(source):
+        exported = sharing.load_export(source, kind=kind, command=command)
+        module, config, found_kind, meta = exported.module, None, exported.kind, exported.meta
+        checkpoint = None
+    else:
+        checkpoint = checkpoint_of(source)
+        module, config, found_kind = _from_checkpoint(checkpoint, kind, command, hint)
+        meta = sharing.meta_from_config(config)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    module = module.to(device).eval()
+    model_class = MODEL_CLASSES[found_kind]
+    return model_class(module, found_kind, meta, source, config, checkpoint)
+
+
+def checkpoint_of(path: Path) -> Path:
+    """The checkpoint :func:`load` reads for ``path``: the file itself, or a run directory's best
+    checkpoint (as its ``last.ckpt`` records it) when that file exists, else its ``last.ckpt``."""
+    if path.is_file():
+        return path
+    folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    last = folder / "last.ckpt"
+    if last.is_file():
+        from treernn.checkpoints import inspect_checkpoint
+
+        best = inspect_checkpoint(last).best_model_path
+        if best and Path(best).name and (folder / Path(best).name).is_file():
+            return folder / Path(best).name
+        return last
+    found = sorted(folder.glob("*.ckpt"), key=lambda candidate: candidate.stat().st_mtime)
+    if not found:
+        raise CheckpointError(
+            f"{path} holds no checkpoint (checkpoints/*.ckpt) and no exported model "
+            "(config.json): give a run directory, a .ckpt file or an export"
+        )
+    return found[-1]
+
+
+def _from_checkpoint(
+    path: Path, kind: Kind | None, command: str, hint: str | None
+) -> tuple[Any, Any, Kind]:
+    """The task of a checkpoint, its stored config and its kind: the one place this module
+    reads a Lightning checkpoint (:mod:`treernn.checkpoints`)."""
+    from treernn.checkpoints import load_trained
+    from treernn.loading import KINDS, task_class
+
+    trained = load_trained(
+        path,
+        kind=task_class(kind) if kind else None,
+        command=command,
+        hint=hint or (KIND_HINTS[kind] if kind else ""),
+    )
+    for name in KINDS:
+        if isinstance(trained.task, task_class(name)):
+            if name == "language_model" and "<eos>" not in trained.task.vocab:
+                raise CheckpointError(f"checkpoint {path}: the vocabulary has no <eos> token")
+            return trained.task, trained.config, name
+    raise CheckpointError(
+        f"checkpoint {path} holds a {type(trained.task).__name__}, which treernn.load does not "
+        "know how to use"
+    )
+
+
+# ----------------------------------------------------------------------------- models
+class Model:
+    """A trained treernn model. ``module`` is the underlying ``torch.nn.Module`` (the task:
+    embedding, encoder, head), ``meta`` what the model was trained on (task, model and dataset
+    names, the data's reading settings), ``config`` the run's full config and ``checkpoint`` the
+    file read when it was loaded from a checkpoint or run (both None for an export)."""
+
+    #: the methods of this kind, in messages
+    methods: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        module: Any,
+        kind: Kind,
+        meta: dict[str, Any],
+        source: Path,
+        config: Any,
+        checkpoint: Path | None = None,
+    ):
+        self.module = module
+        self.checkpoint = checkpoint
+        self.kind = kind
+        self.meta = meta
+        self.source = source
+        self.config = config
+
+    def __repr__(self) -> str:
+        return (
+            f"<treernn {type(self).__name__}: task={self.meta.get('task')} "
+            f"model={self.meta.get('model')} from {self.source}>"
+        )
+
+    @property
+    def device(self):
+        """The device the model's parameters are on."""
+        return next(self.module.parameters()).device
+
+    @property
+    def run_dir(self) -> Path:
+        """Where results about this model go: its run directory, or the export directory."""
+        if self.checkpoint is None:
+            return self.source
+        folder = self.checkpoint.resolve().parent
+        return folder.parent if folder.name == "checkpoints" else folder
+
+    @property
+    def vocab(self) -> Any:
+        """The model's vocabulary (``Vocabulary``, or a list of words for a dependency LM)."""
+        return self.module.vocab
+
+    @property
+    def encoder(self) -> Any:
+        return self.module.encoder
+
+    def to(self, device: str) -> Model:
+        """Move the model to ``device``; returns it."""
+        self.module = self.module.to(device)
+        return self
+
+    def _unsupported(self, method: str) -> UnsupportedMethodError:
+        return UnsupportedMethodError(
+            f"{method}: {self.source} is {KIND_NAMES[self.kind]} (task={self.meta.get('task')} "
+            f"model={self.meta.get('model')}), which has no {method}; it offers "
+            f"{', '.join(self.methods) or 'no method'}"
+        )
+
+    def log_probs(self, sentences: Sequence[str | Sequence[str]], **options: Any) -> list[float]:
+        """Language models: the natural-log probability of each sentence."""
+        raise self._unsupported("log_probs")
+
+    def surprisals(self, sentences, **options: Any) -> list[list[TokenSurprisal]]:
+        """Language models: each token's surprisal in bits."""
+        raise self._unsupported("surprisals")
+
+    def perplexity(self, text: str | Sequence[str], **options: Any) -> float:
+        """Language models: the perplexity of a text."""
+        raise self._unsupported("perplexity")
+
+    def trees(self, sentences, layer: int | None = None, **options: Any) -> list[SentenceTrees]:
+        """Tree-inducing encoders (ON-LSTM, Ordered Memory): each sentence's induced trees."""
+        raise self._unsupported("trees")
+
+    def predict(self, inputs, **options: Any) -> list[Prediction]:
+        """Classifiers: the label of each input and the probabilities of every label."""
+        raise self._unsupported("predict")
+
+    def score(self, trees, **options: Any) -> list[float]:
+        """Dependency language models: the log-probability of each tree's sentence."""
+        raise self._unsupported("score")
+
+    def generate(self, n: int, **options: Any) -> Generation:
+        """Dependency language models: ``n`` sampled trees."""
+        raise self._unsupported("generate")
+
+    def words(self, sentence: str | Sequence[str]) -> list[str]:
+        """A sentence as the model reads it: raw text tokenised the way the model's dataset was;
+        a list of words is taken as it is."""
+        if isinstance(sentence, str):
+            return sentence.split()
+        return list(sentence)
+
+    def _tree_signal_kind(self) -> str | None:
+        return self.encoder.tree_signal_kind
+
+    def _check_layer(self, layer: int | None, layers: int) -> list[int]:
+        if layer is None:
+            return list(range(1, layers + 1))
+        if not 1 <= layer <= layers:
+            raise ConfigValueError(f"layer={layer}: the model has layers 1 to {layers}")
+        return [layer]
+
+
+def _numbered_words(model: Model, sentences: Sequence[str | Sequence[str]]) -> list[list[str]]:
+    """Each sentence's words; a sentence with none is one line naming it."""
+    if isinstance(sentences, str):
+        raise ConfigValueError(
+            "sentences: give a list of sentences (one string is one sentence: [text])"
+        )
+    words = [model.words(sentence) for sentence in sentences]
+    vocab = model.vocab
+    has_unk = "<unk>" in vocab
+    for number, (sentence, sentence_words) in enumerate(zip(sentences, words), start=1):
+        if not sentence_words:
+            raise ConfigValueError(
+                f"sentence {number} ({sentence!r}) has no words after dropping punctuation"
+            )
+        unknown = [word for word in sentence_words if word not in vocab]
+        if unknown and not has_unk:
+            raise ConfigValueError(
+                f"sentence {number} ({sentence!r}): {', '.join(map(repr, unknown))} not in the "
+                "model's vocabulary, which has no <unk> to read unknown words as"
+            )
+    return words
+
+
+def _shown(sentence: str | Sequence[str]) -> str:
+    return sentence if isinstance(sentence, str) else " ".join(sentence)
+
+
+class LanguageModel(Model):
+    """A word-level language model (task=ptb): PTB's words, each sentence read after ``<eos>``
+    from a fresh state, as the ON-LSTM paper's syntactic evaluation and tree induction read it."""
+
+    methods = ("log_probs", "surprisals", "perplexity", "trees (ON-LSTM)")
+
+    def words(self, sentence: str | Sequence[str]) -> list[str]:
+        """Raw text as the PTB language-modelling files write it (:mod:`treernn.data.raw_text`:
+        Treebank tokenisation, lower case, numbers and ``%`` as ``N``, punctuation dropped); a
+        list of words is taken as it is."""
+        from treernn.data.raw_text import ptb_words
+
+        if isinstance(sentence, str):
+            return ptb_words(sentence, self.vocab)
+        return list(sentence)
+
+    def log_probs(
+        self,
+        sentences: Sequence[str | Sequence[str]],
+        include_end: bool = True,
+        batch_size: int = 64,
+    ) -> list[float]:
+        """``log p(w_1 .. w_n <eos> | <eos>)`` of each sentence in nats (without the closing
+        ``<eos>``'s term when not ``include_end``), each read alone from a fresh state. The same
+        numbers ``python -m treernn syneval`` compares."""
+        from treernn.evaluation.syneval import sentence_log_probs
+
+        words = _numbered_words(self, sentences)
+        return sentence_log_probs(self.module, words, batch_size, include_end)
+
+    def surprisals(
+        self, sentences: Sequence[str | Sequence[str]], batch_size: int = 64
+    ) -> list[list[TokenSurprisal]]:
+        """Per sentence, every word and the closing ``<eos>`` with its surprisal in bits
+        (``-log2 p``), each sentence read alone after ``<eos>`` from a fresh state; a word
+        outside the vocabulary is read (and scored) as ``<unk>`` and marked ``unknown``."""
+        from treernn.evaluation.surprisal import bits, word_log_probs
+
+        words = _numbered_words(self, sentences)
+        vocab = self.vocab
+        results = []
+        for sentence, values in zip(words, word_log_probs(self.module, words, batch_size)):
+            tokens = [*sentence, "<eos>"]
+            results.append(
+                [
+                    TokenSurprisal(
+                        word=word,
+                        token=word if word in vocab else "<unk>",
+                        surprisal=bits(value),
+                        unknown=word not in vocab,
+                    )
+                    for word, value in zip(tokens, values)
+                ]
+            )
+        return results
+
+    def perplexity(self, text: str | Sequence[str | Sequence[str]], bptt: int = 70) -> float:
+        """Perplexity of a text read as PTB's test split is: its lines (a string is split into
+        lines; blank ones are skipped) as one stream, each line closed by ``<eos>``, the state
+        carried along; the first word is not predicted. On PTB's test file this is the run's
+        ``test/ppl`` at test batch size 1."""
+        from treernn.evaluation.surprisal import stream_perplexity
+
+        if isinstance(text, str):
+            lines: Sequence[Any] = [line for line in text.splitlines() if line.strip()]
+        else:
+            lines = text
+        words = _numbered_words(self, [line for line in lines if self.words(line)])
+        if sum(len(line) + 1 for line in words) < 2:
+            raise ConfigValueError("perplexity: the text has no words")
+        return stream_perplexity(self.module, words, bptt)
+
+    def check_distances(self) -> None:
+        """One line unless the encoder has syntactic distances (what ``trees`` reads)."""
+        if self._tree_signal_kind() != "distances":
+            raise CheckpointError(
+                f"checkpoint {self.source}: its encoder {type(self.encoder).__name__} has no "
+                "syntactic distances, so no tree can be induced; parse F1 needs a model such as "
+                "ON-LSTM (model=onlstm)"
+            )
+
+    def trees(
+        self,
+        sentences: Sequence[str | Sequence[str]],
+        layer: int | None = None,
+        batch_size: int = 64,
+    ) -> list[SentenceTrees]:
+        """Each sentence's greedy tree per layer from ON-LSTM's syntactic distances (Sec. 5.2,
+        read as ``<eos> w_1 .. w_n <eos>``); ``layer`` (1 = lowest): that layer only."""
+        from treernn.parsing.induce import induce_distances, trees_from_distances
+        from treernn.parsing.trees import to_bracketed
+
+        self.check_distances()
+        words = _numbered_words(self, sentences)
+        vocab = self.vocab
+        distances = induce_distances(
+            self.module.embedding,
+            self.encoder,
+            [vocab.encode(sentence) for sentence in words],
+            vocab.eos_index,
+            batch_size,
+            names=[f"{n} ({_shown(s)!r})" for n, s in enumerate(sentences, start=1)],
+        )
+        per_layer = trees_from_distances(distances)
+        layers = self._check_layer(layer, len(per_layer))
+        return [
+            SentenceTrees(
+                sentence=_shown(sentence),
+                words=sentence_words,
+                trees=[to_bracketed(per_layer[k - 1][index], sentence_words) for k in layers],
+                layers=layers,
+                unknown=[word for word in sentence_words if word not in vocab],
+                distances=[distances[index][k - 1].tolist() for k in layers],
+            )
+            for index, (sentence, sentence_words) in enumerate(zip(sentences, words))
+        ]
+
+
+class Classifier(Model):
+    """A sentence or sentence-pair classifier (logic, ListOps, SST)."""
+
+    methods = ("predict", "trees (ON-LSTM, Ordered Memory)")
+
+    @property
+    def labels(self) -> list[str]:
+        return [str(label) for label in self.module.label_names]
+
+    @property
+    def pair(self) -> bool:
+        """Whether an input is two sentences (logic: premise and hypothesis)."""
+        return self.module.num_sentences == 2
+
+    def _sentence(self, text: str | Sequence[str]):
+        """One input sentence as the dataset's reader makes it (tokens, leaves, gold tree)."""
+        from treernn.data.classification import Sentence
+        from treernn.data.raw_text import formula_tokens
+
+        dataset = self.meta.get("dataset")
+        stoi = self.vocab.stoi
+        tokens = formula_tokens(text) if isinstance(text, str) else list(text)
+        try:
+            if dataset == "logic":
+                from treernn.data.logic import parse_formula
+
+                tokens, positions, tree = parse_formula(" ".join(tokens))
+                ids = tuple(stoi[token] for token in tokens)
+                leaf_ids = tuple(ids[p] for p in positions)
+                leaves = [tokens[p] for p in positions]
+                if not self.meta.get("feed_brackets", True):
+                    return Sentence(leaf_ids, leaf_ids, tree), leaves
+                return Sentence(ids, leaf_ids, tree, tuple(positions)), leaves
+            if dataset == "listops":
+                from treernn.data.listops import parse_expression
+
+                leaves, _, tree = parse_expression(" ".join(tokens))
+                ids = tuple(stoi[token] for token in leaves)
+                return Sentence(ids, ids, tree), leaves
+        except ValueError as error:
+            raise ConfigValueError(f"{_shown(text)!r}: {error}") from None
+        # SST: words (lower-cased as the dataset was); the tree encoders need the gold tree,
+        # so plain text suits the sequence models
+        if self.encoder.input_view != "tokens":
+            raise ConfigValueError(
+                f"{type(self.encoder).__name__} reads gold trees; predict on {dataset} takes "
+                "text for sequence models only"
+            )
+        words = text.split() if isinstance(text, str) else list(text)
+        if self.meta.get("lowercase", True):
+            words = [word.lower() for word in words]
+        if not words:
+            raise ConfigValueError(f"{_shown(text)!r} has no words")
+        ids = tuple(self.vocab.encode(words))
+        leaves = tuple(range(len(ids)))
+        tree = leaves[0] if len(leaves) == 1 else leaves
+        return Sentence(ids, ids, tree), words
+
+    def _batch(self, inputs: Sequence[Any]):
+        from treernn.data.classification import Collator, Example
+
+        examples, leaves = [], []
+        for item in inputs:
+            if self.pair:
+                if isinstance(item, str) or len(item) != 2:
+                    raise ConfigValueError(
+                        f"{item!r}: this classifier reads pairs; give (premise, hypothesis)"
+                    )
+                parts = [self._sentence(part) for part in item]
+            else:
+                parts = [self._sentence(item)]
+            examples.append(Example(tuple(sentence for sentence, _ in parts), label=0))
+            leaves.append([words for _, words in parts])
+        return Collator(self.vocab.pad_index)(examples).to(self.device), leaves
+
+    def predict(self, inputs: Sequence[Any], batch_size: int = 256) -> list[Prediction]:
+        """The label of each input and the probability of every label. An input is a string
+        (ListOps ``[MAX 2 9 ]``, an SST sentence) or, for a pair task, a (premise, hypothesis)
+        pair (logic ``( not a )``); brackets need no spaces around them."""
+        import torch
+
+        if isinstance(inputs, str):
+            raise ConfigValueError("inputs: give a list of inputs ([text] for one)")
+        labels = self.labels
+        results = []
+        with torch.no_grad():
+            for start in range(0, len(inputs), batch_size):
+                batch, _ = self._batch(inputs[start : start + batch_size])
+                probabilities = self.module(batch).float().softmax(-1).cpu()  # (B, C)
+                for row in probabilities.tolist():
+                    best = max(range(len(row)), key=row.__getitem__)
+                    results.append(Prediction(labels[best], dict(zip(labels, row))))
+        return results
+
+    def trees(
+        self, sentences: Sequence[Any], layer: int | None = None, batch_size: int = 256
+    ) -> list[SentenceTrees]:
+        """Each sentence's induced tree over its leaves (brackets are not leaves): per layer from
+        ON-LSTM's distances, one from Ordered Memory's attention. ``layer``: that layer only."""
+        from treernn.data.classification import Collator, Example
+        from treernn.evaluation.tree_f1 import induce_batch_trees
+        from treernn.parsing.trees import to_bracketed
+
+        if self._tree_signal_kind() is None:
+            raise CheckpointError(
+                f"{self.source}: its encoder {type(self.encoder).__name__} induces no trees; "
+                "trees need ON-LSTM (model=onlstm) or Ordered Memory (model=ordered_memory)"
+            )
+        if isinstance(sentences, str):
+            raise ConfigValueError("sentences: give a list of sentences ([text] for one)")
+        results = []
+        for start in range(0, len(sentences), batch_size):
+            chunk = list(sentences[start : start + batch_size])
+            # each sentence on its own (a batch of one-sentence examples), pair task or not
+            parts = [self._sentence(sentence) for sentence in chunk]
+            examples = [Example((sentence,), label=0) for sentence, _ in parts]
+            batch = Collator(self.vocab.pad_index)(examples).to(self.device)
+            per_layer, _ = induce_batch_trees(self.module, batch)
+            layers = self._check_layer(layer, len(per_layer))
+            for row, (text, (_, leaves)) in enumerate(zip(chunk, parts)):
+                results.append(
+                    SentenceTrees(
+                        sentence=_shown(text),
+                        words=leaves,
+                        trees=[to_bracketed(per_layer[k - 1][row], leaves) for k in layers],
+                        layers=layers,
+                    )
+                )
+        return results
+
+
+class DependencyLanguageModel(Model):
+    """A dependency-tree language model (TreeLSTM / LdTreeLSTM, Zhang et al. 2016), or a
+    sequential one trained on the same data (task=dependency_lm)."""
+
+    methods = ("score", "generate (tree models)")
+
+    def score(self, trees: Sequence[Any], batch_size: int = 128, unk_penalty: float = 0.0):
+        """``log p`` (nats) of each tree's sentence. A tree is a
+        :class:`treernn.data.dependency.DependencyTree` or a ``(words, heads)`` pair (heads
+        1-based, 0 for the root); words are normalised as the training data was (lower case,
+        numbers where the run replaced them). ``unk_penalty``: nats off per ``<unk>`` word."""
+        from treernn.data.dependency import DependencyTree
+        from treernn.evaluation.tree_scoring import score_trees
+
+        given = [
+            tree
+            if isinstance(tree, DependencyTree)
+            else DependencyTree(tuple(tree[0]), tuple(tree[1]), ("dep",) * len(tree[0]))
+            for tree in trees
+        ]
+        return score_trees(self.module, given, batch_size, unk_penalty).tolist()
+
+    def generate(
+        self,
+        n: int,
+        trees: Sequence[Any] | str | Path | None = None,
+        max_nodes: int = 30,
+        classifier_epochs: int = 2,
+        max_train_sentences: int = 3000,
+        seed: int = 0,
+    ) -> Generation:
+        """``n`` trees sampled as Section 3.4 of the paper does, after training the four edge
+        classifiers on ``trees`` (DependencyTrees or a CoNLL-U file; default: the run's training
+        file under ``$TREERNN_DATA_DIR``), a tenth of them held out to measure the classifiers."""
+        import torch
+
+        from treernn.evaluation.generation import (
+            classifier_accuracy,
+            edge_features,
+            sample_tree,
+            train_classifiers,
+        )
+
+        if self.encoder.input_view != "dependency_tree":
+            raise UnsupportedMethodError(
+                f"generate: {self.source} is a sequence model; generate needs a tree language "
+                "model (task=dependency_lm, td_treelstm or ld_treelstm)"
+            )
+        torch.manual_seed(seed)
+        training = self._training_trees(trees)[:max_train_sentences]
+        held_out = max(1, len(training) // 10)
+        features, labels = edge_features(self.module, training[held_out:])
+        test_features, test_labels = edge_features(self.module, training[:held_out])
+        classifiers = train_classifiers(features, labels, epochs=classifier_epochs)
+        accuracy = classifier_accuracy(classifiers, test_features, test_labels)
+        samples = [sample_tree(self.module, classifiers, max_nodes) for _ in range(n)]
+        return Generation(samples, accuracy)
+
+    def _training_trees(self, trees: Sequence[Any] | str | Path | None) -> list[Any]:
+        from treernn.evaluation.tree_scoring import read_conll
+
+        if trees is not None and not isinstance(trees, (str, Path)):
+            return list(trees)
+        path = trees
+        if path is None:
+            from treernn.data.download import default_data_dir
+
+            train_file = self.meta.get("train_file")
+            if not train_file:
+                raise ConfigValueError(
+                    "generate: this model does not name its training file; pass trees="
+                )
+            path = default_data_dir() / train_file
+        found, _ = read_conll(path, "skip", projective_only=True, max_length=100)
+        return found
+
+
+MODEL_CLASSES: dict[str, type[Model]] = {
+    "language_model": LanguageModel,
+    "classifier": Classifier,
+    "dependency_lm": DependencyLanguageModel,
+}

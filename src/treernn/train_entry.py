@@ -1,0 +1,45 @@
+"""``treernn-train``: the Hydra training entry of an installed treernn, the same program as
+``python train.py`` in a clone (same config tree, overrides, ``-m`` multiruns), runnable from any
+directory: run directories go under ``./outputs`` of the working directory and data is read from
+``TREERNN_DATA_DIR`` (default ``./data``).
+
+The configs are the package's ``treernn/conf`` (a wheel carries a copy of the repository's
+``conf/``, made when the wheel is built: ``setup.py``) or, in a checkout where the package is not
+built, the repository's ``conf/`` itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from treernn.resolvers import register_resolvers
+from treernn.runs import check_before_loading
+
+PACKAGED_CONFIGS = Path(__file__).resolve().parent / "conf"
+CHECKOUT_CONFIGS = Path(__file__).resolve().parents[2] / "conf"
+
+
+def config_dir() -> Path:
+    """Where ``treernn-train`` reads its configs (module docstring)."""
+    return PACKAGED_CONFIGS if PACKAGED_CONFIGS.is_dir() else CHECKOUT_CONFIGS
+
+
+def train(cfg: DictConfig):
+    check_before_loading(cfg)  # a wrong switch or number, answered before torch loads
+    from treernn import run
+
+    return run.main(cfg)
+
+
+def main() -> None:
+    """The console script: Hydra parses the command line and calls :func:`train`."""
+    register_resolvers()
+    entry = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
+    entry(train)()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""treernn as a library, end to end: a checkpoint and its export give the same numbers to the
+last digit in fresh processes, and a wheel built from the checkout, installed into a new virtual
+environment, trains from an empty directory (``treernn-train``) and serves the run through
+``treernn.load`` and the ``treernn`` console script."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import REPO_ROOT, train_in_process
+
+pytestmark = pytest.mark.slow
+
+#: a 2-layer ON-LSTM of hidden size 8 on a toy corpus in PTB's layout: trains in seconds
+TOY_LM = [
+    "model=onlstm",
+    "trainer=smoke",
+    "model.hidden_size=8",
+    "model.num_layers=2",
+    "model.chunk_size=2",
+    "task.module.embedding_size=6",
+    "task.datamodule.verify_checksums=false",
+    "task.datamodule.batch_size=4",
+    "task.datamodule.eval_batch_size=2",
+    "~task.callbacks.parse_f1",
+]
+
+#: what a user asks of a model, printed as JSON with every float's exact repr
+PROBE = textwrap.dedent(
+    """
+    import json, sys
+    import treernn
+    model = treernn.load(sys.argv[1], device="cpu")
+    out = {"kind": model.kind, "module": treernn.__file__}
+    if model.kind == "language_model":
+        sentences = ["The cat sees a dog.", "A man buys the company for $5."]
+        surprisals = model.surprisals(sentences)
+        out["surprisals"] = [[(t.token, t.surprisal) for t in s] for s in surprisals]
+        out["log_probs"] = model.log_probs(sentences)
+        out["trees"] = [t.trees for t in model.trees(sentences)]
+        out["perplexity"] = model.perplexity("\\n".join(sentences))
+    else:
+        pairs = [("( not a )", "a"), ("(a or b)", "( b or a )")]
+        out["predict"] = [(p.label, p.probabilities) for p in model.predict(pairs)]
+        out["trees"] = [t.trees for t in model.trees(["( not ( a and b ) )", "(a or (b and c))"])]
+    print(json.dumps(out))
+    """
+)
+
+
+def write_toy_ptb(data_dir: Path) -> Path:
+    """ptb/ptb.{train,valid,test}.txt of short sentences over 14 words (with $ and N)."""
+    rng = random.Random(0)
+    nouns, verbs = ["cat", "dog", "man", "woman", "company"], ["sees", "likes", "buys", "sells"]
+
+    def sentence() -> str:
+        words = [rng.choice(["the", "a"]), rng.choice(nouns), rng.choice(verbs)]
+        words += [rng.choice(["the", "a"]), rng.choice(nouns)]
+        if rng.random() < 0.3:
+            words += ["for", "$", "N"]
+        return " " + " ".join(words) + " "
+
+    folder = data_dir / "ptb"
+    folder.mkdir(parents=True)
+    for split, count in (("train", 200), ("valid", 30), ("test", 30)):
+        (folder / f"ptb.{split}.txt").write_text("\n".join(sentence() for _ in range(count)) + "\n")
+    return data_dir
+
+
+def probe(python: str, path: Path, cwd: Path, env: dict[str, str]) -> dict:
+    result = subprocess.run(
+        [python, "-c", PROBE, str(path)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_an_export_gives_the_checkpoints_numbers_in_a_new_process(tmp_path, monkeypatch):
+    data = write_toy_ptb(tmp_path / "data")
+    monkeypatch.setenv("TREERNN_DATA_DIR", str(data))
+    run_dir = tmp_path / "run"
+    train_in_process(TOY_LM, run_dir)
+    # one GEMM backend for every process: the auto choice can differ between processes on a busy
+    # machine (treernn.kernels.gemm), which moves float32 results in their last digits
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"), TREERNN_GEMM_BACKEND="aten")
+    export = tmp_path / "export"
+    result = subprocess.run(
+        [sys.executable, "-m", "treernn", "export", "--ckpt", str(run_dir), "--out", str(export)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in export.iterdir()) == [
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "vocab.txt",
+    ]
+    card = (export / "README.md").read_text()
+    assert "Ordered Neurons" in card and "test/ppl" in card
+    from_checkpoint = probe(sys.executable, run_dir, tmp_path, env)
+    from_export = probe(sys.executable, export, tmp_path, env)
+    assert from_export == from_checkpoint  # every float, to the last digit
+    assert from_checkpoint["surprisals"][1][-2][0] == "N"  # "$5" read as "$ N"
+    # a second export into the same directory is refused
+    again = subprocess.run(
+        [sys.executable, "-m", "treernn", "export", "--ckpt", str(run_dir), "--out", str(export)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert again.returncode == 1 and "is not empty" in again.stderr
+
+
+def test_a_wheel_trains_from_an_empty_directory_and_serves_its_run(tmp_path, data_dir):
+    wheels = tmp_path / "wheels"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "-w", str(wheels), "."],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = wheels.glob("treernn-*.whl")
+    # no build output left behind that git would show
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored=no", "build", "dist"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert status.returncode != 0 or status.stdout == ""
+    venv = tmp_path / "venv"
+    # the new environment reuses this one's torch, Lightning and Hydra (--system-site-packages);
+    # treernn itself comes from the wheel, which wins over any treernn installed here
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    install = subprocess.run(
+        [python, "-m", "pip", "install", "--no-deps", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(TREERNN_DATA_DIR=str(data_dir), WANDB_MODE="offline", TREERNN_GEMM_BACKEND="aten")
+    train = subprocess.run(
+        [str(venv / "bin" / "treernn-train"), "task=logic", "model=onlstm", "trainer=smoke"],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert train.returncode == 0, train.stderr[-3000:]
+    (run_dir,) = (empty / "outputs" / "logic" / "onlstm").iterdir()
+    from_run = probe(python, run_dir, empty, env)
+    assert from_run["module"].startswith(str(venv))  # the wheel's treernn, not the checkout's
+    assert len(from_run["predict"]) == 2 and len(from_run["trees"][0]) == 2  # two layers
+    for label, probabilities in from_run["predict"]:
+        assert label in probabilities and sum(probabilities.values()) == pytest.approx(1.0)
+    export = empty / "exported"
+    exported = subprocess.run(
+        [str(venv / "bin" / "treernn"), "export", "--ckpt", str(run_dir), "--out", str(export)],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert probe(python, export, empty, env) == from_run
