@@ -10,11 +10,13 @@ built, the repository's ``conf/`` itself.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from treernn.config_checks import check_command_line
 from treernn.resolvers import register_resolvers
 from treernn.runs import check_before_loading
 
@@ -28,14 +30,25 @@ def config_dir() -> Path:
 
 
 def train(cfg: DictConfig):
+    """The run of a composed config (``train.py``'s too): the checks that need no torch, then
+    :func:`treernn.run.main`; returns the monitored metric for an Optuna sweep."""
     check_before_loading(cfg)  # a wrong switch or number, answered before torch loads
     from treernn import run
 
     return run.main(cfg)
 
 
+def check_arguments() -> None:
+    """What Hydra's override parser would answer without saying how to fix it (an unquoted
+    character outside ASCII): one line and exit status 1."""
+    problem = check_command_line(sys.argv[1:])
+    if problem:
+        sys.exit(f"error: {problem}")
+
+
 def main() -> None:
     """The console script: Hydra parses the command line and calls :func:`train`."""
+    check_arguments()
     register_resolvers()
     entry = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
     entry(train)()

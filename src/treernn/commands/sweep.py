@@ -139,33 +139,45 @@ def _launch(cwd: Path, arguments: list[str], sweep_dir: Path, dry_run: bool) -> 
     where the sweep's relative paths, ``outputs/`` and ``data/``, lie); and recorded overrides
     that would load configs or objects from elsewhere are refused (:func:`_check_overrides`)."""
     script = entry_script()
-    if not ((cwd / "train.py").is_file() and (cwd / "conf" / "config.yaml").is_file()):
+    checkout = script.name == "train.py"  # else an installed treernn's treernn-train
+    if checkout and not ((cwd / "train.py").is_file() and (cwd / "conf" / "config.yaml").is_file()):
         raise UserError(
             f"the sweep was started in {cwd}, which is not a treernn checkout now (no train.py "
             f"and conf/config.yaml); run from your checkout: cd <treernn> && python train.py "
             f"{' '.join(arguments)}"
         )
+    if not cwd.is_dir():
+        raise UserError(
+            f"the sweep was started in {cwd}, which does not exist here; run its command from "
+            f"the directory that holds outputs/: treernn-train {' '.join(arguments)}"
+        )
     _check_overrides(arguments, sweep_dir)
     refuse_links(sweep_dir, "sweep resume")
     shown = "train.py" if script.parent == cwd.resolve() else str(script)
-    print(f"cd {cwd} && python {shown} {' '.join(arguments)}", flush=True)
+    print(f"cd {cwd} && {'python ' if checkout else ''}{shown} {' '.join(arguments)}", flush=True)
     if dry_run:
         return 0
     os.chdir(cwd)
     os.environ[RESUME_ENV] = str(sweep_dir.resolve())
+    # a script's own folder leads sys.path, not the working directory: nothing is imported from
+    # the recorded folder
     os.execv(sys.executable, [sys.executable, str(script), *arguments])
     return 0  # not reached
 
 
 def entry_script() -> Path:
-    """This checkout's ``train.py`` (beside ``src/treernn``)."""
+    """This checkout's ``train.py`` (beside ``src/treernn``), else, for a treernn installed
+    from a wheel, its ``treernn-train`` console script beside this interpreter."""
     script = Path(__file__).resolve().parents[3] / "train.py"
-    if not script.is_file():
-        raise UserError(
-            f"sweep resume runs the train.py of a treernn checkout, and {script} is missing; "
-            "run it from a clone of the repository"
-        )
-    return script
+    if script.is_file():
+        return script
+    installed = Path(sys.executable).parent / "treernn-train"
+    if installed.is_file():
+        return installed
+    raise UserError(
+        f"sweep resume runs this treernn's train.py or treernn-train, and neither {script} nor "
+        f"{installed} exists; reinstall treernn (pip install treernn) or run from a clone"
+    )
 
 
 #: what a recorded override may not say: objects to build (``_target_``), other places to read
