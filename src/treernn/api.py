@@ -117,6 +117,7 @@ def load(
     import torch
 
     from treernn import sharing
+    from treernn.kernels import choices
 
     source = Path(path)
     if not source.exists():
@@ -125,10 +126,14 @@ def load(
         exported = sharing.load_export(source, kind=kind, command=command)
         module, config, found_kind, meta = exported.module, None, exported.kind, exported.meta
         checkpoint = None
+        # the kernels' choices the run recorded, kept with the export (read only)
+        choices.attach(source, sweep_dir=source, write=False)
     else:
         checkpoint = checkpoint_of(source)
         module, config, found_kind = _from_checkpoint(checkpoint, kind, command, hint)
         meta = sharing.meta_from_config(config)
+        folder = checkpoint.resolve().parent
+        choices.attach(folder.parent if folder.name == "checkpoints" else folder, write=False)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     module = module.to(device).eval()
     model_class = MODEL_CLASSES[found_kind]

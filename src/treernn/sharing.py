@@ -11,7 +11,10 @@ anything from it.
   came from (run command, commit, checkpoint, metrics);
 - ``vocab.txt``: the vocabulary, one token per line, in id order;
 - ``README.md``: a model card (task, data, model and paper, metrics with the command and commit
-  that produced them, how to load it).
+  that produced them, how to load it);
+- ``kernel_choices.json``, where the run recorded one: the fast kernels' choices (GEMM backend,
+  loop placement, precision per shape, :mod:`treernn.kernels.choices`), which a loaded export
+  uses as the run did.
 
 :func:`load_export` reads it back: a format version newer than this code's is refused with one
 line; each class named in ``config.json`` must be a treernn task (``treernn.tasks.*``) or encoder
@@ -28,6 +31,7 @@ import importlib
 import inspect
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,6 +167,11 @@ def export(model: Any, out: str | Path, commit: str | None = None) -> Path:
     (out / VOCAB_FILE).write_text("".join(f"{token}\n" for token in vocab_tokens), "utf-8")
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (out / CARD_FILE).write_text(model_card(config), encoding="utf-8")
+    from treernn.kernels.choices import RECORD, RUN_RECORD
+
+    if run_dir is not None and (run_dir / RUN_RECORD).is_file():
+        # the kernels' choices the run made: a loaded export computes as the run did
+        shutil.copyfile(run_dir / RUN_RECORD, out / RECORD)
     return out
 
 
