@@ -93,9 +93,10 @@ def test_an_export_gives_the_checkpoints_numbers_in_a_new_process(tmp_path, monk
     monkeypatch.setenv("TREERNN_DATA_DIR", str(data))
     run_dir = tmp_path / "run"
     train_in_process(TOY_LM, run_dir)
-    # one GEMM backend for every process: the auto choice can differ between processes on a busy
-    # machine (treernn.kernels.gemm), which moves float32 results in their last digits
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"), TREERNN_GEMM_BACKEND="aten")
+    # the kernels' choices (GEMM backends, placements) are the run's, recorded with it and kept
+    # with the export: every process computes as the run did, however busy the machine
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"))
+    env.pop("TREERNN_GEMM_BACKEND", None)
     export = tmp_path / "export"
     result = subprocess.run(
         [sys.executable, "-m", "treernn", "export", "--ckpt", str(run_dir), "--out", str(export)],
@@ -109,6 +110,7 @@ def test_an_export_gives_the_checkpoints_numbers_in_a_new_process(tmp_path, monk
     assert sorted(p.name for p in export.iterdir()) == [
         "README.md",
         "config.json",
+        "kernel_choices.json",
         "model.safetensors",
         "vocab.txt",
     ]
