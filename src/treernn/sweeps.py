@@ -4,11 +4,11 @@ finish, the sweep's table, and a non-zero exit if any job did not finish.
 Resuming: a sweep has a name (``sweep_id=<name>``; without one, its start time). Running the same
 ``-m`` command with the same ``sweep_id`` again (or ``python -m treernn sweep resume <sweep dir>``)
 continues it in the same directories with the same job numbers: each job reads its own record
-first (:func:`plan_job`) and is skipped if it finished, resumed from its newest checkpoint if it was
-interrupted (a signal, a requeue, a killed process), and run again from the start if it failed. A
-command that would change the sweep (other overrides) is refused with one line naming the
-difference. This works whatever launches the jobs (basic, joblib, submitit), since every job decides
-for itself.
+first (:func:`treernn.lifecycle.plan.plan_sweep_job`) and is skipped if it finished, resumed from
+its newest checkpoint if it was interrupted (a signal, a requeue, a killed process), and run again
+from the start if it failed. A command that would change the sweep (other overrides) is refused
+with one line naming the difference. This works whatever launches the jobs (basic, joblib,
+submitit), since every job decides for itself.
 
 ``treernn.run.main`` records a failed job in its ``status.json`` and lets the sweep go on (Hydra's
 launcher then starts the next job), returning :func:`sweep_value` (NaN for an Optuna trial that
@@ -32,9 +32,8 @@ import shutil
 import signal
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -45,7 +44,6 @@ from treernn.errors import UserError
 from treernn.records import (
     DamagedRecord,
     RunState,
-    read_metrics,
     read_multirun,
     read_overrides,
     read_status,
@@ -88,64 +86,6 @@ def sweep_value(cfg: DictConfig, metrics: dict[str, float] | None) -> Any:
 
 
 # ----------------------------------------------------------------------------- resuming
-@dataclass
-class JobPlan:
-    action: Literal["run", "skip", "resume", "rerun"]
-    metrics: dict[str, float] | None = None
-    checkpoint: Path | None = None
-    why: str = ""
-
-
-def plan_job(job_dir: Path, overrides: list[str], follower: bool = False) -> JobPlan:
-    """What a sweep job does, from its own record: run (new), skip (finished), resume (from its
-    newest checkpoint) or rerun (it failed, or stopped before any checkpoint).
-
-    ``follower``: a process of a multi-process job other than rank 0 (``srun`` starts every task
-    of a DDP job at once). Rank 0 owns the record; a follower may find it already running this
-    attempt, and takes the same decision from the same checkpoints (none is written before every
-    rank has joined): it does not refuse a live job, and a job with no checkpoint runs afresh.
-
-    A job whose record is damaged (:class:`DamagedJob`) is not touched: a truncated
-    ``status.json`` of a finished job must not read as a job that never started."""
-    try:
-        return _plan_job(Path(job_dir), overrides, follower)
-    except DamagedRecord as error:
-        raise DamagedJob(f"sweep job {job_dir} left as it is: {error}") from None
-
-
-def _plan_job(job_dir: Path, overrides: list[str], follower: bool) -> JobPlan:
-    try:
-        refuse_links(job_dir, f"sweep job {job_dir.name}")
-    except UserError as error:
-        raise DamagedJob(f"{error}; the job is left as it is") from None
-    record = read_status(job_dir)
-    if not record:
-        return JobPlan("run")
-    before = record.get("overrides")
-    if before is not None and sorted(_without_name(before)) != sorted(_without_name(overrides)):
-        raise SweepChanged(
-            f"sweep job {job_dir} ran with [{' '.join(before)}], this command gives it "
-            f"[{' '.join(overrides)}]; resume a sweep with the command that started it "
-            f"(python -m treernn sweep resume {job_dir.parent}), or start a new one (sweep_id=)"
-        )
-    if not follower and runs.is_live(job_dir):
-        raise SweepChanged(
-            f"sweep job {job_dir} is still running ({runs.describe_owner(job_dir)}); not started "
-            "a second time"
-        )
-    status = record.get("status")
-    if runs.is_finished(job_dir):
-        return JobPlan("skip", metrics=read_metrics(Path(job_dir) / "metrics.json"))
-    if status in RESUMABLE:
-        info, _ = runs.newest_complete_checkpoint(job_dir)
-        if info is not None:
-            return JobPlan("resume", checkpoint=info.path, why=str(status))
-        if follower:
-            return JobPlan("run")
-        return JobPlan("rerun", why=f"{status} before its first checkpoint")
-    return JobPlan("rerun", why=f"{status}: {record.get('error', '')}".strip(": "))
-
-
 def clear_attempt(job_dir: Path, why: str) -> None:
     """Remove what a failed attempt of a job wrote (its record keeps the attempt)."""
     record = read_status(job_dir)
@@ -162,7 +102,7 @@ def clear_attempt(job_dir: Path, why: str) -> None:
     runs.write_status(job_dir, attempts=attempts, rerun_because=why)
 
 
-def _without_name(overrides: list[str]) -> list[str]:
+def without_name(overrides: list[str]) -> list[str]:
     return [item for item in overrides if item.split("=", 1)[0].lstrip("+~") != "sweep_id"]
 
 
@@ -182,7 +122,7 @@ def refuse_links(root: Path, what: str) -> None:
 
 def sweep_command(config: DictConfig) -> list[str]:
     """The task overrides that define a sweep (its name aside)."""
-    return _without_name(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
+    return without_name(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
 
 
 def check_same_sweep(config: DictConfig) -> None:
