@@ -1,6 +1,7 @@
 """The run entry: :func:`main` plans the invocation (:func:`treernn.lifecycle.plan.plan_run`),
 follows the plan (:func:`treernn.lifecycle.execute.execute`) and turns how it ended into a status,
-an exit code and the sweep's value; ``train.py`` is a thin Hydra entry around :func:`main`.
+an exit code and the sweep's value (:mod:`treernn.lifecycle.outcomes`); ``train.py`` is a thin
+Hydra entry around :func:`main`.
 
 The jobs around it live in modules named for them: the process's set-up in
 :mod:`treernn.process`; run records and locks in :mod:`treernn.runs`; what a resume may change in
@@ -13,22 +14,17 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
-import traceback
 from typing import Any
 
-from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
 from treernn import launch, runs, sweeps
-from treernn.callbacks.graceful_stop import Requeued
 from treernn.checkpoints import build_task
-from treernn.errors import RunInterrupted, UserError, say
-from treernn.files import full_disk_error, is_full_disk
+from treernn.errors import UserError
 from treernn.identity import is_rank_zero
 from treernn.lifecycle.execute import Attempt, execute
+from treernn.lifecycle.outcomes import conclude
 from treernn.lifecycle.plan import Plan, plan_run
-from treernn.records import RunState
 from treernn.resolvers import register_resolvers
 from treernn.sweeps import sweep_value
 
@@ -75,61 +71,6 @@ def _main(cfg: DictConfig) -> Any:
     multirun = launch.is_multirun()
     attempt = Attempt(runs.output_dir_of(cfg))  # the executor moves it to a run it continues
     try:
-        try:
-            return sweep_value(cfg, execute(_plan(cfg), attempt))
-        except InstantiationException as error:
-            # a constructor rejected its arguments: a user error keeps its own one-line message
-            cause = error.__cause__
-            if isinstance(cause, UserError):
-                raise cause from None
-            raise
-    except RunInterrupted as error:
-        runs.record_failure(attempt.record_dir, RunState.INTERRUPTED, str(error))
-        print(str(error), file=sys.stderr, flush=True)
-        if multirun and os.environ.get(sweeps.STOP_FILE_ENV):
-            # a joblib worker: its exit would make joblib kill the other workers, which may be
-            # saving their own checkpoints; the launching process ends the sweep (130 / 143).
-            # A job run by the launching process itself (one worker) took the sweep's signal
-            # with its own handler: the sweep stops as that signal asked
-            if sweeps.in_launching_process():
-                sweeps.request_stop(error.signum)
-            return sweep_value(cfg, None)
-        sys.exit(error.exit_code)
-    except sweeps.NotStarted as error:
-        print(str(error), file=sys.stderr, flush=True)
-        return sweep_value(cfg, None)
-    except sweeps.SweepChanged as error:
-        # the job's directory belongs to another attempt (or a live process): leave it alone
-        say(str(error))
-        return sweep_value(cfg, None)
-    except Requeued as error:
-        runs.record_failure(attempt.record_dir, RunState.REQUEUED, str(error))
-        print(f"requeued: {error}", file=sys.stderr, flush=True)
-        # this process ends here, in a sweep too, without a result: SLURM runs the job again
-        # (submitit's job, or the sweep's own batch job, which resumes the sweep: sweep_id=)
-        sys.exit(0)
-    except (UserError, OSError) as error:
-        if isinstance(error, OSError) and not isinstance(error, UserError):
-            if not is_full_disk(error):
-                return _bug(cfg, attempt, error, multirun)
-            error = full_disk_error(
-                error.filename or "a file of the run", error, "the last good checkpoint is kept"
-            )
-        runs.record_failure(attempt.record_dir, RunState.FAILED, str(error))
-        say(str(error))
-        if multirun:
-            return sweep_value(cfg, None)
-        runs.remove_if_empty(attempt.record_dir)
-        sys.exit(1)
-    except Exception as error:
-        return _bug(cfg, attempt, error, multirun)
-
-
-def _bug(cfg: DictConfig, attempt: Attempt, error: BaseException, multirun: bool) -> Any:
-    details = traceback.format_exc()
-    summary = f"{type(error).__name__}: {error}"
-    runs.record_failure(attempt.record_dir, RunState.FAILED, summary, details)
-    if multirun:
-        print(details, file=sys.stderr, flush=True)
-        return sweep_value(cfg, None)
-    raise error
+        return sweep_value(cfg, execute(_plan(cfg), attempt))
+    except Exception as error:  # noqa: BLE001 - every ending, a bug's too, is recorded
+        return conclude(cfg, error, attempt.record_dir, multirun)

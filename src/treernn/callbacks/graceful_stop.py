@@ -8,9 +8,9 @@
 - SLURM's requeue signal (``requeue_signal``, USR2 by default: ``#SBATCH --signal=USR2@120``
   before the time limit, or a preemption notice): at the end of the current batch ``last.ckpt`` is
   written and ``scontrol requeue`` puts the job back in the queue; this attempt ends with
-  :class:`Requeued`, and the job, started again with the same id and directory, resumes from that
-  checkpoint. A requeue signal that arrives while the job is still setting up is remembered
-  (:func:`install_immediate_handlers`) and acted on after the first batch.
+  :class:`~treernn.errors.Requeued`, and the job, started again with the same id and directory,
+  resumes from that checkpoint. A requeue signal that arrives while the job is still setting up is
+  remembered (:func:`install_immediate_handlers`) and acted on after the first batch.
 
 A signal is acted on at a batch's end, but not at the end of an epoch or of a batch after which a
 validation is due: that validation runs first and the run stops after the next batch (saved
@@ -35,15 +35,11 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from treernn.callbacks.checkpoint import LastCheckpoint, ends_epoch, validates_after
-from treernn.errors import RunInterrupted
+from treernn.errors import Requeued, RunInterrupted
 
 log = logging.getLogger("treernn")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class Requeued(Exception):
-    """The SLURM job saved its state and asked to be requeued; this attempt ends here."""
 
 
 #: a requeue signal received before training could act on it

@@ -37,6 +37,7 @@ from treernn.datamodules import prepared_datamodule
 from treernn.errors import ConfigValueError, RunInterrupted, UserError
 from treernn.files import atomic_write
 from treernn.identity import process_identity
+from treernn.lifecycle.outcomes import FINISHED
 from treernn.lifecycle.plan import Plan
 from treernn.process import (
     flush_denormals,
@@ -219,7 +220,7 @@ def _run(
             metrics.update(_floats(results[0] if results else {}))
         if trainer.is_global_zero:
             _report(cfg, metrics)
-            runs.write_status(run_dir, status=RunState.FINISHED, ended=runs.now())
+            runs.write_status(run_dir, status=FINISHED.state, ended=runs.now())
         return metrics
     finally:
         loggers_.finish_wandb(loggers)
