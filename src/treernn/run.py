@@ -12,16 +12,15 @@ The jobs around it live in modules named for them: the process's set-up in
 
 from __future__ import annotations
 
-import os
-import signal
 from typing import Any
 
 from omegaconf import DictConfig
 
-from treernn import launch, runs, sweeps
+from treernn import launch, runs
 from treernn.checkpoints import build_task
 from treernn.errors import UserError
 from treernn.identity import is_rank_zero
+from treernn.lifecycle import signals
 from treernn.lifecycle.execute import Attempt, execute
 from treernn.lifecycle.outcomes import conclude
 from treernn.lifecycle.plan import Plan, plan_run
@@ -45,7 +44,7 @@ def _plan(cfg: DictConfig) -> Plan:
         overrides=launch.job_overrides(),
         multirun=multirun,
         follower=not is_rank_zero(),
-        stop_signal=sweeps.stop_requested() if multirun else None,
+        stop_signal=signals.stop_requested() if multirun else None,
     )
 
 
@@ -58,13 +57,8 @@ def main(cfg: DictConfig) -> Any:
     try:
         return _main(cfg)
     finally:
-        if launch.is_multirun() and os.environ.get(sweeps.STOP_FILE_ENV):
-            # a joblib worker between two jobs: Ctrl-C of the sweep's process group reached an
-            # idle worker as KeyboardInterrupt in its wait for work, joblib took its pool for
-            # broken and killed the busy workers before they saved (a traceback, and the running
-            # job's updates since its last checkpoint lost, seen 2026-12-02). The stop file tells
-            # the jobs; the next job here installs its own handlers (and puts this one back).
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if launch.is_multirun() and signals.in_worker_sweep():
+            signals.guard_idle_worker()  # a joblib worker between two jobs
 
 
 def _main(cfg: DictConfig) -> Any:

@@ -29,7 +29,6 @@ import math
 import os
 import re
 import shutil
-import signal
 import sys
 import traceback
 from pathlib import Path
@@ -41,6 +40,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from treernn import runs
 from treernn.config_checks import warn_doubtful
 from treernn.errors import UserError
+from treernn.lifecycle import signals
 from treernn.records import (
     DamagedRecord,
     RunState,
@@ -287,10 +287,8 @@ def report_sweep(job_dirs: list[Path], out_dir: Path) -> bool:
 
 
 # ----------------------------------------------------------------------------- stopping
-#: where the jobs of a sweep whose launcher runs them in worker processes (joblib) find that the
-#: sweep was asked to stop: the file's path, set by the process that launches them
-STOP_FILE_ENV = "TREERNN_SWEEP_STOP_FILE"
-#: launchers whose jobs run in worker processes of the launching one
+#: launchers whose jobs run in worker processes of the launching one (a Ctrl-C of the sweep
+#: reaches them through its stop file: :mod:`treernn.lifecycle.signals`)
 WORKER_LAUNCHERS = ("hydra_plugins.hydra_joblib_launcher.",)
 
 
@@ -299,80 +297,12 @@ def runs_in_workers(config: DictConfig) -> bool:
     return target.startswith(WORKER_LAUNCHERS)
 
 
-#: the process that launched this sweep's jobs (set there; None in a worker process)
-_LAUNCHING_PID: int | None = None
-
-
-def in_launching_process() -> bool:
-    """True in the process that launched a joblib sweep: with ``n_jobs=1`` joblib runs the jobs
-    there, one after another, and a job's own signal handler takes the sweep's Ctrl-C."""
-    return os.getpid() == _LAUNCHING_PID
-
-
-def request_stop(signum: int) -> None:
-    """Write the sweep's stop file (once): no job starts after this, and the sweep exits
-    ``128 + signum`` once its running jobs have returned."""
-    path = os.environ.get(STOP_FILE_ENV)
-    if path and not Path(path).exists():
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(str(int(signum)))
-
-
-def stop_requested() -> int | None:
-    """The signal that asked this job's sweep to stop (a job of a joblib sweep), or None."""
-    path = os.environ.get(STOP_FILE_ENV)
-    if not path:
-        return None
-    try:
-        return int(Path(path).read_text() or signal.SIGINT)
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-class _StopSweep:
-    """The launching process's SIGINT / SIGTERM while joblib's workers run the jobs.
-
-    Raised there at once (Python's default), the interrupt made joblib kill its workers, and a
-    job that had printed "stopping after this training batch with a checkpoint" was killed before
-    it saved (Ctrl-C of a table lost every running job's updates since its last validation, seen
-    2026-12-01). Here the first signal writes the stop file instead: each running job stops after
-    its training batch with a checkpoint (whether the signal reached it or not), no other job
-    starts, and the sweep exits with 130 / 143 once the jobs have returned. A second signal stops
-    at once, as before."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        for sig in self.previous:
-            signal.signal(sig, self)
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
-        if self.path.exists():
-            self.restore()
-            print(f"\n{name} again: the sweep stops at once", file=sys.stderr, flush=True)
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            sys.exit(128 + signum)
-        request_stop(signum)
-        print(
-            f"\n{name} received: the sweep stops; each running job saves a checkpoint after its "
-            "training batch and no other job starts (send it again to stop at once)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def restore(self) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-
 def _no_idle_workers(config: DictConfig) -> None:
     """No more joblib workers than jobs: a worker that never gets one waits for work through the
     whole sweep, where Ctrl-C of the sweep's process group reaches it as KeyboardInterrupt,
     joblib takes its pool for broken and kills the busy workers before they save (a worker that
-    has run a job ignores SIGINT afterwards: :func:`treernn.run.main`). The launcher is built
-    from this config after this callback."""
+    has run a job ignores SIGINT afterwards: :func:`treernn.lifecycle.signals.guard_idle_worker`).
+    The launcher is built from this config after this callback."""
     n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs")
     size = jobs_in(config)
     if isinstance(n_jobs, int) and size is not None and 0 < size < n_jobs:
@@ -395,7 +325,7 @@ def check_launcher(config: DictConfig) -> None:
 
 class SweepSummary(Callback):
     def __init__(self) -> None:
-        self._stop: _StopSweep | None = None
+        self._stop: signals.StopSweep | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -409,19 +339,14 @@ class SweepSummary(Callback):
         warn_doubtful(config)
         if runs_in_workers(config):
             _no_idle_workers(config)
-            path = Path(config.hydra.sweep.dir) / ".stopping"
-            path.unlink(missing_ok=True)  # left by a sweep stopped at once
-            os.environ[STOP_FILE_ENV] = str(path.resolve())  # the workers start after this
-            global _LAUNCHING_PID
-            _LAUNCHING_PID = os.getpid()
-            self._stop = _StopSweep(path)
+            self._stop = signals.StopSweep.start(Path(config.hydra.sweep.dir) / ".stopping")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         stopped_by = None
         if self._stop is not None:
             self._stop.restore()
-            stopped_by = stop_requested()
+            stopped_by = signals.stop_requested()
             self._stop.path.unlink(missing_ok=True)
         jobs = sweep_job_dirs(config)
         finished = [

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -24,12 +23,7 @@ from treernn import checkpoints, launch, resume, runs, sweeps
 from treernn import loggers as loggers_
 from treernn.callbacks.checkpoint import LastCheckpoint
 from treernn.callbacks.divergence import DivergenceMonitor
-from treernn.callbacks.graceful_stop import (
-    STOP_SIGNALS,
-    GracefulStop,
-    install_immediate_handlers,
-    restore_handlers,
-)
+from treernn.callbacks.graceful_stop import GracefulStop
 from treernn.callbacks.progress import ProgressBar
 from treernn.callbacks.unvalidated_tail import UnvalidatedTail
 from treernn.checkpoints import RunInfo, build_task
@@ -37,6 +31,7 @@ from treernn.datamodules import prepared_datamodule
 from treernn.errors import ConfigValueError, RunInterrupted, UserError
 from treernn.files import atomic_write
 from treernn.identity import process_identity
+from treernn.lifecycle import signals
 from treernn.lifecycle.outcomes import FINISHED
 from treernn.lifecycle.plan import Plan
 from treernn.process import (
@@ -68,11 +63,11 @@ def execute(plan: Plan, attempt: Attempt) -> dict[str, float] | None:
     if plan.action == "rerun" and not plan.follower:  # rank 0 clears what the failed attempt wrote
         sweeps.clear_attempt(plan.run_dir, plan.why)
     cfg = plan.config
-    previous = install_immediate_handlers(launch.requeue_signum(cfg.get("requeue_signal")))
+    previous = signals.install_immediate_handlers(signals.requeue_signum(cfg.get("requeue_signal")))
     try:
         return _set_up_and_run(plan, attempt)
     finally:
-        restore_handlers(previous)
+        signals.restore_handlers(previous)
 
 
 def _set_up_and_run(plan: Plan, attempt: Attempt) -> dict[str, float]:
@@ -185,8 +180,8 @@ def _run(
         if cfg.trainer.get("enable_checkpointing", True):
             last = LastCheckpoint(run_dir / "checkpoints", cfg.get("checkpoint_minutes"))
             callbacks.append(last)
-        requeue = launch.requeue_signum(cfg.get("requeue_signal"))
-        poll = sweeps.stop_requested if os.environ.get(sweeps.STOP_FILE_ENV) else None
+        requeue = signals.requeue_signum(cfg.get("requeue_signal"))
+        poll = signals.stop_requested if signals.in_worker_sweep() else None
         stop = GracefulStop(last, requeue, launch.slurm_job_id(), poll)
         tail = UnvalidatedTail()
         callbacks += [launch.ProcessGroupTeardown(), stop, tail]
@@ -201,7 +196,7 @@ def _run(
             runs.write_status(run_dir, stage=cfg.mode)
         if cfg.mode in ("fit+test", "fit"):
             _fit(trainer, module, datamodule, ckpt_path)
-            if stop.pending in STOP_SIGNALS:  # a signal during the last validation
+            if stop.pending in signals.STOP_SIGNALS:  # a signal during the last validation
                 raise RunInterrupted(
                     f"interrupted after training ended (step {trainer.global_step}), before "
                     "testing; resume with ckpt_path=last to test",

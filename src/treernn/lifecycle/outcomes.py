@@ -8,7 +8,6 @@ the attempt writes into, says it, and exits or returns the sweep's value.
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -18,9 +17,10 @@ from typing import Any
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
-from treernn import runs, sweeps
+from treernn import runs
 from treernn.errors import DivergedError, Requeued, RunInterrupted, UserError, say
 from treernn.files import full_disk_error, is_full_disk
+from treernn.lifecycle import signals
 from treernn.records import RunState
 from treernn.sweeps import NotStarted, SweepChanged, sweep_value
 
@@ -100,13 +100,13 @@ def conclude(cfg: DictConfig, error: Exception, record_dir: Path | None, multiru
         print(message, file=sys.stderr, flush=True)
     elif multirun:  # a bug in a sweep job: its traceback, and the sweep goes on
         print(details, file=sys.stderr, flush=True)
-    if outcome is INTERRUPTED and multirun and os.environ.get(sweeps.STOP_FILE_ENV):
+    if outcome is INTERRUPTED and multirun and signals.in_worker_sweep():
         # a joblib worker: its exit would make joblib kill the other workers, which may be
         # saving their own checkpoints; the launching process ends the sweep (130 / 143).
         # A job run by the launching process itself (one worker) took the sweep's signal
         # with its own handler: the sweep stops as that signal asked
-        if sweeps.in_launching_process():
-            sweeps.request_stop(error.signum)
+        if signals.in_launching_process():
+            signals.request_stop(error.signum)
         return sweep_value(cfg, None)
     if multirun and outcome.sweep_goes_on:
         return sweep_value(cfg, None)
