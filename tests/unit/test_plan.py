@@ -240,3 +240,116 @@ def test_a_sweep_job_given_other_overrides_is_left_alone(tmp_path):
     assert plan.action == "refuse" and isinstance(plan.refusal, SweepChanged)
     assert "ran with [seed=1], this command gives it [seed=2]" in str(plan.refusal)
     assert os.path.isdir(job)
+
+
+# ----------------------------------------------------------------------------- naming a run
+def test_a_finished_run_named_by_its_checkpoint_file_is_refused_as_ckpt_path_last_is(tmp_path):
+    """One rule however a finished run is named: ``ckpt_path=last`` refused it ("ask for a larger
+    budget"), while ``ckpt_path=<its last.ckpt>`` resumed it, trained nothing and tested again."""
+    cfg = compose_config(tmp_path)  # trainer=smoke: max_steps=3
+    done = make_run(tmp_path, "done", "2026-01-01T00:00:00", status=RunState.FINISHED)
+    path = save_checkpoint(done / "checkpoints" / "last.ckpt", stored_config(cfg), step=3)
+    for named in ("last", str(path)):
+        with open_dict(cfg):
+            cfg.ckpt_path = named
+        plan = plan_of(cfg)
+        assert plan.action == "refuse", named
+        message = str(plan.refusal)
+        assert message.startswith(f"ckpt_path={named}: ")
+        assert f"run {done} finished (1 epochs, step 3; " in message
+        assert "ask for a larger budget (e.g. trainer.max_steps=6)" in message
+    with open_dict(cfg):  # a larger budget trains it further, named either way
+        cfg.trainer.max_steps = 6
+    for named in ("last", str(path)):
+        with open_dict(cfg):
+            cfg.ckpt_path = named
+        plan = plan_of(cfg)
+        assert (plan.action, plan.run_dir, plan.checkpoint) == ("resume", done, path)
+
+
+def test_a_finished_run_may_be_tested_however_it_is_named(tmp_path):
+    cfg = compose_config(tmp_path, "mode=test")
+    done = make_run(tmp_path, "done", "2026-01-01T00:00:00", status=RunState.FINISHED)
+    path = save_checkpoint(done / "checkpoints" / "last.ckpt", stored_config(cfg), step=3)
+    for named in ("last", str(path)):
+        with open_dict(cfg):
+            cfg.ckpt_path = named
+        assert plan_of(cfg).action == "test"
+
+
+def test_the_run_chosen_is_named_with_the_overrides_that_differ_from_the_command(tmp_path, caplog):
+    """After a dropout sweep, ``ckpt_path=last`` resumed its newest job, whose dropout the command
+    does not give, without a word: the run then trained on with the command's dropout."""
+    cfg = compose_config(tmp_path, "ckpt_path=last", "trainer.max_steps=6")
+    sweep = tmp_path / "outputs" / "multirun" / "logic" / "lstm" / "mine"
+    for number, dropout, started in ((0, 0.1, "2026-01-01T00:00:00"), (1, 0.3, "2026-01-02")):
+        job = sweep / str(number)
+        (job / ".hydra").mkdir(parents=True)
+        overrides = [f"model.dropout={dropout}", "trainer.max_steps=3", "sweep_id=mine"]
+        runs.write_status(
+            job,
+            task="logic",
+            model="lstm",
+            started=started,
+            status=RunState.FINISHED,
+            overrides=overrides,
+        )
+        stored = stored_config(cfg, **{"model.dropout": dropout, "trainer.max_steps": 3})
+        save_checkpoint(job / "checkpoints" / "last.ckpt", stored, step=3)
+    caplog.set_level("INFO", logger="treernn")
+    command = ["ckpt_path=last", "trainer.max_steps=6"]
+    plan = plan_of(cfg, overrides=command)
+    assert (plan.action, plan.run_dir) == ("resume", sweep / "1")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ckpt_path=")]
+    assert lines == [
+        f"ckpt_path=last: resuming run {sweep / '1'} (finished, step 3), whose overrides differ "
+        "from this command's: model.dropout=0.3 (this command: not given), trainer.max_steps=3 "
+        "(this command: 6); it goes on with this command's settings"
+    ]
+    # named by its file: the same line
+    caplog.clear()
+    path = sweep / "1" / "checkpoints" / "last.ckpt"
+    with open_dict(cfg):
+        cfg.ckpt_path = str(path)
+    plan_of(cfg, overrides=[f"ckpt_path={path}", "trainer.max_steps=6"])
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ckpt_path=")]
+    assert lines == [
+        f"ckpt_path={path}: resuming run {sweep / '1'} (finished, step 3), whose overrides "
+        "differ from this command's: model.dropout=0.3 (this command: not given), "
+        "trainer.max_steps=3 (this command: 6); it goes on with this command's settings"
+    ]
+    # the command that gives the run's dropout: only the budget differs
+    caplog.clear()
+    with open_dict(cfg):
+        cfg.ckpt_path = "last"
+    plan_of(cfg, overrides=["ckpt_path=last", "model.dropout=0.3", "trainer.max_steps=6"])
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ckpt_path=")]
+    assert lines == [
+        f"ckpt_path=last: resuming run {sweep / '1'} (finished, step 3), whose overrides differ "
+        "from this command's: trainer.max_steps=3 (this command: 6); it goes on with this "
+        "command's settings"
+    ]
+
+
+def test_a_run_resumed_with_its_own_overrides_is_named(tmp_path, caplog):
+    cfg = compose_config(tmp_path, "ckpt_path=last")
+    old = make_run(tmp_path, "old", "2026-01-01", status=RunState.INTERRUPTED, overrides=["seed=3"])
+    save_checkpoint(old / "checkpoints" / "last.ckpt", stored_config(cfg), step=2)
+    caplog.set_level("INFO", logger="treernn")
+    plan_of(cfg, overrides=["seed=3", "ckpt_path=last"])
+    assert (
+        f"ckpt_path=last: resuming run {old} (interrupted, step 2) with this command's "
+        "overrides" in caplog.text
+    )
+
+
+def test_ckpt_path_last_continues_the_run_whose_newest_checkpoint_is_a_requeue_s(tmp_path):
+    """The SLURM requeue's ``hpc_ckpt_N.ckpt`` lies in the run directory itself, not in its
+    checkpoints/: the run ``ckpt_path=last`` chose is continued all the same."""
+    cfg = compose_config(tmp_path, "ckpt_path=last")
+    old = make_run(tmp_path, "old", "2026-01-01", status=RunState.INTERRUPTED)
+    save_checkpoint(old / "checkpoints" / "last.ckpt", stored_config(cfg), step=2)
+    newest = save_checkpoint(old / "hpc_ckpt_1.ckpt", stored_config(cfg), step=3)
+    plan = plan_of(cfg)
+    assert (plan.action, plan.checkpoint, plan.run_dir) == ("resume", newest, old)
+    assert plan.config.paths.output_dir == str(old)

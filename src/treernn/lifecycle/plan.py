@@ -135,10 +135,11 @@ def _plan(
         elif action == "rerun":
             log.info("job %s: %s; running it again from the start", own_dir.name, why)
     check_config(cfg)
+    named_run: Path | None = None  # the run ckpt_path names (last, or the run of its file)
     if info is None and not cfg.ckpt_path and cfg.mode != "test":
         info = _requeued(own_dir)
     if info is None and cfg.ckpt_path:
-        info = _named_checkpoint(cfg, own_dir)
+        named_run, info = _named_checkpoint(cfg, own_dir, overrides)
     if cfg.mode == "test":
         if info is None:
             raise UserError("mode=test needs ckpt_path=<checkpoint> (or ckpt_path=last)")
@@ -160,7 +161,7 @@ def _plan(
     from treernn.checkpoints import check_task_and_model
 
     check_task_and_model(info, cfg.task.name, cfg.model.name)
-    run_dir = info.run_dir or own_dir
+    run_dir = named_run or info.run_dir or own_dir
     config = _copy(cfg)
     with open_dict(config):
         config.ckpt_path = str(info.path)
@@ -204,14 +205,67 @@ def _requeued(own_dir: Path) -> CheckpointInfo | None:
     return info
 
 
-def _named_checkpoint(cfg: DictConfig, own_dir: Path) -> CheckpointInfo:
-    """The checkpoint ``ckpt_path`` names: ``last`` or a file."""
-    if cfg.ckpt_path == "last":
-        trainer = OmegaConf.to_container(cfg.trainer, resolve=True) if cfg.mode != "test" else None
-        return plan_last(Path(cfg.paths.log_dir), cfg.task.name, cfg.model.name, trainer, own_dir)
-    from treernn.checkpoints import inspect_checkpoint
+def _named_checkpoint(
+    cfg: DictConfig, own_dir: Path, overrides: list[str]
+) -> tuple[Path | None, CheckpointInfo]:
+    """The run and checkpoint ``ckpt_path`` names (``last`` or a file), under one rule however it
+    is named: a finished run is resumed only with a budget left to train (``mode=test`` may test
+    it), and the run chosen is named, with its overrides that differ from this command's."""
+    named = str(cfg.ckpt_path)
+    trainer = OmegaConf.to_container(cfg.trainer, resolve=True) if cfg.mode != "test" else None
+    if named == "last":
+        run_dir, info = plan_last(Path(cfg.paths.log_dir), cfg.task.name, cfg.model.name, own_dir)
+    else:
+        from treernn.checkpoints import inspect_checkpoint
 
-    return inspect_checkpoint(cfg.ckpt_path)
+        info = inspect_checkpoint(named)
+        run_dir = info.run_dir
+    if run_dir is None or trainer is None:
+        return run_dir, info
+    record = read_status(run_dir)
+    if record.get("status") == RunState.FINISHED:
+        check_budget_left(named, run_dir, info, trainer)
+    state = f"{record.get('status', 'no status record')}, step {info.global_step}"
+    before = record.get("overrides")
+    changed = differing_overrides(before, overrides) if isinstance(before, list) else None
+    if changed:
+        log.warning(
+            "ckpt_path=%s: resuming run %s (%s), whose overrides differ from this command's: %s; "
+            "it goes on with this command's settings",
+            named,
+            run_dir,
+            state,
+            ", ".join(changed),
+        )
+    else:
+        same = " with this command's overrides" if changed is not None else ""
+        log.info("ckpt_path=%s: resuming run %s (%s)%s", named, run_dir, state, same)
+    return run_dir, info
+
+
+#: overrides that name a run rather than set it
+_NAMING_KEYS = ("ckpt_path", "sweep_id")
+
+
+def differing_overrides(before: list[str], now: list[str]) -> list[str]:
+    """``key=value (this command: value)`` for each override of a run (``before``) that this
+    command (``now``) gives otherwise or not at all, and each it adds."""
+
+    def as_dict(lines: list[str]) -> dict[str, str]:
+        pairs = (str(line).split("=", 1) for line in lines)
+        found = {key.lstrip("+~"): value for key, value in (p for p in pairs if len(p) == 2)}
+        return {key: value for key, value in found.items() if key not in _NAMING_KEYS}
+
+    old, new = as_dict(before), as_dict(now)
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        if key not in new:
+            changed.append(f"{key}={old[key]} (this command: not given)")
+        elif key not in old:
+            changed.append(f"{key} not given (this command: {new[key]})")
+        elif old[key] != new[key]:
+            changed.append(f"{key}={old[key]} (this command: {new[key]})")
+    return changed
 
 
 # ----------------------------------------------------------------------------- ckpt_path=last
@@ -224,15 +278,10 @@ def _why_no_checkpoint(record: dict[str, Any]) -> str:
 
 
 def plan_last(
-    log_dir: Path,
-    task: str,
-    model: str,
-    trainer: dict[str, Any] | None,
-    exclude: Path | None,
-) -> CheckpointInfo:
-    """``ckpt_path=last``: the newest good checkpoint of the newest run of this task and model
-    that has one. ``trainer``: the trainer settings of this invocation (None for ``mode=test``,
-    which may test a finished run)."""
+    log_dir: Path, task: str, model: str, exclude: Path | None
+) -> tuple[Path, CheckpointInfo]:
+    """``ckpt_path=last``: the newest run of this task and model that has a checkpoint, and its
+    newest good checkpoint."""
     candidates = runs.runs_of(log_dir, task, model, exclude)
     for run_dir in candidates:
         if runs.is_live(run_dir):
@@ -252,18 +301,19 @@ def plan_last(
                 _why_no_checkpoint(record),
             )
             continue
-        if trainer is not None and record.get("status") == RunState.FINISHED:
-            check_budget_left(run_dir, info, trainer)
-        return info
+        return run_dir, info
     raise CheckpointError(
         f"ckpt_path=last: no run of task={task} model={model} with a checkpoint under "
         f"{Path(log_dir)}; train one first, or give ckpt_path=<file>"
     )
 
 
-def check_budget_left(run_dir: Path, info: CheckpointInfo, trainer: dict[str, Any]) -> None:
+def check_budget_left(
+    named: str, run_dir: Path, info: CheckpointInfo, trainer: dict[str, Any]
+) -> None:
     """A finished run is resumed only to train it further: with a budget (max_epochs,
-    max_steps, max_time) other than the one it finished, and not yet used up."""
+    max_steps, max_time) other than the one it finished, and not yet used up. ``named``: what
+    ``ckpt_path`` said (``last`` or a file)."""
     old = info.config.get("trainer", {})
     max_steps = trainer.get("max_steps")
     used_up = runs.budget_used_up(trainer, info.global_step, info.epochs_done)
@@ -277,8 +327,9 @@ def check_budget_left(run_dir: Path, info: CheckpointInfo, trainer: dict[str, An
             if max_steps is not None and max_steps > 0
             else f"trainer.max_epochs={info.epochs_done * 2 or 1}"
         )
+        which = "the newest run" if named == "last" else "run"
         raise UserError(
-            f"ckpt_path=last: the newest run {run_dir} finished ({info.epochs_done} epochs, "
+            f"ckpt_path={named}: {which} {run_dir} finished ({info.epochs_done} epochs, "
             f"step {info.global_step}; {budget or 'no budget'}); to train it further ask for a "
             f"larger budget (e.g. {more}), or start a new run"
         )
