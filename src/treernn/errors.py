@@ -59,6 +59,11 @@ class RunInterrupted(Exception):
         return 128 + self.signum
 
 
+class Requeued(Exception):
+    """The SLURM job saved its state and asked to be requeued; this attempt ends here (and SLURM
+    starts the job again, same id and directory)."""
+
+
 def show_tracebacks() -> bool:
     """True when the user asked for full tracebacks of user errors too."""
     return any(

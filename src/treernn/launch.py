@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import signal
 from typing import Any
 
 import torch
@@ -70,22 +69,8 @@ class ProcessGroupTeardown(Callback):
             ProcessGroupTeardown._registered = True
 
 
-# ----------------------------------------------------------------------------- SLURM requeue
-def signal_number(name: str | None) -> int | None:
-    """``USR2`` (or ``SIGUSR2``) -> its number; None for None."""
-    if not name:
-        return None
-    return int(signal.Signals[f"SIG{str(name).upper().removeprefix('SIG')}"])
-
-
-def requeue_signum(requeue_signal: str | None) -> int | None:
-    """The signal number of ``requeue_signal`` (``USR1``, ``USR2``) for a SLURM task; None
-    outside SLURM or when requeueing is off (``requeue_signal=null``)."""
-    if "SLURM_JOB_ID" not in os.environ:
-        return None
-    return signal_number(requeue_signal)
-
-
+# ----------------------------------------------------------------------------- SLURM
+# (its requeue signal: treernn.lifecycle.signals)
 def slurm_plugins() -> list[Any]:
     """Lightning's SLURM environment, without Lightning's own requeue handling (treernn's
     :class:`~treernn.callbacks.graceful_stop.GracefulStop` requeues between two batches), when

@@ -8,8 +8,9 @@ runs, its process holds a lock on the directory's ``.lock`` file: one writer per
 
 Here are writing and reading those records (a failure included), the lock, whether a run is live,
 and finding the runs of a task and model and their newest good checkpoint. Deciding what to resume
-and continuing a run from its record is :mod:`treernn.resume`; checkpoints are inspected (before
-any data is loaded) by :mod:`treernn.checkpoints`.
+from a run's record is :mod:`treernn.lifecycle.plan`, continuing it
+:mod:`treernn.lifecycle.execute`; checkpoints are inspected (before any data is loaded) by
+:mod:`treernn.checkpoints`.
 """
 
 from __future__ import annotations

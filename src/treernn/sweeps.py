@@ -4,11 +4,11 @@ finish, the sweep's table, and a non-zero exit if any job did not finish.
 Resuming: a sweep has a name (``sweep_id=<name>``; without one, its start time). Running the same
 ``-m`` command with the same ``sweep_id`` again (or ``python -m treernn sweep resume <sweep dir>``)
 continues it in the same directories with the same job numbers: each job reads its own record
-first (:func:`plan_job`) and is skipped if it finished, resumed from its newest checkpoint if it was
-interrupted (a signal, a requeue, a killed process), and run again from the start if it failed. A
-command that would change the sweep (other overrides) is refused with one line naming the
-difference. This works whatever launches the jobs (basic, joblib, submitit), since every job decides
-for itself.
+first (:func:`treernn.lifecycle.plan.plan_sweep_job`) and is skipped if it finished, resumed from
+its newest checkpoint if it was interrupted (a signal, a requeue, a killed process), and run again
+from the start if it failed. A command that would change the sweep (other overrides) is refused
+with one line naming the difference. This works whatever launches the jobs (basic, joblib,
+submitit), since every job decides for itself.
 
 ``treernn.run.main`` records a failed job in its ``status.json`` and lets the sweep go on (Hydra's
 launcher then starts the next job), returning :func:`sweep_value` (NaN for an Optuna trial that
@@ -29,12 +29,10 @@ import math
 import os
 import re
 import shutil
-import signal
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -42,10 +40,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from treernn import runs
 from treernn.config_checks import warn_doubtful
 from treernn.errors import UserError
+from treernn.lifecycle import signals
 from treernn.records import (
     DamagedRecord,
     RunState,
-    read_metrics,
     read_multirun,
     read_overrides,
     read_status,
@@ -88,64 +86,6 @@ def sweep_value(cfg: DictConfig, metrics: dict[str, float] | None) -> Any:
 
 
 # ----------------------------------------------------------------------------- resuming
-@dataclass
-class JobPlan:
-    action: Literal["run", "skip", "resume", "rerun"]
-    metrics: dict[str, float] | None = None
-    checkpoint: Path | None = None
-    why: str = ""
-
-
-def plan_job(job_dir: Path, overrides: list[str], follower: bool = False) -> JobPlan:
-    """What a sweep job does, from its own record: run (new), skip (finished), resume (from its
-    newest checkpoint) or rerun (it failed, or stopped before any checkpoint).
-
-    ``follower``: a process of a multi-process job other than rank 0 (``srun`` starts every task
-    of a DDP job at once). Rank 0 owns the record; a follower may find it already running this
-    attempt, and takes the same decision from the same checkpoints (none is written before every
-    rank has joined): it does not refuse a live job, and a job with no checkpoint runs afresh.
-
-    A job whose record is damaged (:class:`DamagedJob`) is not touched: a truncated
-    ``status.json`` of a finished job must not read as a job that never started."""
-    try:
-        return _plan_job(Path(job_dir), overrides, follower)
-    except DamagedRecord as error:
-        raise DamagedJob(f"sweep job {job_dir} left as it is: {error}") from None
-
-
-def _plan_job(job_dir: Path, overrides: list[str], follower: bool) -> JobPlan:
-    try:
-        refuse_links(job_dir, f"sweep job {job_dir.name}")
-    except UserError as error:
-        raise DamagedJob(f"{error}; the job is left as it is") from None
-    record = read_status(job_dir)
-    if not record:
-        return JobPlan("run")
-    before = record.get("overrides")
-    if before is not None and sorted(_without_name(before)) != sorted(_without_name(overrides)):
-        raise SweepChanged(
-            f"sweep job {job_dir} ran with [{' '.join(before)}], this command gives it "
-            f"[{' '.join(overrides)}]; resume a sweep with the command that started it "
-            f"(python -m treernn sweep resume {job_dir.parent}), or start a new one (sweep_id=)"
-        )
-    if not follower and runs.is_live(job_dir):
-        raise SweepChanged(
-            f"sweep job {job_dir} is still running ({runs.describe_owner(job_dir)}); not started "
-            "a second time"
-        )
-    status = record.get("status")
-    if runs.is_finished(job_dir):
-        return JobPlan("skip", metrics=read_metrics(Path(job_dir) / "metrics.json"))
-    if status in RESUMABLE:
-        info, _ = runs.newest_complete_checkpoint(job_dir)
-        if info is not None:
-            return JobPlan("resume", checkpoint=info.path, why=str(status))
-        if follower:
-            return JobPlan("run")
-        return JobPlan("rerun", why=f"{status} before its first checkpoint")
-    return JobPlan("rerun", why=f"{status}: {record.get('error', '')}".strip(": "))
-
-
 def clear_attempt(job_dir: Path, why: str) -> None:
     """Remove what a failed attempt of a job wrote (its record keeps the attempt)."""
     record = read_status(job_dir)
@@ -162,17 +102,26 @@ def clear_attempt(job_dir: Path, why: str) -> None:
     runs.write_status(job_dir, attempts=attempts, rerun_because=why)
 
 
-def _without_name(overrides: list[str]) -> list[str]:
+def without_name(overrides: list[str]) -> list[str]:
     return [item for item in overrides if item.split("=", 1)[0].lstrip("+~") != "sweep_id"]
+
+
+#: the folder submitit keeps its job files in (the submitit launcher's default submitit_folder,
+#: ${hydra.sweep.dir}/.submitit/%j)
+LAUNCHER_FOLDER = ".submitit"
 
 
 def refuse_links(root: Path, what: str) -> None:
     """A sweep is data: a symbolic link in it (to a file outside, which a resumed job would
-    append to or overwrite: its train.log, its .hydra/config.yaml) is refused with one line."""
+    append to or overwrite: its train.log, its .hydra/config.yaml) is refused with one line.
+    The submitit launcher's own folder (``.submitit/``: its job scripts and their links, under
+    new SLURM job ids at each submission) is the launcher's, not the sweep's records."""
     root = Path(root)
     if not root.exists():
         return
     for path in [root, *sorted(root.rglob("*"))]:
+        if LAUNCHER_FOLDER in path.relative_to(root).parts:
+            continue
         if path.is_symlink():
             raise UserError(
                 f"{what}: {path} is a symbolic link (to {os.readlink(path)}); a sweep's files "
@@ -182,7 +131,7 @@ def refuse_links(root: Path, what: str) -> None:
 
 def sweep_command(config: DictConfig) -> list[str]:
     """The task overrides that define a sweep (its name aside)."""
-    return _without_name(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
+    return without_name(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
 
 
 def check_same_sweep(config: DictConfig) -> None:
@@ -347,10 +296,8 @@ def report_sweep(job_dirs: list[Path], out_dir: Path) -> bool:
 
 
 # ----------------------------------------------------------------------------- stopping
-#: where the jobs of a sweep whose launcher runs them in worker processes (joblib) find that the
-#: sweep was asked to stop: the file's path, set by the process that launches them
-STOP_FILE_ENV = "TREERNN_SWEEP_STOP_FILE"
-#: launchers whose jobs run in worker processes of the launching one
+#: launchers whose jobs run in worker processes of the launching one (a Ctrl-C of the sweep
+#: reaches them through its stop file: :mod:`treernn.lifecycle.signals`)
 WORKER_LAUNCHERS = ("hydra_plugins.hydra_joblib_launcher.",)
 
 
@@ -359,80 +306,12 @@ def runs_in_workers(config: DictConfig) -> bool:
     return target.startswith(WORKER_LAUNCHERS)
 
 
-#: the process that launched this sweep's jobs (set there; None in a worker process)
-_LAUNCHING_PID: int | None = None
-
-
-def in_launching_process() -> bool:
-    """True in the process that launched a joblib sweep: with ``n_jobs=1`` joblib runs the jobs
-    there, one after another, and a job's own signal handler takes the sweep's Ctrl-C."""
-    return os.getpid() == _LAUNCHING_PID
-
-
-def request_stop(signum: int) -> None:
-    """Write the sweep's stop file (once): no job starts after this, and the sweep exits
-    ``128 + signum`` once its running jobs have returned."""
-    path = os.environ.get(STOP_FILE_ENV)
-    if path and not Path(path).exists():
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(str(int(signum)))
-
-
-def stop_requested() -> int | None:
-    """The signal that asked this job's sweep to stop (a job of a joblib sweep), or None."""
-    path = os.environ.get(STOP_FILE_ENV)
-    if not path:
-        return None
-    try:
-        return int(Path(path).read_text() or signal.SIGINT)
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-class _StopSweep:
-    """The launching process's SIGINT / SIGTERM while joblib's workers run the jobs.
-
-    Raised there at once (Python's default), the interrupt made joblib kill its workers, and a
-    job that had printed "stopping after this training batch with a checkpoint" was killed before
-    it saved (Ctrl-C of a table lost every running job's updates since its last validation, seen
-    2026-12-01). Here the first signal writes the stop file instead: each running job stops after
-    its training batch with a checkpoint (whether the signal reached it or not), no other job
-    starts, and the sweep exits with 130 / 143 once the jobs have returned. A second signal stops
-    at once, as before."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        for sig in self.previous:
-            signal.signal(sig, self)
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
-        if self.path.exists():
-            self.restore()
-            print(f"\n{name} again: the sweep stops at once", file=sys.stderr, flush=True)
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            sys.exit(128 + signum)
-        request_stop(signum)
-        print(
-            f"\n{name} received: the sweep stops; each running job saves a checkpoint after its "
-            "training batch and no other job starts (send it again to stop at once)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def restore(self) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-
 def _no_idle_workers(config: DictConfig) -> None:
     """No more joblib workers than jobs: a worker that never gets one waits for work through the
     whole sweep, where Ctrl-C of the sweep's process group reaches it as KeyboardInterrupt,
     joblib takes its pool for broken and kills the busy workers before they save (a worker that
-    has run a job ignores SIGINT afterwards: :func:`treernn.run.main`). The launcher is built
-    from this config after this callback."""
+    has run a job ignores SIGINT afterwards: :func:`treernn.lifecycle.signals.guard_idle_worker`).
+    The launcher is built from this config after this callback."""
     n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs")
     size = jobs_in(config)
     if isinstance(n_jobs, int) and size is not None and 0 < size < n_jobs:
@@ -455,7 +334,7 @@ def check_launcher(config: DictConfig) -> None:
 
 class SweepSummary(Callback):
     def __init__(self) -> None:
-        self._stop: _StopSweep | None = None
+        self._stop: signals.StopSweep | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -469,19 +348,14 @@ class SweepSummary(Callback):
         warn_doubtful(config)
         if runs_in_workers(config):
             _no_idle_workers(config)
-            path = Path(config.hydra.sweep.dir) / ".stopping"
-            path.unlink(missing_ok=True)  # left by a sweep stopped at once
-            os.environ[STOP_FILE_ENV] = str(path.resolve())  # the workers start after this
-            global _LAUNCHING_PID
-            _LAUNCHING_PID = os.getpid()
-            self._stop = _StopSweep(path)
+            self._stop = signals.StopSweep.start(Path(config.hydra.sweep.dir) / ".stopping")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         stopped_by = None
         if self._stop is not None:
             self._stop.restore()
-            stopped_by = stop_requested()
+            stopped_by = signals.stop_requested()
             self._stop.path.unlink(missing_ok=True)
         jobs = sweep_job_dirs(config)
         finished = [

@@ -261,3 +261,31 @@ def test_a_finished_run_records_its_log_and_status(tmp_path):
     assert runs.read_status(run_dir)["status"] == "finished"
     log_text = (run_dir / "train.log").read_text()
     assert "final metrics" in log_text and "Trainer.fit" in log_text
+
+
+def test_a_finished_run_is_named_one_way_whatever_names_it(tmp_path):
+    """``ckpt_path=last`` refused a finished run ("ask for a larger budget"), while
+    ``ckpt_path=<its last.ckpt>`` exited 0 having trained nothing and tested it again. Now both
+    refuse, and with a larger budget both train it further in its own directory."""
+    logic = ["task=logic", "model=lstm", "trainer=smoke", f"paths.log_dir={tmp_path}"]
+    first = run_cli(logic)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (run_dir,) = [p.parent for p in tmp_path.glob("logic/lstm/*/metrics.json")]
+    last = run_dir / "checkpoints" / "last.ckpt"
+    before = (run_dir / "metrics.json").read_text()
+    for named in ("last", str(last)):
+        result = run_cli([*logic, f"ckpt_path={named}"])
+        assert result.returncode == 1, named
+        (line,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+        assert line.startswith(f"error: ckpt_path={named}: ")
+        assert "finished (1 epochs, step 3; " in line and "trainer.max_steps=6" in line
+        assert "Traceback" not in result.stderr
+    assert (run_dir / "metrics.json").read_text() == before  # nothing tested again
+    assert runs.read_status(run_dir)["status"] == "finished"
+    budget = ["trainer.max_epochs=2", "trainer.max_steps=5"]
+    further = run_cli([*logic, f"ckpt_path={last}", *budget])
+    assert further.returncode == 0, further.stderr[-3000:]
+    said = further.stdout + further.stderr
+    assert f"ckpt_path={last}: resuming run {run_dir} (finished, step 3)" in said
+    record = runs.read_status(run_dir)
+    assert record["status"] == "finished" and len(record["resumes"]) == 1

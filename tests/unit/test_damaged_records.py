@@ -16,6 +16,7 @@ import pytest
 
 from treernn import runs
 from treernn.commands import main as treernn_main
+from treernn.lifecycle.plan import plan_sweep_job
 from treernn.records import (
     DAMAGED,
     DamagedRecord,
@@ -26,7 +27,7 @@ from treernn.records import (
     read_overrides,
     read_status,
 )
-from treernn.sweeps import DamagedJob, plan_job
+from treernn.sweeps import DamagedJob
 
 from .test_sweep_command import _checkout, make_sweep
 
@@ -180,11 +181,11 @@ def test_a_finished_job_whose_record_was_cut_short_is_left_alone_not_run_again(t
     (job / "metrics.json").write_text('{"test/acc": 0.5}')
     (job / "status.json").write_text('{"status": "finished", "overrides": ["table=lo')
     with pytest.raises(DamagedJob, match=f"sweep job {job} left as it is: .*status.json"):
-        plan_job(job, ["table=logic", "seed=1"])
+        plan_sweep_job(job, ["table=logic", "seed=1"])
     (job / "status.json").write_text('{"status": "finished"}')
     (job / "metrics.json").write_text('{"test/acc": 0.')
     with pytest.raises(DamagedJob, match="metrics.json: not valid JSON"):
-        plan_job(job, ["table=logic", "seed=1"])
+        plan_sweep_job(job, ["table=logic", "seed=1"])
 
 
 def test_archive_into_a_file_or_into_itself_is_one_line(tmp_path, capsys):
@@ -226,7 +227,7 @@ def test_resume_refuses_a_sweep_that_writes_through_links(tmp_path, capsys):
     assert treernn_main(["sweep", "resume", "--dry-run", str(sweep)]) == 1
     assert "train.log is a symbolic link" in one_error_line(capsys)
     with pytest.raises(DamagedJob, match="is a symbolic link"):
-        plan_job(sweep / "1", ["table=logic", "seed=2"])
+        plan_sweep_job(sweep / "1", ["table=logic", "seed=2"])
 
 
 @pytest.mark.parametrize(
@@ -354,3 +355,19 @@ def test_the_same_sweep_command_again_refuses_a_link_before_hydra_opens_a_log(tm
     assert stopped.value.code == 1
     assert "train.log is a symbolic link" in one_error_line(capsys)
     assert outside.read_text() == "kept\n"
+
+
+def test_the_submitit_launchers_own_links_are_not_the_sweeps_records(tmp_path, capsys):
+    """submitit links its job scripts inside the sweep's .submitit/ folder; those are the
+    launcher's, and a sweep launched on SLURM resumes (a link among the records does not)."""
+    sweep = make_sweep(tmp_path)
+    _checkout(tmp_path)
+    launcher = sweep / ".submitit" / "4242"
+    launcher.mkdir(parents=True)
+    (launcher / "4242_submission.sh").write_text("#!/bin/sh\n")
+    (sweep / ".submitit" / ".submission_file_abc.sh").symlink_to(launcher / "4242_submission.sh")
+    assert treernn_main(["sweep", "resume", "--dry-run", str(sweep)]) == 0
+    capsys.readouterr()
+    (sweep / "0" / "metrics.json").symlink_to(launcher / "4242_submission.sh")
+    assert treernn_main(["sweep", "resume", "--dry-run", str(sweep)]) == 1
+    assert "metrics.json is a symbolic link" in one_error_line(capsys)

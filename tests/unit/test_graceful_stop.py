@@ -8,8 +8,9 @@ import signal
 
 import pytest
 
-from treernn.callbacks.graceful_stop import STOP_SIGNALS, GracefulStop, Requeued
-from treernn.errors import RunInterrupted
+from treernn.callbacks.graceful_stop import GracefulStop
+from treernn.errors import Requeued, RunInterrupted
+from treernn.lifecycle.signals import STOP_SIGNALS
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from treernn.callbacks.checkpoint import LastCheckpoint
 from treernn.callbacks.divergence import DivergenceMonitor
 from treernn.errors import DivergedError, StorageError, UserError
 from treernn.identity import process_identity
+from treernn.lifecycle.plan import plan_sweep_job
 
 
 def _no_room(*args, **kwargs):
@@ -130,13 +131,13 @@ def test_other_ranks_of_a_job_follow_the_record_rank_zero_is_writing(tmp_path, m
             tmp_path, status="running", overrides=overrides, **process_identity()
         )
         with pytest.raises(sweeps.SweepChanged, match="still running"):
-            sweeps.plan_job(tmp_path, overrides)
-        assert sweeps.plan_job(tmp_path, overrides, follower=True).action == "run"
+            plan_sweep_job(tmp_path, overrides)
+        assert plan_sweep_job(tmp_path, overrides, follower=True).action == "run"
         # the same when rank 0 is resuming: both ranks resume from the newest checkpoint
         found = tmp_path / "checkpoints" / "last.ckpt"
         newest = SimpleNamespace(path=found)
         monkeypatch.setattr(runs, "newest_complete_checkpoint", lambda run_dir: (newest, None))
-        plan = sweeps.plan_job(tmp_path, overrides, follower=True)
+        plan = plan_sweep_job(tmp_path, overrides, follower=True)
         assert (plan.action, plan.checkpoint) == ("resume", found)
     finally:
         lock.release()

@@ -131,7 +131,7 @@ def test_a_directory_that_is_not_a_sweep_is_one_line(tmp_path, capsys):
 def test_archive_keeps_finished_jobs_without_weights_and_a_resumed_sweep_skips_them(
     tmp_path, capsys
 ):
-    from treernn.sweeps import plan_job
+    from treernn.lifecycle.plan import plan_sweep_job
 
     sweep = make_sweep(tmp_path)
     (sweep / "table.md").write_text("| model |\n")
@@ -158,7 +158,7 @@ def test_archive_keeps_finished_jobs_without_weights_and_a_resumed_sweep_skips_t
     restored = tmp_path / "elsewhere" / "mine"
     restored.parent.mkdir()
     shutil.copytree(copy, restored)
-    plan = plan_job(restored / "0", ["table=logic", "seed=1"])
+    plan = plan_sweep_job(restored / "0", ["table=logic", "seed=1"])
     assert (plan.action, plan.metrics) == ("skip", {"test/acc": 0.5})
 
 

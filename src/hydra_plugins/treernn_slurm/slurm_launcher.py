@@ -95,8 +95,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
         """The job's side: before the run sets itself up, a requeue signal (which SLURM may send
         up to a minute early) is remembered instead of ending the process."""
-        from treernn.callbacks.graceful_stop import remember_requeue
-        from treernn.launch import signal_number
+        from treernn.lifecycle.signals import remember_requeue, signal_number
 
         signum = signal_number(self.config.get("requeue_signal") if self.config else None)
         if signum is not None:
@@ -160,7 +159,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
         return [results[index] for index in range(len(jobs))]
 
     def _killed_by_requeue_signal(self, exit_code: str) -> bool:
-        from treernn.launch import signal_number
+        from treernn.lifecycle.signals import signal_number
 
         signum = signal_number(self.config.get("requeue_signal"))
         status = exit_code.split(":")[0]
