@@ -40,14 +40,19 @@ def test_the_export_loads_as_a_language_model(model):
 
 
 def test_the_export_gives_the_numbers_it_gave_when_it_was_made(model):
-    # exact: the same weights through the same code give the same floats
+    # the same weights through the same code: the same tokens and trees, and the same numbers up
+    # to float32 rounding, which moves with the CPU, its matrix-product kernels and torch's
+    # version (torch 2.15 moved them in the 7th digit); a refactor that changes the model's
+    # arithmetic moves them far more
     surprisals = model.surprisals(SENTENCES)
-    assert [[(t.token, t.surprisal) for t in s] for s in surprisals] == [
-        [tuple(row) for row in sentence] for sentence in EXPECTED["surprisals"]
+    expected = [[tuple(row) for row in sentence] for sentence in EXPECTED["surprisals"]]
+    assert [[t.token for t in s] for s in surprisals] == [[t for t, _ in s] for s in expected]
+    assert [[t.surprisal for t in s] for s in surprisals] == [
+        pytest.approx([value for _, value in s], rel=1e-5) for s in expected
     ]
-    assert model.log_probs(SENTENCES) == EXPECTED["log_probs"]
+    assert model.log_probs(SENTENCES) == pytest.approx(EXPECTED["log_probs"], rel=1e-5)
     assert [t.trees for t in model.trees(SENTENCES)] == EXPECTED["trees"]
-    assert model.perplexity("\n".join(SENTENCES)) == EXPECTED["perplexity"]
+    assert model.perplexity("\n".join(SENTENCES)) == pytest.approx(EXPECTED["perplexity"], rel=1e-5)
 
 
 def test_surprisals_are_the_softmax_of_the_model_read_after_eos(model):
