@@ -8,8 +8,8 @@ import json
 
 from omegaconf import OmegaConf
 
+from treernn.lifecycle.execute import _report
 from treernn.reporting.run_records import is_fraction
-from treernn.run import _report
 
 
 def test_which_logged_metrics_are_fractions():

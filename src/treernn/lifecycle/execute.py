@@ -254,8 +254,15 @@ def _report(cfg: DictConfig, metrics: dict[str, float]) -> None:
     output_dir = Path(cfg.paths.output_dir)
     text_json = json.dumps(metrics, indent=2, sort_keys=True).encode()
     atomic_write(output_dir / "metrics.json", lambda handle: handle.write(text_json))
+    from treernn.reporting.run_records import is_fraction
+
     keys = [k for k in sorted(metrics) if k.startswith(("val/", "test/"))]
-    lines = [f"  {k:<28} {metrics[k]:.4f}" for k in keys]
+    # accuracies in %, as every table and report prints them (metrics.json keeps the logged
+    # fractions)
+    lines = [
+        f"  {k:<28} {100 * metrics[k]:.2f} %" if is_fraction(k) else f"  {k:<28} {metrics[k]:.4f}"
+        for k in keys
+    ]
     text = "final metrics (" + str(output_dir) + "):\n" + "\n".join(lines)
     print("\n" + text, flush=True)
     if logging.getLogger().handlers:  # under Hydra: into train.log too
