@@ -127,9 +127,7 @@ def test_other_ranks_of_a_job_follow_the_record_rank_zero_is_writing(tmp_path, m
     lock = runs.RunLock(tmp_path)
     lock.acquire()  # held as another process would hold it (a second open file)
     try:
-        runs.write_status(
-            tmp_path, status="running", overrides=overrides, **process_identity()
-        )
+        runs.write_status(tmp_path, status="running", overrides=overrides, **process_identity())
         with pytest.raises(sweeps.SweepChanged, match="still running"):
             plan_sweep_job(tmp_path, overrides)
         assert plan_sweep_job(tmp_path, overrides, follower=True).action == "run"
