@@ -40,6 +40,9 @@ def _torch_defaults():
     # a run trained in this process earlier left it attached to its record and budget
     choices.detach()
     yield
+    # a sweep's stop file named in this process's environment would stop every later run of
+    # the process, and every subprocess it starts, at its first step
+    os.environ.pop("TREERNN_SWEEP_STOP_FILE", None)
 
 
 @pytest.fixture(scope="session")

@@ -15,13 +15,19 @@ from treernn.lifecycle import signals
 
 @pytest.fixture
 def saved_handlers(monkeypatch):
-    """The handlers and stop-file variable as they were, put back after the test."""
-    monkeypatch.delenv(signals.STOP_FILE_ENV, raising=False)
+    """The handlers and stop-file variable as they were, put back after the test. The variable
+    is set by the code under test, not by monkeypatch (whose delenv of an unset variable records
+    nothing to undo): it is removed here, else every later run of this test process, and the
+    subprocesses it starts, read the sweep as stopping."""
+    before = os.environ.pop(signals.STOP_FILE_ENV, None)
     monkeypatch.setattr(signals, "_LAUNCHING_PID", None)
     saved = {signum: signal.getsignal(signum) for signum in signals.STOP_SIGNALS}
     yield
     for signum, handler in saved.items():
         signal.signal(signum, handler)
+    os.environ.pop(signals.STOP_FILE_ENV, None)
+    if before is not None:
+        os.environ[signals.STOP_FILE_ENV] = before
 
 
 def test_a_sweep_s_first_signal_writes_the_stop_file_and_the_second_stops_at_once(
