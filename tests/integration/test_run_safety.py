@@ -170,7 +170,9 @@ def test_a_genuine_bug_keeps_its_traceback(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise TypeError("a bug in our own code")
 
-    monkeypatch.setattr(run, "build_task", broken)
+    from treernn.lifecycle import execute
+
+    monkeypatch.setattr(execute, "build_task", broken)  # where the executor builds the task
     cfg = compose_config([*QUICK, "trainer=smoke"], tmp_path / "run")
     with pytest.raises(TypeError, match="a bug in our own code"):
         run.main(cfg)
