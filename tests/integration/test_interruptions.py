@@ -312,7 +312,7 @@ def _ranked_probes(fastest: list[str]) -> list[str]:
 
 def _cache_of_its_own(directory: Path) -> dict[str, str]:
     """A machine cache of the kernels' choices of its own (the compiled kernels shared with the
-    session's cache: built again, they would take minutes)."""
+    test run's own cache: built again, they would take minutes)."""
     shared = Path(os.environ.get("TREERNN_CACHE_DIR", "~/.cache/treernn")).expanduser()
     directory.mkdir(parents=True)
     (directory / "cpp_ext").symlink_to(shared / "cpp_ext", target_is_directory=True)

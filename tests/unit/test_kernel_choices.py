@@ -27,7 +27,7 @@ USABLE = ["mkl", "onednn", "aten"]
 @pytest.fixture(autouse=True)
 def machine(tmp_path, monkeypatch) -> Path:
     """A machine cache of the test's own, no run attached, nothing remembered in the process
-    (the compiled kernels loaded first from the session's cache: built again, minutes)."""
+    (the compiled kernels loaded first from the test run's own cache: built again, minutes)."""
     for source in sorted(cpp_ext.SOURCE_DIR.glob("*.cpp")):
         cpp_ext.load_extension(source.stem)
     monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path / "cache"))
