@@ -7,7 +7,7 @@ The same program as the ``treernn-train`` console script of an installed treernn
 import hydra
 from omegaconf import DictConfig
 
-from treernn.resolvers import register_resolvers
+from treernn.lifecycle.resolvers import register_resolvers
 from treernn.train_entry import check_arguments, train
 
 # Only what Hydra needs to compose the config is imported up front: a wrong choice or key is

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from treernn import runs
+from treernn.lifecycle import records
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
 
     started = time.perf_counter()
     one, five, _ = os.getloadavg()
-    print(json.dumps(runs.machine()))
+    print(json.dumps(records.machine()))
     print(f"load average {one:.2f} {five:.2f} on {os.cpu_count()} CPUs; run directories in {out}")
     for case in args.cases:
         print(f"{case}: {CASES[case][0]}: {' '.join(CASES[case][1] + args.overrides)}")

@@ -26,9 +26,9 @@ def dump(checkout: Path, out: Path) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict
 
-    from treernn import run
+    from treernn.lifecycle.resolvers import register_resolvers
 
-    run.register_resolvers()
+    register_resolvers()
     conf = checkout.resolve() / "conf"
 
     def composed(overrides: list[str]):

@@ -17,8 +17,8 @@ import hydra
 from omegaconf import DictConfig
 
 from treernn.config_checks import check_command_line
-from treernn.resolvers import register_resolvers
-from treernn.runs import check_before_loading
+from treernn.lifecycle.resolvers import register_resolvers
+from treernn.lifecycle.runs import check_before_loading
 
 PACKAGED_CONFIGS = Path(__file__).resolve().parent / "conf"
 CHECKOUT_CONFIGS = Path(__file__).resolve().parents[2] / "conf"
@@ -31,11 +31,11 @@ def config_dir() -> Path:
 
 def train(cfg: DictConfig):
     """The run of a composed config (``train.py``'s too): the checks that need no torch, then
-    :func:`treernn.run.main`; returns the monitored metric for an Optuna sweep."""
+    :func:`treernn.lifecycle.entry.main`; returns the monitored metric for an Optuna sweep."""
     check_before_loading(cfg)  # a wrong switch or number, answered before torch loads
-    from treernn import run
+    from treernn.lifecycle import entry
 
-    return run.main(cfg)
+    return entry.main(cfg)
 
 
 def check_arguments() -> None:

@@ -14,7 +14,8 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch import Callback
 from omegaconf import open_dict
 
-from treernn import run
+from treernn.lifecycle import entry
+from treernn.lifecycle.resolvers import register_resolvers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = str(REPO_ROOT / "conf")
@@ -70,7 +71,7 @@ TINY_PARSE = ["task.callbacks.parse_f1.max_sentences=40"]
 
 def compose_config(overrides: list[str], output_dir: Path):
     """The composed config of ``python train.py <overrides>``, with its run directory set."""
-    run.register_resolvers()
+    register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
@@ -84,7 +85,7 @@ def compose_config(overrides: list[str], output_dir: Path):
 
 
 def train_in_process(overrides: list[str], output_dir: Path) -> dict[str, float]:
-    return run.train(compose_config(overrides, output_dir))
+    return entry.train(compose_config(overrides, output_dir))
 
 
 def run_cli(

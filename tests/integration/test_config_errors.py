@@ -146,7 +146,7 @@ def test_a_choice_hydra_does_not_know_is_answered_before_torch_loads(tmp_path):
     assert "\tonlstm\n" in result.stderr  # the valid choices
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()}
     assert "hydra" in imported  # the import log is there
-    assert not {"torch", "lightning", "treernn.run"} & imported
+    assert not {"torch", "lightning", "treernn.lifecycle.entry"} & imported
 
 
 @pytest.mark.parametrize(
@@ -176,7 +176,7 @@ def test_a_wrong_switch_or_number_is_answered_before_torch_loads(override, messa
     assert errors == [message]
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()}
     assert "treernn.config_checks" in imported  # the import log is there
-    assert not {"torch", "lightning", "treernn.run"} & imported
+    assert not {"torch", "lightning", "treernn.lifecycle.entry"} & imported
     assert not list(tmp_path.glob("ptb/onlstm/*"))
 
 

@@ -16,7 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from treernn.commands import build_parser
-from treernn.resolvers import register_resolvers
+from treernn.lifecycle.resolvers import register_resolvers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]

@@ -24,7 +24,8 @@ from tests.integration.helpers import (
     run_cli,
     tiny_logic,
 )
-from treernn import checkpoints, runs
+from treernn import checkpoints
+from treernn.lifecycle import records
 
 pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 
@@ -112,13 +113,13 @@ def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_exact(
     assert f"interrupted by {signal_name} at epoch {epoch}, step {step}" in line
     assert "resume with ckpt_path=last" in line
     (run_dir,) = _run_dirs(tmp_path, task, model)
-    record = runs.read_status(run_dir)
+    record = records.read_status(run_dir)
     assert record["status"] == "interrupted" and signal_name in record["error"]
     assert checkpoints.inspect_checkpoint(run_dir / "checkpoints" / "last.ckpt").global_step == step
 
     resumed = run_cli([*args, f"paths.log_dir={tmp_path}", "ckpt_path=last"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert runs.read_status(run_dir)["status"] == "finished"
+    assert records.read_status(run_dir)["status"] == "finished"
     assert _metrics(run_dir) == _metrics(uninterrupted[setting])
     assert _csv(run_dir) == _csv(uninterrupted[setting])  # no row twice, none missing
     if setting == "plateau":  # the scheduler's step at 47 came from the first process's validation
@@ -170,7 +171,7 @@ def test_a_killed_run_resumes_exactly_from_its_last_checkpoint(
     killed = run_cli([*args, f"paths.log_dir={tmp_path}", *_signal_at(step, "SIGKILL")])
     assert killed.returncode == -9
     (run_dir,) = _run_dirs(tmp_path, task, model)
-    assert runs.read_status(run_dir)["status"] == "running"  # it could not say otherwise
+    assert records.read_status(run_dir)["status"] == "running"  # it could not say otherwise
     resumed = run_cli([*args, f"paths.log_dir={tmp_path}", "ckpt_path=last"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"step {checkpoint_step})" in resumed.stdout + resumed.stderr
@@ -198,13 +199,13 @@ def test_a_live_run_is_not_resumed_into(tmp_path):
         (run_dir,) = _run_dirs(tmp_path)
         second = run_cli([*args, "ckpt_path=last"])
         one_line_error(second, "still running", f"pid {live.pid}", "kill -TERM")
-        assert runs.read_status(run_dir)["pid"] == live.pid  # its record is untouched
+        assert records.read_status(run_dir)["pid"] == live.pid  # its record is untouched
         assert not list(run_dir.glob("checkpoints/*-v1.ckpt"))
     finally:
         live.send_signal(signal.SIGTERM)
         _, stderr = live.communicate(timeout=300)
     assert live.returncode == 143, stderr[-3000:]
-    assert runs.read_status(run_dir)["status"] == "interrupted"
+    assert records.read_status(run_dir)["status"] == "interrupted"
 
 
 def test_last_checkpoint_is_the_newest_state_and_a_finished_run_is_refused(tmp_path):
@@ -235,7 +236,7 @@ def test_last_passes_over_runs_without_a_checkpoint(tmp_path):
     # a run that failed while setting up keeps its directory only in a sweep; make one by hand
     failed = tmp_path / "ptb" / "onlstm" / "2099-01-01_00-00-00-000000_1"
     (failed / ".hydra").mkdir(parents=True)
-    runs.write_status(failed, status="failed", stage="setup", started="2099-01-01T00:00:00")
+    records.write_status(failed, status="failed", stage="setup", started="2099-01-01T00:00:00")
     resumed = run_cli([*args, "ckpt_path=last", "trainer.max_epochs=2", "trainer.max_steps=6"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     output = resumed.stdout + resumed.stderr
@@ -271,7 +272,7 @@ def test_a_full_disk_is_one_line_and_keeps_the_last_good_checkpoint(tmp_path):
         )
         one_line_error(result, "No space left on device", "resume with ckpt_path=last")
         (run_dir,) = _run_dirs(disk / "outputs")
-        record = runs.read_status(run_dir)
+        record = records.read_status(run_dir)
         assert record["status"] == "failed" and "No space left" in record["error"]
         files = [p for p in run_dir.rglob("*") if p.is_file()]
         empty = [p.name for p in files if p.stat().st_size == 0]

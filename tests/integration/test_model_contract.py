@@ -49,9 +49,9 @@ from treernn.data.dependency import (
     encode_tree,
 )
 from treernn.encoders.base import INPUT_VIEWS, TREE_SIGNAL_KINDS, Encoder
+from treernn.lifecycle.runs import read_status
 from treernn.parsing.induce import trees_from_signal
 from treernn.parsing.trees import balanced, leaves, left_branching, right_branching
-from treernn.runs import read_status
 from treernn.tasks.base import build_encoder
 from treernn.tasks.language_model import detach_state
 

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 from tests.integration.helpers import REPO_ROOT, TINY_LM, TINY_PARSE, compose_config, run_cli
-from treernn import checkpoints, run, runs
+from treernn import checkpoints
 from treernn.errors import CheckpointError
+from treernn.lifecycle import entry, records
 
 pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 
@@ -78,7 +79,7 @@ def two_runs(tmp_path_factory) -> tuple[Path, Path, Path]:
     assert result.returncode == 0, result.stderr[-3000:]
     older, newer = _runs(log_dir)
     (newer / "checkpoints" / "last.ckpt").unlink()
-    runs.write_status(newer, status="running", stage="fit+test")
+    records.write_status(newer, status="running", stage="fit+test")
     # the older run's last.ckpt is now the newest last.ckpt by file time: it must not be chosen
     (older / "checkpoints" / "last.ckpt").touch()
     return log_dir, older, newer
@@ -92,7 +93,7 @@ def test_last_resumes_the_killed_run_from_its_epoch_checkpoint(two_runs):
     assert f"resuming {newer} from {newer / 'checkpoints' / 'epoch001.ckpt'}" in output
     # the history continues in the killed run's directory
     assert checkpoints.inspect_checkpoint(newer / "checkpoints" / "last.ckpt").epochs_done == 3
-    record = runs.read_status(newer)
+    record = records.read_status(newer)
     assert record["status"] == "finished" and len(record["resumes"]) == 1
     epochs = {row["epoch"] for row in _csv_rows(newer)}
     assert {"0", "1", "2"} <= epochs  # the rows before the resume are still there
@@ -141,7 +142,7 @@ def test_divergence_stops_the_run_and_keeps_no_checkpoint(clip, tmp_path):
     _one_line_error(result, "diverged")
     assert not list(tmp_path.rglob("*.ckpt"))
     (run_dir,) = _runs(tmp_path)
-    record = runs.read_status(run_dir)
+    record = records.read_status(run_dir)
     assert record["status"] == "failed" and "diverged" in record["error"]
     assert "diverged" in (run_dir / "train.log").read_text()
 
@@ -175,8 +176,8 @@ def test_a_genuine_bug_keeps_its_traceback(tmp_path, monkeypatch):
     monkeypatch.setattr(execute, "build_task", broken)  # where the executor builds the task
     cfg = compose_config([*QUICK, "trainer=smoke"], tmp_path / "run")
     with pytest.raises(TypeError, match="a bug in our own code"):
-        run.main(cfg)
-    record = runs.read_status(tmp_path / "run")
+        entry.main(cfg)
+    record = records.read_status(tmp_path / "run")
     assert record["status"] == "failed" and "TypeError" in record["error"]
 
 
@@ -196,7 +197,7 @@ def test_damaged_or_foreign_checkpoints_fail_before_any_data_is_loaded(tmp_path,
     for ckpt, needle in ((good, "written by task=ptb model=onlstm"), (truncated, "truncated")):
         cfg = compose_config(["task=logic", "model=lstm", f"ckpt_path={ckpt}"], tmp_path / "x")
         with pytest.raises(CheckpointError, match=needle):
-            run.train(cfg)
+            entry.train(cfg)
 
     result = _cli(tmp_path / "cli", "mode=test", f"ckpt_path={truncated}")
     _one_line_error(result, str(truncated), "truncated")
@@ -251,16 +252,16 @@ def test_a_sweep_goes_on_after_a_failed_job(tmp_path):
     failed = [
         p.parent
         for p in tmp_path.glob("multirun/ptb/onlstm/*/*/status.json")
-        if runs.read_status(p.parent)["status"] == "failed"
+        if records.read_status(p.parent)["status"] == "failed"
     ]
-    assert len(failed) == 1 and "dropout=1.5" in runs.read_status(failed[0])["error"]
+    assert len(failed) == 1 and "dropout=1.5" in records.read_status(failed[0])["error"]
 
 
 def test_a_finished_run_records_its_log_and_status(tmp_path):
     result = _cli(tmp_path, "trainer=smoke")
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = _runs(tmp_path)
-    assert runs.read_status(run_dir)["status"] == "finished"
+    assert records.read_status(run_dir)["status"] == "finished"
     log_text = (run_dir / "train.log").read_text()
     assert "final metrics" in log_text and "Trainer.fit" in log_text
 
@@ -283,11 +284,11 @@ def test_a_finished_run_is_named_one_way_whatever_names_it(tmp_path):
         assert "finished (1 epochs, step 3; " in line and "trainer.max_steps=6" in line
         assert "Traceback" not in result.stderr
     assert (run_dir / "metrics.json").read_text() == before  # nothing tested again
-    assert runs.read_status(run_dir)["status"] == "finished"
+    assert records.read_status(run_dir)["status"] == "finished"
     budget = ["trainer.max_epochs=2", "trainer.max_steps=5"]
     further = run_cli([*logic, f"ckpt_path={last}", *budget])
     assert further.returncode == 0, further.stderr[-3000:]
     said = further.stdout + further.stderr
     assert f"ckpt_path={last}: resuming run {run_dir} (finished, step 3)" in said
-    record = runs.read_status(run_dir)
+    record = records.read_status(run_dir)
     assert record["status"] == "finished" and len(record["resumes"]) == 1

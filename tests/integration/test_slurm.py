@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import REPO_ROOT, run_cli, tiny_logic, treernn_cli
-from treernn import runs
+from treernn.lifecycle import records
 
 pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 
@@ -179,7 +179,7 @@ def _time_limit_requeues(tmp_path: Path) -> Path:
     log = (job / "train.log").read_text()
     assert log.count("requeue signal received") >= 1
     assert "torch threads: 1 (the CPUs SLURM gave this task)" in log
-    assert runs.read_status(job)["status"] == "finished"
+    assert records.read_status(job)["status"] == "finished"
     return job
 
 
@@ -202,7 +202,7 @@ def test_a_two_task_ddp_job_has_one_run_directory(tmp_path):
     job = tmp_path / "runs" / "multirun" / "logic" / "lstm" / "ddp" / "0"
     log = (job / "train.log").read_text()
     assert "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2" in log
-    assert runs.read_status(job)["status"] == "finished"
+    assert records.read_status(job)["status"] == "finished"
     assert not list(job.parent.glob("[1-9]*"))  # one job, one directory, whatever the ranks
 
 
@@ -242,13 +242,13 @@ def _scancel_and_resume(tmp_path: Path) -> Path:
     _, stderr = submitter.communicate(timeout=300)
     assert submitter.returncode == 1, stderr[-3000:]  # the submitter does not wait for ever
     assert "ended (CANCELLED" in stderr and "python -m treernn sweep resume" in stderr
-    record = runs.read_status(job)
+    record = records.read_status(job)
     assert record["status"] == "interrupted" and "SIGTERM" in record["error"]
 
     resumed = treernn_cli("sweep", "resume", str(sweep), timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "job 0: interrupted; resuming from" in (job / "train.log").read_text()
-    assert runs.read_status(job)["status"] == "finished"
+    assert records.read_status(job)["status"] == "finished"
     return job
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import one_line_error, run_cli, tiny_logic, treernn_cli
-from treernn import runs
+from treernn.lifecycle import records
 
 pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 
@@ -76,7 +76,7 @@ def test_an_extended_sweep_gives_the_metrics_of_a_fresh_sweep_of_its_budget(tmp_
         assert _metrics(new / job) == _metrics(_sweep_dir(tmp_path, "f") / job)
         # the whole history: the old job's validations, then the new ones
         assert _validated_steps(new / job) == _validated_steps(_sweep_dir(tmp_path, "f") / job)
-        record = runs.read_status(new / job)
+        record = records.read_status(new / job)
         assert record["status"] == "finished"
         assert record["extended_from"]["step"] == 40
         assert record["extended_from"]["job"] == str((old / job).resolve())

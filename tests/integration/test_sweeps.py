@@ -17,7 +17,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.integration.helpers import REPO_ROOT, one_line_error, run_cli, tiny_logic, treernn_cli
-from treernn import runs
+from treernn.lifecycle import records
 
 pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 
@@ -74,7 +74,7 @@ def _stopped_with_checkpoints(sweep_dir: Path, stderr: str) -> None:
     """Every job that ran when the sweep was stopped recorded it, having saved a checkpoint
     where it stopped (joblib killed them before they could, 2026-12-01: their records said
     "running" and they resumed from their last validation); none finished them all."""
-    records = [runs.read_status(job) for job in sorted(sweep_dir.glob("[0-9]"))]
+    records = [records.read_status(job) for job in sorted(sweep_dir.glob("[0-9]"))]
     states = [record.get("status") for record in records if record]
     assert "interrupted" in states and set(states) <= {"interrupted", "finished"}, states
     assert len(states) < 3 or "interrupted" in states
@@ -151,7 +151,7 @@ def _ctrl_c_when(log_dir: Path, budgets: str, ready: list[str], workers: int = 2
         job, state = condition.split(":")
         found = list(log_dir.glob(f"multirun/logic/lstm/*/{job}"))
         if state == "finished":
-            return bool(found) and runs.read_status(found[0]).get("status") == "finished"
+            return bool(found) and records.read_status(found[0]).get("status") == "finished"
         return bool(found) and (found[0] / "checkpoints" / "last.ckpt").is_file()
 
     deadline = time.monotonic() + 300
@@ -168,7 +168,7 @@ def _ctrl_c_when(log_dir: Path, budgets: str, ready: list[str], workers: int = 2
 
 
 def _saved_on_sigint(job_dir: Path) -> None:
-    record = runs.read_status(job_dir)
+    record = records.read_status(job_dir)
     assert record["status"] == "interrupted", record
     assert "interrupted by SIGINT at" in record["error"] and "saved" in record["error"]
 
@@ -188,7 +188,7 @@ def test_ctrl_c_with_an_idle_worker_stops_the_running_job_with_a_checkpoint(tmp_
     # took the signal; the job stopped and the sweep went on to its next job
     sweep_dir = _ctrl_c_when(tmp_path / "c", "4000,4001", ["0:checkpoint"], workers=1)
     _saved_on_sigint(sweep_dir / "0")
-    assert runs.read_status(sweep_dir / "1").get("status") is None
+    assert records.read_status(sweep_dir / "1").get("status") is None
 
 
 def test_a_changed_sweep_is_refused_and_a_failed_job_runs_again(tmp_path, data_dir):
@@ -196,7 +196,7 @@ def test_a_changed_sweep_is_refused_and_a_failed_job_runs_again(tmp_path, data_d
     assert run_cli(args).returncode == 0
     # job 1 as a crash would have left it
     sweep_dir = _sweep_dir(tmp_path, "c")
-    runs.write_status(sweep_dir / "1", status="failed", error="RuntimeError: a crash")
+    records.write_status(sweep_dir / "1", status="failed", error="RuntimeError: a crash")
 
     changed = run_cli([*args[:-1], "trainer.max_steps=80", "sweep_id=c"])
     one_line_error(changed, f"sweep {sweep_dir} was started with", "added: trainer.max_steps=80")
@@ -209,7 +209,7 @@ def test_a_changed_sweep_is_refused_and_a_failed_job_runs_again(tmp_path, data_d
     assert "job 1: failed: RuntimeError: a crash; running it again from the start" in log
     assert "job 0: finished before, skipped" in rerun.stdout + rerun.stderr
     assert _records(sweep_dir / "0") == finished
-    record = runs.read_status(sweep_dir / "1")
+    record = records.read_status(sweep_dir / "1")
     assert record["status"] == "finished" and record["attempts"][0]["status"] == "failed"
 
 
@@ -220,7 +220,7 @@ def test_last_finds_the_newest_job_of_a_sweep(tmp_path):
     more = run_cli([*args, "ckpt_path=last", "trainer.max_steps=80"])
     assert more.returncode == 0, more.stderr[-3000:]
     assert f"resuming {job} from {job / 'checkpoints' / 'last.ckpt'}" in more.stdout + more.stderr
-    assert runs.read_status(job)["status"] == "finished"
+    assert records.read_status(job)["status"] == "finished"
 
 
 def test_an_archived_sweep_restored_on_a_machine_that_lost_outputs_skips_its_jobs(tmp_path):

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from treernn import runs
 from treernn.commands import main as treernn_main
+from treernn.lifecycle import records
 from treernn.lifecycle.plan import plan_sweep_job
-from treernn.records import (
+from treernn.lifecycle.records import (
     DAMAGED,
     DamagedRecord,
     peek_global_step,
@@ -27,7 +27,7 @@ from treernn.records import (
     read_overrides,
     read_status,
 )
-from treernn.sweeps import DamagedJob
+from treernn.lifecycle.sweeps.layout import DamagedJob
 
 from .test_sweep_command import _checkout, make_sweep
 
@@ -139,7 +139,7 @@ def test_a_checkpoints_step_is_read_without_torch_and_without_running_its_pickle
     assert not (tmp_path / "ran").exists()
     # and listing a sweep's checkpoints loads neither torch nor Lightning
     code = (
-        "import sys; from treernn.records import peek_global_step; "
+        "import sys; from treernn.lifecycle.records import peek_global_step; "
         f"print(peek_global_step({str(path)!r})); "
         "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     )
@@ -152,7 +152,7 @@ def test_sweep_status_names_a_damaged_job_and_lists_the_others(tmp_path, capsys)
     sweep = make_sweep(tmp_path)
     (sweep / "0" / "status.json").write_bytes(b'{"status": "finished", "ta')
     (sweep / "1" / ".hydra" / "overrides.yaml").write_text("- [seed\n")
-    runs.write_status(sweep / "1", status="failed", overrides=None)
+    records.write_status(sweep / "1", status="failed", overrides=None)
     assert treernn_main(["sweep", "status", str(sweep)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == (
@@ -342,7 +342,7 @@ def test_the_same_sweep_command_again_refuses_a_link_before_hydra_opens_a_log(tm
     start refuses a link in a job before any job runs (Hydra would open its train.log)."""
     from omegaconf import OmegaConf
 
-    from treernn.sweeps import SweepSummary
+    from treernn.lifecycle.sweeps.summary import SweepSummary
 
     outside = tmp_path / "outside.txt"
     outside.write_text("kept\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from treernn.process import flush_denormals
+from treernn.lifecycle.process import flush_denormals
 
 SUBNORMAL = 1e-40  # below float32's smallest normal number, 1.18e-38
 

@@ -57,7 +57,7 @@ def graph() -> nx.DiGraph:
 def test_the_checker_sees_a_circle():
     circle = nx.DiGraph([("a", "b"), ("b", "a"), ("b", "c")])
     assert [sorted(c) for c in nx.simple_cycles(circle)] == [["a", "b"]]
-    assert "treernn.errors" in imports_of("treernn.run")  # a real edge is found
+    assert "treernn.lifecycle.plan" in imports_of("treernn.lifecycle.entry")  # a real edge is found
 
 
 def test_no_import_circles():
@@ -72,8 +72,8 @@ def test_no_import_circles():
 
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_callbacks_are_used_only_by_the_run_entry(name):
-    # the run entry: treernn.run, and the executor it hands a plan to
-    entry = ("treernn.run", "treernn.training", "treernn.lifecycle.execute")
+    # the run entry: treernn.lifecycle.entry, and the executor it hands a plan to
+    entry = ("treernn.lifecycle.entry", "treernn.training", "treernn.lifecycle.execute")
     if name.startswith("treernn.callbacks") or name in entry:
         return
     assert not {m for m in imports_of(name) if m.startswith("treernn.callbacks")}, name

@@ -10,11 +10,10 @@ import pytest
 from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 
-from treernn import runs
 from treernn.errors import DivergedError, Requeued, RunInterrupted, UserError
-from treernn.lifecycle import outcomes
-from treernn.records import RunState
-from treernn.sweeps import NotStarted, SweepChanged
+from treernn.lifecycle import outcomes, records
+from treernn.lifecycle.records import RunState
+from treernn.lifecycle.sweeps.layout import NotStarted, SweepChanged
 
 CFG = OmegaConf.create({})  # no optimized_metric: a sweep job's value is its metrics (None)
 
@@ -30,7 +29,7 @@ def end(error: Exception, run_dir, multirun: bool = False):
 @pytest.fixture
 def run_dir(tmp_path):
     path = tmp_path / "outputs" / "run"
-    runs.write_status(path, status=RunState.RUNNING, stage="fit")
+    records.write_status(path, status=RunState.RUNNING, stage="fit")
     return path
 
 
@@ -63,7 +62,7 @@ def test_a_signal_records_interrupted_and_exits_with_the_shell_s_status(run_dir,
     with pytest.raises(SystemExit) as exited:
         end(RunInterrupted("interrupted by SIGTERM at step 3", signal.SIGTERM), run_dir)
     assert exited.value.code == 143
-    assert runs.read_status(run_dir)["status"] == "interrupted"
+    assert records.read_status(run_dir)["status"] == "interrupted"
     assert capsys.readouterr().err == "interrupted by SIGTERM at step 3\n"
 
 
@@ -71,13 +70,13 @@ def test_a_requeue_exits_0_in_a_sweep_too(run_dir, capsys):
     with pytest.raises(SystemExit) as exited:
         end(Requeued("at step 3"), run_dir, multirun=True)
     assert exited.value.code == 0
-    assert runs.read_status(run_dir)["status"] == "requeued"
+    assert records.read_status(run_dir)["status"] == "requeued"
     assert capsys.readouterr().err == "requeued: at step 3\n"
 
 
 def test_a_user_error_is_one_line_exit_1_and_a_sweep_goes_on(run_dir, capsys):
     assert end(UserError("bad value"), run_dir, multirun=True) is None
-    record = runs.read_status(run_dir)
+    record = records.read_status(run_dir)
     assert (record["status"], record["error"]) == ("failed", "bad value")
     assert capsys.readouterr().err == "error: bad value\n"
     with pytest.raises(SystemExit) as exited:
@@ -88,7 +87,7 @@ def test_a_user_error_is_one_line_exit_1_and_a_sweep_goes_on(run_dir, capsys):
 
 def test_a_run_that_failed_while_setting_up_leaves_no_directory(tmp_path):
     run_dir = tmp_path / "outputs" / "run"
-    runs.write_status(run_dir, status=RunState.RUNNING, stage="setup")
+    records.write_status(run_dir, status=RunState.RUNNING, stage="setup")
     with pytest.raises(SystemExit):
         end(UserError("bad value"), run_dir)
     assert not run_dir.exists()
@@ -100,13 +99,13 @@ def test_a_full_disk_is_one_line(run_dir, capsys):
     assert exited.value.code == 1
     line = capsys.readouterr().err
     assert line.startswith("error: ") and "x.ckpt" in line and line.count("\n") == 1
-    assert runs.read_status(run_dir)["status"] == "failed"
+    assert records.read_status(run_dir)["status"] == "failed"
 
 
 def test_a_bug_keeps_its_traceback_and_is_recorded(run_dir, capsys):
     with pytest.raises(ValueError, match="a bug"):
         end(ValueError("a bug"), run_dir)
-    assert runs.read_status(run_dir)["error"] == "ValueError: a bug"
+    assert records.read_status(run_dir)["error"] == "ValueError: a bug"
     assert end(ValueError("a bug"), run_dir, multirun=True) is None
     assert "Traceback" in capsys.readouterr().err
 
@@ -114,7 +113,7 @@ def test_a_bug_keeps_its_traceback_and_is_recorded(run_dir, capsys):
 def test_a_sweep_job_not_started_or_left_alone_records_nothing(run_dir, capsys):
     assert end(NotStarted("job 1: the sweep is stopping; not started"), run_dir, True) is None
     assert end(SweepChanged("job 1 ran with [seed=1]"), run_dir, True) is None
-    assert runs.read_status(run_dir)["status"] == "running"
+    assert records.read_status(run_dir)["status"] == "running"
     err = capsys.readouterr().err
     assert err == "job 1: the sweep is stopping; not started\nerror: job 1 ran with [seed=1]\n"
 

@@ -14,13 +14,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import ReadonlyConfigError
 
-from treernn import runs
 from treernn.errors import CheckpointError
-from treernn.identity import process_identity
+from treernn.lifecycle import locks, records
+from treernn.lifecycle.identity import process_identity
 from treernn.lifecycle.plan import Plan, plan_run
-from treernn.records import RunState
-from treernn.resolvers import register_resolvers
-from treernn.sweeps import NotStarted, SweepChanged
+from treernn.lifecycle.records import RunState
+from treernn.lifecycle.resolvers import register_resolvers
+from treernn.lifecycle.sweeps.layout import NotStarted, SweepChanged
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 BASE = ["task=logic", "model=lstm", "trainer=smoke"]
@@ -67,7 +67,7 @@ def save_checkpoint(path: Path, config: dict, step: int, epochs_done: int = 1) -
 def make_run(tmp_path: Path, name: str, started: str, **record) -> Path:
     run_dir = tmp_path / "outputs" / "logic" / "lstm" / name
     (run_dir / ".hydra").mkdir(parents=True)
-    runs.write_status(run_dir, task="logic", model="lstm", started=started, **record)
+    records.write_status(run_dir, task="logic", model="lstm", started=started, **record)
     return run_dir
 
 
@@ -136,7 +136,7 @@ def test_ckpt_path_last_refuses_a_run_that_is_still_running(tmp_path):
     cfg = compose_config(tmp_path, "ckpt_path=last")
     live = make_run(tmp_path, "live", "2026-01-01T00:00:00", status=RunState.RUNNING)
     save_checkpoint(live / "checkpoints" / "last.ckpt", stored_config(cfg), step=1)
-    lock = runs.RunLock(live)
+    lock = locks.RunLock(live)
     lock.acquire()
     try:
         plan = plan_of(cfg)
@@ -197,7 +197,7 @@ def sweep_job(tmp_path: Path, overrides: list[str], **record) -> tuple[object, P
         cfg.paths.output_dir = str(job)
     (job / ".hydra").mkdir(parents=True)
     if record:
-        runs.write_status(job, task="logic", model="lstm", overrides=overrides, **record)
+        records.write_status(job, task="logic", model="lstm", overrides=overrides, **record)
     return cfg, job
 
 
@@ -221,7 +221,7 @@ def test_an_interrupted_sweep_job_resumes_and_a_failed_one_runs_again(tmp_path):
         "interrupted",
     )
     assert plan.config.ckpt_path == str(path)
-    runs.write_status(job, status=RunState.FAILED, error="DataError: x")
+    records.write_status(job, status=RunState.FAILED, error="DataError: x")
     plan = plan_of(cfg, overrides, multirun=True)
     assert (plan.action, plan.why, plan.checkpoint) == ("rerun", "failed: DataError: x", None)
     assert (job / "checkpoints" / "last.ckpt").is_file()  # cleared by the executor, not here
@@ -286,7 +286,7 @@ def test_the_run_chosen_is_named_with_the_overrides_that_differ_from_the_command
         job = sweep / str(number)
         (job / ".hydra").mkdir(parents=True)
         overrides = [f"model.dropout={dropout}", "trainer.max_steps=3", "sweep_id=mine"]
-        runs.write_status(
+        records.write_status(
             job,
             task="logic",
             model="lstm",

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from treernn.commands import main as treernn_main
 from treernn.errors import UserError
+from treernn.lifecycle.sweeps.layout import sweep_size
 from treernn.reporting.claims import (
     CLAIMS,
     NO_RUN,
@@ -38,7 +39,6 @@ from treernn.reporting.claims import (
     welch_interval,
 )
 from treernn.reporting.run_records import load_runs
-from treernn.sweeps import sweep_size
 
 # t quantiles from a printed t table: t(0.975, 2) = 4.303, t(0.975, 4) = 2.776
 T2, T4 = 4.3027, 2.7764

@@ -16,11 +16,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from treernn.commands import main as treernn_main
+from treernn.lifecycle.sweeps.layout import sweep_job_dirs
+from treernn.lifecycle.sweeps.summary import SweepSummary
 from treernn.reporting.paper import PAPER_LENGTH_ACCURACY, PAPER_RESULTS, PAPER_SYSGEN_ACCURACY
 from treernn.reporting.run_records import load_runs
 from treernn.reporting.table import Cell, report_table
 from treernn.reporting.table_output import format_cell, to_markdown, write_table
-from treernn.sweeps import SweepSummary, sweep_job_dirs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

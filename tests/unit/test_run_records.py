@@ -17,12 +17,14 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader
 
-from treernn import checkpoints, loggers, runs, sweeps
+from treernn import checkpoints
 from treernn.callbacks.checkpoint import LastCheckpoint
 from treernn.callbacks.divergence import DivergenceMonitor
 from treernn.errors import DivergedError, StorageError, UserError
-from treernn.identity import process_identity
+from treernn.lifecycle import locks, loggers, records, runs
+from treernn.lifecycle.identity import process_identity
 from treernn.lifecycle.plan import plan_sweep_job
+from treernn.lifecycle.sweeps import layout
 
 
 def _no_room(*args, **kwargs):
@@ -43,30 +45,30 @@ def test_atomic_write_on_a_full_disk_keeps_the_old_file_and_leaves_no_partial_on
 
 
 def test_status_is_rewritten_in_place_when_the_disk_is_full(tmp_path, monkeypatch):
-    runs.write_status(tmp_path, status="running", stage="fit")
+    records.write_status(tmp_path, status="running", stage="fit")
     monkeypatch.setattr(checkpoints.os, "fsync", _no_room)
-    runs.write_status(tmp_path, status="failed", error="No space left on device")
-    assert runs.read_status(tmp_path)["status"] == "failed"
+    records.write_status(tmp_path, status="failed", error="No space left on device")
+    assert records.read_status(tmp_path)["status"] == "failed"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]
 
 
 def test_a_run_directory_has_one_writer(tmp_path):
-    lock = runs.RunLock(tmp_path)
+    lock = locks.RunLock(tmp_path)
     lock.acquire()
     try:
-        runs.write_status(tmp_path, status="running", **process_identity())
+        records.write_status(tmp_path, status="running", **process_identity())
         # another process sees the lock held
-        probe = "from treernn import runs; import sys; print(runs.is_live(sys.argv[1]))"
+        probe = "from treernn.lifecycle import locks; import sys; print(locks.is_live(sys.argv[1]))"
         held = subprocess.run(
             [sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True
         )
         assert held.stdout.strip() == "True", held.stderr
         with pytest.raises(UserError, match=f"still running \\(pid {os.getpid()} on"):
-            runs.RunLock(tmp_path).acquire()
+            locks.RunLock(tmp_path).acquire()
     finally:
         lock.release()
-    runs.write_status(tmp_path, status="running", pid=2**22 + 7, pid_start=1)  # a dead process
-    assert not runs.is_live(tmp_path)
+    records.write_status(tmp_path, status="running", pid=2**22 + 7, pid_start=1)  # a dead process
+    assert not locks.is_live(tmp_path)
 
 
 def test_metrics_rows_after_the_resumed_step_are_dropped(tmp_path):
@@ -124,11 +126,11 @@ def test_other_ranks_of_a_job_follow_the_record_rank_zero_is_writing(tmp_path, m
     running, and rank 1, planning a moment later, found "still running" and left rank 0 waiting
     for it for ever. A follower takes rank 0's decision from the same record instead."""
     overrides = ["seed=1"]
-    lock = runs.RunLock(tmp_path)
+    lock = locks.RunLock(tmp_path)
     lock.acquire()  # held as another process would hold it (a second open file)
     try:
-        runs.write_status(tmp_path, status="running", overrides=overrides, **process_identity())
-        with pytest.raises(sweeps.SweepChanged, match="still running"):
+        records.write_status(tmp_path, status="running", overrides=overrides, **process_identity())
+        with pytest.raises(layout.SweepChanged, match="still running"):
             plan_sweep_job(tmp_path, overrides)
         assert plan_sweep_job(tmp_path, overrides, follower=True).action == "run"
         # the same when rank 0 is resuming: both ranks resume from the newest checkpoint
@@ -144,9 +146,9 @@ def test_other_ranks_of_a_job_follow_the_record_rank_zero_is_writing(tmp_path, m
 def test_each_attempt_of_a_run_records_the_machine_it_ran_on(tmp_path):
     """A table's jobs can continue on another node after a requeue: the record keeps one entry
     per attempt, with the CPU's model (what speed figures must name)."""
-    runs.record_machine(tmp_path)
-    runs.record_machine(tmp_path)
-    seen = runs.read_status(tmp_path)["machines"]
+    records.record_machine(tmp_path)
+    records.record_machine(tmp_path)
+    seen = records.read_status(tmp_path)["machines"]
     assert len(seen) == 2
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
     model = next(line for line in cpuinfo if line.startswith("model name"))
@@ -161,42 +163,42 @@ def test_each_attempt_of_a_run_records_the_machine_it_ran_on(tmp_path):
 def test_a_run_records_the_commit_of_the_code_it_ran(tmp_path):
     """Which code ran, beside the machine: the checkout's commit, ``+changes`` where tracked
     files differ from it; None outside a git checkout (an installed package)."""
-    assert runs.code_version(tmp_path) is None
+    assert records.code_version(tmp_path) is None
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     (tmp_path / "a.py").write_text("x = 1\n")
     subprocess.run([*git, "add", "a.py"], check=True)
     subprocess.run([*git, "commit", "-qm", "one"], check=True)
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-    assert runs.code_version(tmp_path) == head[:12]
+    assert records.code_version(tmp_path) == head[:12]
     (tmp_path / "notes.txt").write_text("untracked files are not the code\n")
-    assert runs.code_version(tmp_path) == head[:12]
+    assert records.code_version(tmp_path) == head[:12]
     (tmp_path / "a.py").write_text("x = 2\n")
-    assert runs.code_version(tmp_path) == head[:12] + "+changes"
+    assert records.code_version(tmp_path) == head[:12] + "+changes"
 
 
 def test_the_machine_entry_holds_the_commit_where_there_is_one(monkeypatch):
-    monkeypatch.setattr(runs, "code_version", lambda: "0123456789ab+changes")
-    assert runs.machine()["commit"] == "0123456789ab+changes"
-    monkeypatch.setattr(runs, "code_version", lambda: None)
-    assert "commit" not in runs.machine()
+    monkeypatch.setattr(records, "code_version", lambda: "0123456789ab+changes")
+    assert records.machine()["commit"] == "0123456789ab+changes"
+    monkeypatch.setattr(records, "code_version", lambda: None)
+    assert "commit" not in records.machine()
 
 
 def test_hydra_writes_its_files_into_a_run_that_has_not_finished_and_in_rank_zero_only(
     tmp_path, monkeypatch
 ):
-    from treernn.resolvers import unless_finished
+    from treernn.lifecycle.resolvers import unless_finished
 
     for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK"):
         monkeypatch.delenv(name, raising=False)
     run_dir = str(tmp_path)
     assert unless_finished(".hydra", run_dir) == ".hydra"  # a new run
-    runs.write_status(tmp_path, status="finished")
+    records.write_status(tmp_path, status="finished")
     assert unless_finished(".hydra", run_dir) == ".hydra"  # no final metrics: not finished
     (tmp_path / "metrics.json").write_text("{}")
     assert unless_finished(".hydra", run_dir) is None
     assert unless_finished("train.log", run_dir, "/dev/null") == "/dev/null"
-    runs.write_status(tmp_path, status="interrupted")  # resumed: Hydra writes its files again
+    records.write_status(tmp_path, status="interrupted")  # resumed: Hydra writes its files again
     assert unless_finished(".hydra", run_dir) == ".hydra"
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert unless_finished(".hydra", run_dir, "/dev/null") == "/dev/null"

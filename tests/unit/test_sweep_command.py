@@ -9,9 +9,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from treernn import runs
 from treernn.commands import main as treernn_main
 from treernn.commands.sweep import _step_budget, entry_script
+from treernn.lifecycle import records, runs
 
 
 def make_sweep(root: Path) -> Path:
@@ -34,7 +34,7 @@ def make_sweep(root: Path) -> Path:
         job = sweep / str(number)
         (job / ".hydra").mkdir(parents=True)
         (job / ".hydra" / "overrides.yaml").write_text(f"- table=logic\n- seed={seed}\n")
-        runs.write_status(job, **fields)
+        records.write_status(job, **fields)
     return sweep
 
 
@@ -87,9 +87,9 @@ def test_status_counts_the_jobs_not_started_and_tells_a_script_whether_all_finis
         job = sweep / str(number)
         (job / ".hydra").mkdir(parents=True, exist_ok=True)
         (job / ".hydra" / "overrides.yaml").write_text(f"- seed={number}\n")
-        runs.write_status(job, status="running" if number == 5 else "finished")
+        records.write_status(job, status="running" if number == 5 else "finished")
     assert treernn_main(["sweep", "status", "--exit-code", str(sweep)]) == 1
-    runs.write_status(sweep / "5", status="finished")
+    records.write_status(sweep / "5", status="finished")
     assert treernn_main(["sweep", "status", "--exit-code", str(sweep)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"6 jobs in {sweep}: 6 finished"
 
@@ -171,7 +171,7 @@ def test_restore_adds_what_the_sweep_lacks_and_replaces_nothing(tmp_path, capsys
     assert treernn_main(["sweep", "restore", str(copy), str(sweep)]) == 0
     assert capsys.readouterr().out.strip() == f"restored 5 files of {copy} into {sweep}"
     assert (sweep / "0" / "metrics.json").read_text() == '{"test/acc": 0.5}'
-    assert runs.read_status(sweep / "0")["status"] == "finished"
+    assert records.read_status(sweep / "0")["status"] == "finished"
     assert (sweep / "1" / "status.json").read_text() == '{"status": "running"}'
     assert (sweep / "1" / ".hydra" / "overrides.yaml").is_file()
 
@@ -196,7 +196,7 @@ def test_archive_unfinished_keeps_a_running_job_with_its_newest_and_best_checkpo
     Without the flag, as before."""
     sweep = make_sweep(tmp_path)
     running = sweep / "1"
-    runs.write_status(running, status="running")
+    records.write_status(running, status="running")
     (running / "csv").mkdir()
     (running / "csv" / "metrics.csv").write_text("step,val/acc\n9,0.5\n")
     _checkpoint(running / "checkpoints" / "epoch000.ckpt", 300)
@@ -229,7 +229,7 @@ def test_archive_unfinished_keeps_a_running_job_with_its_newest_and_best_checkpo
     assert info.global_step == 900
     assert treernn_main(["sweep", "status", "--exit-code", str(copy)]) == 1
     # the job finishes: the copy keeps its results and drops the weights
-    runs.write_status(running, status="finished")
+    records.write_status(running, status="finished")
     (running / "metrics.json").write_text('{"test/acc": 0.6}')
     assert treernn_main(["sweep", "archive", "--unfinished", str(sweep), str(copy)]) == 0
     assert not (copy / "1" / "checkpoints").exists()

@@ -166,7 +166,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
         return signum is not None and status.isdigit() and int(status) == 128 + signum
 
     def _requeue(self, job: Any, job_dir: Path) -> None:
-        from treernn import runs
+        from treernn.lifecycle import records
 
         result = subprocess.run(
             ["scontrol", "requeue", str(job.job_id)], capture_output=True, text=True, check=False
@@ -177,14 +177,14 @@ class SlurmLauncher(SubmititSlurmLauncher):
             file=sys.stderr,
             flush=True,
         )
-        if result.returncode == 0 and runs.read_status(job_dir).get("status") == "running":
-            runs.write_status(job_dir, status="requeued", error=None)
+        if result.returncode == 0 and records.read_status(job_dir).get("status") == "running":
+            records.write_status(job_dir, status="requeued", error=None)
 
     def _job_dir(self, number: int) -> Path:
         return Path(str(self.config.hydra.sweep.dir)) / str(number)
 
     def _never_starts(self, job: Any, reason: str, overrides: list[str], job_dir: Path):
-        from treernn import runs  # torch, Lightning: not when Hydra scans its plugins
+        from treernn.lifecycle import records  # torch, Lightning: not when Hydra scans its plugins
 
         subprocess.run(["scancel", str(job.job_id)], capture_output=True, check=False)
         message = (
@@ -195,23 +195,23 @@ class SlurmLauncher(SubmititSlurmLauncher):
             "Ask for less (e.g. hydra.launcher.cpus_per_task=1), or another partition"
         )
         print(f"error: {message}", file=sys.stderr, flush=True)
-        runs.write_status(job_dir, status="failed", stage="setup", error=message)
+        records.write_status(job_dir, status="failed", stage="setup", error=message)
         return self._stand_in(overrides, job_dir)
 
     def _gone(self, job: Any, state: str, overrides: list[str], job_dir: Path) -> JobReturn:
-        from treernn import runs  # torch, Lightning: not when Hydra scans its plugins
+        from treernn.lifecycle import records  # torch, Lightning: not when Hydra scans its plugins
 
-        record = runs.read_status(job_dir)
+        record = records.read_status(job_dir)
         if record.get("status") in (None, "running", "requeued"):
             # it ended without saying so itself (SIGKILL, a node failure): its checkpoints stay
-            runs.write_status(
+            records.write_status(
                 job_dir,
                 status="interrupted",
                 error=f"SLURM job {job.job_id} ended ({state}) without finishing",
             )
         print(
             f"SLURM job {job.job_id} ({job_dir}) ended ({state}) without a result: "
-            f"{runs.read_status(job_dir).get('status')}",
+            f"{records.read_status(job_dir).get('status')}",
             file=sys.stderr,
             flush=True,
         )
@@ -219,8 +219,9 @@ class SlurmLauncher(SubmititSlurmLauncher):
 
     @staticmethod
     def _stand_in(overrides: list[str], job_dir: Path) -> JobReturn:
-        """What the job would have returned had it failed inside (treernn.run.main returns None:
-        the sweep goes on, and its summary lists the job)."""
+        """What the job would have returned had it failed inside (the run entry,
+        treernn.lifecycle.entry.main, returns None: the sweep goes on, and its summary lists the
+        job)."""
         return JobReturn(
             overrides=overrides,
             working_dir=str(job_dir),

@@ -2,9 +2,9 @@
 
 - SIGINT (Ctrl-C) and SIGTERM (``kill``, ``scancel``, a preemption): at the end of the current
   training batch ``last.ckpt`` is written and the run stops with
-  :class:`~treernn.errors.RunInterrupted`; ``treernn.run`` records it as ``interrupted`` and exits
-  with 130 / 143. ``ckpt_path=last`` continues it exactly. A second signal stops at once, without
-  a checkpoint (the previous ``last.ckpt`` stays).
+  :class:`~treernn.errors.RunInterrupted`; the run entry (``treernn.lifecycle``) records it as
+  ``interrupted`` and exits with 130 / 143. ``ckpt_path=last`` continues it exactly. A second signal
+  stops at once, without a checkpoint (the previous ``last.ckpt`` stays).
 - SLURM's requeue signal (``requeue_signal``, USR2 by default: ``#SBATCH --signal=USR2@120``
   before the time limit, or a preemption notice): at the end of the current batch ``last.ckpt`` is
   written and ``scontrol requeue`` puts the job back in the queue; this attempt ends with
@@ -89,7 +89,8 @@ class GracefulStop(Callback):
             return
         if ends_epoch(trainer):
             # the epoch's validation and checkpoints come after this batch: let them run and
-            # stop after the next batch (or, if training ends here, before testing: treernn.run)
+            # stop after the next batch (or, if training ends here, before testing: the executor,
+            # treernn.lifecycle.execute)
             return
         if validates_after(trainer) and not self._waited_for_validation:
             # saved before the validation due after this batch, the run would resume past it

@@ -21,9 +21,9 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from treernn import runs
 from treernn.files import atomic_write
 from treernn.kernels import gemm
+from treernn.lifecycle import records
 from treernn.reporting.timing import step_summary
 
 
@@ -61,7 +61,7 @@ class StepTimer(Callback):
         record: dict[str, Any] = {
             "precision": str(trainer.precision),
             "device": pl_module.device.type,
-            "machine": runs.machine(),
+            "machine": records.machine(),
             "warmup": self.warmup,
             "seconds": self.seconds,
             "summary": step_summary(self.seconds, self.warmup),

@@ -4,8 +4,9 @@ The test of a ``fit+test`` run takes the best validated checkpoint, so updates m
 validation are trained but never tested: with ``trainer.max_steps=3400`` on PTB (1,383 updates per
 epoch, validation at each epoch's end) the last 646 updates are thrown away without a word. This
 callback names the steps and the settings that make the budget end on a validation, in one warning
-that ``treernn.run`` logs after ``fit`` when the run goes on to test the best checkpoint. The step
-of the last validation is kept in the checkpoint, so a resumed run knows it too.
+that the executor (``treernn.lifecycle.execute``) logs after ``fit`` when the run goes on to test
+the best checkpoint. The step of the last validation is kept in the checkpoint, so a resumed run
+knows it too.
 """
 
 from __future__ import annotations

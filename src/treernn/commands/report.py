@@ -20,7 +20,7 @@ papers' rows are marked "(paper)" (numbers in :mod:`treernn.reporting.paper`). W
 is ``<dir>/table`` (the common parent of several directories). Runs that did not finish are left
 out and listed. With ``--wandb`` (or when the runs logged to wandb) the table also goes to a wandb
 run's summary as a ``wandb.Table`` (offline unless ``WANDB_MODE`` says otherwise). A multirun
-writes this table into its sweep directory when it ends (:mod:`treernn.sweeps`).
+writes this table into its sweep directory when it ends (:mod:`treernn.lifecycle.sweeps.summary`).
 
 :class:`AccuracyReport <treernn.callbacks.accuracy_report.AccuracyReport>` (a callback, in
 ``conf/task/{logic,listops}.yaml``) prints the tables after testing and writes
@@ -54,8 +54,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from treernn.lifecycle.records import read_json_object
 from treernn.parsing.trees import BRACKET_DISTANCES
-from treernn.records import read_json_object
 from treernn.reporting.accuracy import (
     accuracy_table,
     length_curve,
@@ -225,7 +225,7 @@ def throughput_report(args: argparse.Namespace) -> int:
     from treernn.checkpoints import build_task
     from treernn.datamodules import prepared_datamodule
     from treernn.evaluation.throughput import encoder_throughput
-    from treernn.resolvers import register_resolvers
+    from treernn.lifecycle.resolvers import register_resolvers
 
     register_resolvers()
     with initialize_config_dir(str(args.config_dir.resolve()), version_base="1.3"):

@@ -35,29 +35,28 @@ are replaced.
 
 ``extend`` trains a sweep further as a new sweep (``--name``) of a larger budget: each of its jobs
 starts from the old job's newest checkpoint, as if the old job had been interrupted at its budget
-and resumed with the new one (:mod:`treernn.sweep_extend`); then the new sweep runs, as ``resume``
-runs one (``--no-run``: prepare it and print the command).
+and resumed with the new one (:mod:`treernn.lifecycle.sweeps.extend`); then the new sweep runs,
+as ``resume`` runs one (``--no-run``: prepare it and print the command).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 
-from treernn import runs
 from treernn.errors import UserError
-from treernn.records import (
+from treernn.lifecycle import locks, records
+from treernn.lifecycle.records import (
     DAMAGED,
     DamagedRecord,
     RunState,
     peek_global_step,
     read_yaml,
-    status_for_listing,
 )
-from treernn.sweeps import refuse_links, saved_multirun
+from treernn.lifecycle.sweeps.archive import archive_sweep, restore_sweep
+from treernn.lifecycle.sweeps.layout import job_dirs, refuse_links, saved_multirun
 
 RESUME_ENV = "TREERNN_RESUME_SWEEP_DIR"
 
@@ -112,11 +111,11 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "status":
         return _status(args.sweep_dir, args.exit_code)
     if args.action == "archive":
-        return _archive(args.sweep_dir, args.copy_dir, args.unfinished)
+        return archive_sweep(args.sweep_dir, args.copy_dir, args.unfinished)
     if args.action == "restore":
-        return _restore(args.copy_dir, args.sweep_dir)
+        return restore_sweep(args.copy_dir, args.sweep_dir)
     if args.action == "extend":
-        from treernn.sweep_extend import extend
+        from treernn.lifecycle.sweeps.extend import extend
 
         overrides = [item for item in args.items if "=" in item]
         dirs = [Path(item) for item in args.items if "=" not in item]
@@ -201,15 +200,11 @@ def _check_overrides(arguments: list[str], sweep_dir: Path) -> None:
             )
 
 
-def _jobs(sweep_dir: Path) -> list[Path]:
-    return sorted((path.parent for path in sweep_dir.glob("*/.hydra")), key=runs.job_order)
-
-
 def _status(sweep_dir: Path, exit_code: bool = False) -> int:
-    from treernn.sweeps import sweep_size
+    from treernn.lifecycle.sweeps.layout import sweep_size
 
     saved_multirun(sweep_dir)
-    jobs = _jobs(sweep_dir)
+    jobs = job_dirs(sweep_dir)
     counts: dict[str, int] = {}
     for job_dir in jobs:
         try:
@@ -230,11 +225,11 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
 
 def _job_line(job_dir: Path) -> tuple[str, str]:
     """A job's state and its line of ``sweep status``."""
-    from treernn.sweeps import override_lines
+    from treernn.lifecycle.sweeps.layout import override_lines
 
-    record = runs.read_status(job_dir)
+    record = records.read_status(job_dir)
     status = record.get("status", "not started")
-    if status == RunState.RUNNING and not runs.is_live(job_dir):
+    if status == RunState.RUNNING and not locks.is_live(job_dir):
         status = "stopped (its process is gone)"
     overrides = override_lines(job_dir, record)
     step = _newest_step(job_dir)
@@ -251,7 +246,7 @@ def _job_line(job_dir: Path) -> tuple[str, str]:
 
 def _newest_step(job_dir: Path) -> int | None:
     """The training step of the job's newest readable checkpoint, read without torch or
-    Lightning (:func:`treernn.records.peek_global_step`)."""
+    Lightning (:func:`treernn.lifecycle.records.peek_global_step`)."""
     found = [*(job_dir / "checkpoints").glob("*.ckpt"), *job_dir.glob("hpc_ckpt_*.ckpt")]
     steps = [step for step in map(peek_global_step, found) if step is not None]
     return max(steps, default=None)
@@ -272,128 +267,3 @@ def _step_budget(job_dir: Path, overrides: list[str]) -> int | None:
     else:
         steps = None
     return steps if isinstance(steps, int) and steps > 0 else None
-
-
-#: what an archive leaves out: weights (checkpoints, SLURM's requeue checkpoints), wandb's own
-#: files (synced from the run directory), and the run's lock
-NOT_ARCHIVED = ("checkpoints", "wandb", "*.ckpt", ".lock")
-
-
-def _archive(sweep_dir: Path, target: Path, unfinished: bool = False) -> int:
-    saved_multirun(sweep_dir)
-    _check_copy_target(sweep_dir, target, "archive")
-    refuse_links(sweep_dir, "sweep archive")
-    ignore = shutil.ignore_patterns(*NOT_ARCHIVED)
-    target.mkdir(parents=True, exist_ok=True)
-    for path in sweep_dir.iterdir():  # the sweep's own files: multirun.yaml, table.*, curves.*
-        if path.is_file() and not path.name.startswith("."):
-            shutil.copy2(path, target / path.name)
-    kept, resumable, left, damaged = [], [], [], []
-    for job_dir in _jobs(sweep_dir):
-        copy = target / job_dir.name
-        status = status_for_listing(job_dir).get("status")
-        if status == DAMAGED:
-            damaged.append(job_dir.name)
-            continue
-        finished = status == RunState.FINISHED
-        checkpoint = (
-            None if finished or not unfinished else runs.newest_complete_checkpoint(job_dir)[0]
-        )
-        if not finished and checkpoint is None:
-            left.append(job_dir.name)
-            continue
-        shutil.copytree(job_dir, copy, symlinks=True, ignore=ignore, dirs_exist_ok=True)
-        if finished:
-            _keep_checkpoint(copy)  # one kept while it ran is no longer needed
-            kept.append(job_dir.name)
-        else:
-            _keep_checkpoint(copy, checkpoint.path, job_dir, runs.best_file(checkpoint, job_dir))
-            resumable.append(f"{job_dir.name} (step {checkpoint.global_step})")
-    print(f"archived {len(kept)} finished jobs of {sweep_dir} in {target}", flush=True)
-    if resumable:
-        print(
-            "archived unfinished, with their newest and best checkpoints: jobs "
-            f"{', '.join(resumable)}"
-        )
-    if left:
-        print(f"not archived (not finished): jobs {', '.join(left)}", flush=True)
-    if damaged:
-        print(
-            f"not archived (damaged status.json; python -m treernn sweep status {sweep_dir} says "
-            f"what is wrong): jobs {', '.join(damaged)}",
-            file=sys.stderr,
-            flush=True,
-        )
-        return 1
-    return 0
-
-
-def _check_copy_target(source: Path, target: Path, action: str) -> None:
-    """An archive or restore target that is a file, the source itself, or inside the source
-    (which the copy would copy into itself): one line."""
-    if target.exists() and not target.is_dir():
-        raise UserError(f"sweep {action}: {target} is a file; give a directory to copy into")
-    source, resolved = source.resolve(), target.resolve()
-    if resolved == source or source in resolved.parents or resolved in source.parents:
-        raise UserError(
-            f"sweep {action}: {target} and {source} overlap (one is inside the other); give a "
-            "directory outside the sweep, e.g. results/<table>/<name>"
-        )
-
-
-def _keep_checkpoint(
-    copy: Path,
-    checkpoint: Path | None = None,
-    job_dir: Path | None = None,
-    best: Path | None = None,
-) -> None:
-    """Leave in a job's ``copy`` only ``checkpoint`` and ``best`` (files of ``job_dir``), or none;
-    a kept copy that is already that file (same size and time: copy2 keeps them) is not copied
-    again, so that archiving every few minutes does not rewrite an unchanged checkpoint."""
-    sources = [path for path in (checkpoint, best) if path is not None]
-    wanted = {copy / path.relative_to(job_dir): path for path in sources}
-    for path in [*copy.glob("checkpoints/*.ckpt"), *copy.glob("hpc_ckpt_*.ckpt")]:
-        if path not in wanted:
-            path.unlink()
-    if not wanted:
-        if (copy / "checkpoints").is_dir() and not any((copy / "checkpoints").iterdir()):
-            (copy / "checkpoints").rmdir()
-        return
-
-    def signature(path: Path) -> tuple[int, int]:
-        stat = path.stat()
-        return stat.st_size, stat.st_mtime_ns
-
-    for kept, source in wanted.items():
-        if kept.exists() and signature(kept) == signature(source):
-            continue
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        partial = kept.with_name(kept.name + ".partial")
-        shutil.copy2(source, partial)
-        os.replace(partial, kept)  # a copy interrupted half-way is never taken for a checkpoint
-
-
-def _restore(copy_dir: Path, sweep_dir: Path) -> int:
-    """Copy what ``sweep_dir`` lacks from ``copy_dir``: regular files and directories only, each
-    checked before anything is copied (a link, or a name that leaves the target, is refused)."""
-    saved_multirun(copy_dir)
-    _check_copy_target(copy_dir, sweep_dir, "restore")
-    refuse_links(copy_dir, "sweep restore")
-    for path in copy_dir.rglob("*"):
-        if not (path.is_file() or path.is_dir()):
-            raise UserError(f"sweep restore: {path} is not a regular file; remove it")
-    added = 0
-    for path in sorted(copy_dir.rglob("*")):
-        target = sweep_dir / path.relative_to(copy_dir)
-        if path.is_dir() or target.exists() or target.is_symlink():
-            continue
-        if any(parent.is_symlink() for parent in target.parents if sweep_dir in parent.parents):
-            raise UserError(
-                f"sweep restore: {target.parent} in {sweep_dir} is a symbolic link; a restore "
-                "writes only inside the sweep's directory"
-            )
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target, follow_symlinks=False)
-        added += 1
-    print(f"restored {added} files of {copy_dir} into {sweep_dir}", flush=True)
-    return 0

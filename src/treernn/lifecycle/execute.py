@@ -20,8 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from treernn import checkpoints, launch, resume, runs, sweeps
-from treernn import loggers as loggers_
+from treernn import checkpoints
 from treernn.callbacks.checkpoint import LastCheckpoint
 from treernn.callbacks.divergence import DivergenceMonitor
 from treernn.callbacks.graceful_stop import GracefulStop
@@ -31,19 +30,21 @@ from treernn.checkpoints import RunInfo, build_task
 from treernn.datamodules import prepared_datamodule
 from treernn.errors import ConfigValueError, RunInterrupted, UserError
 from treernn.files import atomic_write
-from treernn.identity import process_identity
 from treernn.kernels import choices as kernel_choices
-from treernn.lifecycle import signals
+from treernn.lifecycle import launch, locks, records, resume, signals
+from treernn.lifecycle import loggers as loggers_
+from treernn.lifecycle.identity import process_identity
 from treernn.lifecycle.outcomes import FINISHED
 from treernn.lifecycle.plan import Plan
-from treernn.process import (
+from treernn.lifecycle.process import (
     flush_denormals,
     log_also_to,
     log_to_files_only,
     route_lightning_logs,
     set_threads,
 )
-from treernn.records import RunState
+from treernn.lifecycle.records import RunState
+from treernn.lifecycle.sweeps import layout
 
 log = logging.getLogger("treernn")
 
@@ -63,7 +64,7 @@ def execute(plan: Plan, attempt: Attempt) -> dict[str, float] | None:
     if plan.action == "skip":
         return plan.metrics
     if plan.action == "rerun" and not plan.follower:  # rank 0 clears what the failed attempt wrote
-        sweeps.clear_attempt(plan.run_dir, plan.why)
+        layout.clear_attempt(plan.run_dir, plan.why)
     cfg = plan.config
     previous = signals.install_immediate_handlers(signals.requeue_signum(cfg.get("requeue_signal")))
     try:
@@ -81,7 +82,7 @@ def _set_up_and_run(plan: Plan, attempt: Attempt) -> dict[str, float]:
     tested = resume.task_as_trained(cfg, plan.info) if plan.action == "test" else None
     # one writer per run: the directory this run writes into is locked while it runs, and a run
     # that is still running elsewhere is never resumed
-    lock = runs.RunLock(plan.run_dir)
+    lock = locks.RunLock(plan.run_dir)
     if rank_zero_only.rank == 0:
         lock.acquire()
     try:
@@ -95,16 +96,16 @@ def continue_in(plan: Plan) -> None:
     own_dir, target = plan.invocation_dir, plan.run_dir
     if rank_zero_only.rank != 0 or not plan.continues_elsewhere:
         return
-    runs.write_status(own_dir, status=RunState.RESUMED, resumed_into=str(target))
+    records.write_status(own_dir, status=RunState.RESUMED, resumed_into=str(target))
     link = own_dir / "run"
     if not link.exists():
         link.symlink_to(target.resolve(), target_is_directory=True)
-    record = runs.read_status(target)
-    runs.write_status(
+    record = records.read_status(target)
+    records.write_status(
         target,
         resumes=[
             *record.get("resumes", []),
-            {"from": str(plan.checkpoint), "at": runs.now(), "invocation_dir": str(own_dir)},
+            {"from": str(plan.checkpoint), "at": records.now(), "invocation_dir": str(own_dir)},
         ],
     )
     log_also_to(target / "train.log")
@@ -127,8 +128,8 @@ def _run(
         )
     run_dir = Path(cfg.paths.output_dir)
     if rank_zero_only.rank == 0:
-        started = runs.read_status(run_dir).get("started") or runs.now()
-        runs.write_status(
+        started = records.read_status(run_dir).get("started") or records.now()
+        records.write_status(
             run_dir,
             status=RunState.RUNNING,
             stage="setup",
@@ -141,7 +142,7 @@ def _run(
             error=None,
             **process_identity(),
         )
-        runs.record_machine(run_dir)
+        records.record_machine(run_dir)
     # the kernels' choices are part of the run: recorded with it, reused on resume and by the
     # sweep's other jobs, read from the tested run by mode=test (treernn.kernels.choices)
     sweep_dir = Path(HydraConfig.get().sweep.dir) if launch.is_multirun() else None
@@ -200,7 +201,7 @@ def _run(
         )
         metrics: dict[str, float] = {}
         if trainer.is_global_zero:
-            runs.write_status(run_dir, stage=cfg.mode)
+            records.write_status(run_dir, stage=cfg.mode)
         if cfg.mode in ("fit+test", "fit"):
             _fit(trainer, module, datamodule, ckpt_path)
             if stop.pending in signals.STOP_SIGNALS:  # a signal during the last validation
@@ -222,7 +223,7 @@ def _run(
             metrics.update(_floats(results[0] if results else {}))
         if trainer.is_global_zero:
             _report(cfg, metrics)
-            runs.write_status(run_dir, status=FINISHED.state, ended=runs.now())
+            records.write_status(run_dir, status=FINISHED.state, ended=records.now())
         return metrics
     finally:
         loggers_.finish_wandb(loggers)

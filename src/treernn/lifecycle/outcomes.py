@@ -2,8 +2,8 @@
 error, a full disk, a diverged run, a bug, a sweep job not started or left alone) maps to the
 state its record gets, the process's exit status, the message shown and what a sweep job returns.
 
-:func:`conclude` is :func:`treernn.run.main`'s one lookup: it records the ending in the directory
-the attempt writes into, says it, and exits or returns the sweep's value.
+:func:`conclude` is :func:`treernn.lifecycle.entry.main`'s one lookup: it records the ending in
+the directory the attempt writes into, says it, and exits or returns the sweep's value.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
-from treernn import runs
 from treernn.errors import DivergedError, Requeued, RunInterrupted, UserError, say
 from treernn.files import full_disk_error, is_full_disk
-from treernn.lifecycle import signals
-from treernn.records import RunState
-from treernn.sweeps import NotStarted, SweepChanged, sweep_value
+from treernn.lifecycle import records, signals
+from treernn.lifecycle.records import RunState
+from treernn.lifecycle.sweeps.layout import NotStarted, SweepChanged
+from treernn.lifecycle.sweeps.summary import sweep_value
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def conclude(cfg: DictConfig, error: Exception, record_dir: Path | None, multiru
     details = traceback.format_exc() if outcome is BUG else ""
     message = f"{type(error).__name__}: {error}" if outcome is BUG else str(error)
     if outcome.state is not None:
-        runs.record_failure(record_dir, outcome.state, message, details)
+        records.record_failure(record_dir, outcome.state, message, details)
     if outcome.shown == "error":
         say(message)
     elif outcome.shown == "requeued":
@@ -113,5 +113,5 @@ def conclude(cfg: DictConfig, error: Exception, record_dir: Path | None, multiru
     if outcome is BUG:
         raise error
     if outcome.remove_if_empty:
-        runs.remove_if_empty(record_dir)
+        records.remove_if_empty(record_dir)
     sys.exit(error.exit_code if outcome.exit_code is None else outcome.exit_code)

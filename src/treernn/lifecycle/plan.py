@@ -7,11 +7,12 @@ follows any of them the same way. The planner writes nothing: the config as it w
 read-only config made here (the checkpoint to resume, the run directory it continues in, the model
 as a checkpoint trained it), and nothing changes it afterwards.
 
-``ckpt_path=last`` reads the run records (:mod:`treernn.runs`), not file times: it takes the newest
-run of this task and model (single runs and sweep jobs alike), passes over runs that have no
-checkpoint (a ``mode=test`` run, a run that failed while setting up) with a word, refuses a run
-that is still running and a run that finished its budget, and in the chosen run takes the newest
-checkpoint that loads (any ``checkpoints/*.ckpt``, by training step).
+``ckpt_path=last`` reads the run records (:mod:`treernn.lifecycle.records`, found by
+:mod:`treernn.lifecycle.runs`), not file times: it takes the newest run of this task and model
+(single runs and sweep jobs alike), passes over runs that have no checkpoint (a ``mode=test`` run, a
+run that failed while setting up) with a word, refuses a run that is still running and a run that
+finished its budget, and in the chosen run takes the newest checkpoint that loads (any
+``checkpoints/*.ckpt``, by training step).
 
 A sweep job reads its own record first (:func:`plan_sweep_job`): skipped if it finished, resumed
 from its newest checkpoint if it was interrupted (a signal, a requeue, a killed process), run
@@ -30,11 +31,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from treernn import runs
 from treernn.config_checks import check_config
 from treernn.errors import CheckpointError, UserError
-from treernn.records import DamagedRecord, RunState, read_metrics, read_status
-from treernn.sweeps import (
+from treernn.lifecycle import locks, records, runs
+from treernn.lifecycle.records import DamagedRecord, RunState, read_metrics, read_status
+from treernn.lifecycle.sweeps.layout import (
     RESUMABLE,
     DamagedJob,
     NotStarted,
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("treernn")
 
 #: config keys whose values live in a checkpoint's optimizer / scheduler state: a resume applies
-#: the new values to the restored state (:func:`treernn.resume.apply_resumed_overrides`)
+#: the new values to the restored state (:func:`treernn.lifecycle.resume.apply_resumed_overrides`)
 APPLIED_ON_RESUME = ("task.module.optimizer", "task.module.scheduler")
 
 #: run: a new run (a sweep job's first attempt too); resume: continue from ``checkpoint``;
@@ -284,10 +285,10 @@ def plan_last(
     newest good checkpoint."""
     candidates = runs.runs_of(log_dir, task, model, exclude)
     for run_dir in candidates:
-        if runs.is_live(run_dir):
+        if locks.is_live(run_dir):
             raise UserError(
                 f"ckpt_path=last: the newest run {run_dir} is still running "
-                f"({runs.describe_owner(run_dir)}); wait for it to finish, or stop it (kill -TERM "
+                f"({locks.describe_owner(run_dir)}); wait for it to finish, or stop it (kill -TERM "
                 "<pid> saves a checkpoint), then resume"
             )
         record = read_status(run_dir)
@@ -345,8 +346,9 @@ def plan_sweep_job(job_dir: Path, overrides: list[str], follower: bool = False) 
     attempt, and takes the same decision from the same checkpoints (none is written before every
     rank has joined): it does not refuse a live job, and a job with no checkpoint runs afresh.
 
-    A job whose record is damaged (:class:`~treernn.sweeps.DamagedJob`) is not touched: a
-    truncated ``status.json`` of a finished job must not read as a job that never started."""
+    A job whose record is damaged (:class:`~treernn.lifecycle.sweeps.layout.DamagedJob`) is not
+    touched: a truncated ``status.json`` of a finished job must not read as a job that never
+    started."""
     try:
         return _plan_sweep_job(Path(job_dir), overrides, follower)
     except DamagedRecord as error:
@@ -368,13 +370,13 @@ def _plan_sweep_job(job_dir: Path, overrides: list[str], follower: bool) -> Plan
             f"[{' '.join(overrides)}]; resume a sweep with the command that started it "
             f"(python -m treernn sweep resume {job_dir.parent}), or start a new one (sweep_id=)"
         )
-    if not follower and runs.is_live(job_dir):
+    if not follower and locks.is_live(job_dir):
         raise SweepChanged(
-            f"sweep job {job_dir} is still running ({runs.describe_owner(job_dir)}); not started "
+            f"sweep job {job_dir} is still running ({locks.describe_owner(job_dir)}); not started "
             "a second time"
         )
     status = record.get("status")
-    if runs.is_finished(job_dir):
+    if records.is_finished(job_dir):
         return Plan("skip", metrics=read_metrics(job_dir / "metrics.json"), follower=follower)
     if status in RESUMABLE:
         info, _ = runs.newest_complete_checkpoint(job_dir)

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from treernn.errors import UserError
+from treernn.lifecycle.sweeps.layout import sweep_size
 from treernn.reporting.curves import run_curve
 from treernn.reporting.run_records import (
     IGNORED_OVERRIDES,
@@ -56,7 +57,6 @@ from treernn.reporting.run_records import (
     is_fraction,
     load_runs,
 )
-from treernn.sweeps import sweep_size
 
 TRIVIAL_BEST = "trivial:best"
 

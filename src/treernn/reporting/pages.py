@@ -43,8 +43,8 @@ class KeptSweep:
 
 def kept_sweeps(results: Path) -> list[KeptSweep]:
     """The complete sweeps under ``results/tables/<table>/<sweep>``, by table and name."""
+    from treernn.lifecycle.sweeps.layout import sweep_size
     from treernn.reporting.run_records import load_runs
-    from treernn.sweeps import sweep_size
 
     kept = []
     for path in sorted((results / "tables").glob("*/*")):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from treernn.errors import UserError
-from treernn.records import (
+from treernn.lifecycle.records import (
     RunState,
     final_values,
     read_json_object,

@@ -1,11 +1,11 @@
 """The papers' comparison tables from finished runs: ``python -m treernn report table``.
 
 A run directory (``python train.py``, or one job of ``python train.py -m``) holds
-``.hydra/{config,overrides}.yaml``, ``status.json`` (:mod:`treernn.runs`), ``metrics.json`` (the
-final metrics; ``csv/metrics.csv`` where it is missing), ``tree_f1.json`` (parse F1 of a logic /
-ListOps model's induced trees and of the trivial trees of the same sentences) and, after
-``python -m treernn report tree-f1`` or ``python -m treernn parse``, ``tree_f1_{val,test}.json`` /
-``parse_eval.json`` with the trivial-tree baselines.
+``.hydra/{config,overrides}.yaml``, ``status.json`` (:mod:`treernn.lifecycle.records`),
+``metrics.json`` (the final metrics; ``csv/metrics.csv`` where it is missing), ``tree_f1.json``
+(parse F1 of a logic / ListOps model's induced trees and of the trivial trees of the same sentences)
+and, after ``python -m treernn report tree-f1`` or ``python -m treernn parse``,
+``tree_f1_{val,test}.json`` / ``parse_eval.json`` with the trivial-tree baselines.
 
 :func:`load_runs` reads them (runs that did not finish are set aside with the reason);
 :func:`build_table` groups the runs into rows by the overrides that differ between them, seed

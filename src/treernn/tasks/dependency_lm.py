@@ -104,9 +104,9 @@ class DependencyLanguageModel(Task):
         )
         if loss not in ("nll", "nce"):
             raise ConfigValueError(f"loss={loss!r}: use 'nll' (exact softmax) or 'nce'")
-        # Partials and data-dependent lists (vocab, counts) are not hyper-parameters: treernn.run
-        # stores the config and task_kwargs in the checkpoint and rebuilds the task from them
-        # (treernn.checkpoints.load_trained).
+        # Partials and data-dependent lists (vocab, counts) are not hyper-parameters: the run
+        # (treernn.lifecycle.execute) stores the config and task_kwargs in the checkpoint and
+        # rebuilds the task from them (treernn.checkpoints.load_trained).
         self.save_hyperparameters(
             ignore=["encoder", "vocab", "unigram_counts", "optimizer", "scheduler"]
         )

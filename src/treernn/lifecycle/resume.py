@@ -12,9 +12,10 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig
 
-from treernn import checkpoints, launch
+from treernn import checkpoints
 from treernn.checkpoints import CheckpointInfo, build_task
 from treernn.errors import UserError
+from treernn.lifecycle import launch
 from treernn.lifecycle.plan import APPLIED_ON_RESUME, describe, differing_keys, flatten
 
 log = logging.getLogger("treernn")

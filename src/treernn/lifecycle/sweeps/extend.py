@@ -37,9 +37,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from treernn import runs
 from treernn.errors import UserError
-from treernn.records import RunState, read_multirun
+from treernn.lifecycle import locks, records, runs
+from treernn.lifecycle.records import RunState, read_multirun
 
 BUDGET_NAMES = ", ".join(f"trainer.{key}" for key in runs.BUDGET_KEYS)
 #: what an extended job continues from besides its checkpoints (its test outputs are not copied:
@@ -145,7 +145,7 @@ def _copy_checkpoint(source: Path, target: Path) -> None:
 def _prepare_job(
     job_dir: Path, new_job: Path, budget: dict[str, Any], name: str, info: Any
 ) -> None:
-    record = runs.read_status(job_dir)
+    record = records.read_status(job_dir)
     old_status = record.get("status")
     staging = new_job.with_name(f".{new_job.name}.partial")
     if staging.exists():
@@ -173,7 +173,7 @@ def _prepare_job(
             "checkpoint": info.path.name,
         },
     )
-    runs.write_status(staging, **record)
+    records.write_status(staging, **record)
     os.replace(staging, new_job)
 
 
@@ -195,7 +195,7 @@ def _new_multirun(saved: Path, target: Path, budget: dict[str, Any], name: str) 
 def extend(sweep_dirs: list[Path], budget_overrides: list[str], name: str) -> Extension:
     """Prepare the new sweep ``name`` from ``sweep_dirs`` (a sweep's directory, or each of its
     directories where it keeps one per model); see the module's docstring."""
-    from treernn.sweeps import saved_multirun, sweep_size
+    from treernn.lifecycle.sweeps.layout import saved_multirun, sweep_size
 
     budget = parse_budget(budget_overrides)
     if not name or "/" in name or name.startswith("."):
@@ -232,14 +232,14 @@ def extend(sweep_dirs: list[Path], budget_overrides: list[str], name: str) -> Ex
                 f"sweep extend: {target} exists; continue it with python -m treernn sweep "
                 f"resume {target}, or give another --name"
             )
-        if runs.is_live(job_dir):
+        if locks.is_live(job_dir):
             raise UserError(
-                f"sweep extend: job {job_dir} is still running ({runs.describe_owner(job_dir)}); "
+                f"sweep extend: job {job_dir} is still running ({locks.describe_owner(job_dir)}); "
                 "extend the sweep once it has stopped"
             )
         info, _ = runs.newest_complete_checkpoint(job_dir)
         if info is None:
-            status = runs.read_status(job_dir).get("status", "no record")
+            status = records.read_status(job_dir).get("status", "no record")
             raise UserError(
                 f"sweep extend: job {job_dir} ({status}) has no checkpoint to continue from (an "
                 "archived copy keeps none of a finished job's); extend the sweep in the "

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from treernn.errors import UserError
 from treernn.files import atomic_write
-from treernn.records import DamagedRecord, read_text
+from treernn.lifecycle.records import DamagedRecord, read_text
 
 #: how long the wandb server may take to accept a connection before an online run gives up
 WANDB_CONNECT_TIMEOUT_S = 5.0

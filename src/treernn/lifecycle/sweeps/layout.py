@@ -1,5 +1,6 @@
-"""Sweeps that survive interruptions, and the end of a multirun: one line per job that did not
-finish, the sweep's table, and a non-zero exit if any job did not finish.
+"""A sweep's layout and the rules of resuming it: its jobs' directories, its saved command
+(``multirun.yaml``), how many jobs it makes, which jobs did not finish, and what a resumed sweep
+refuses.
 
 Resuming: a sweep has a name (``sweep_id=<name>``; without one, its start time). Running the same
 ``-m`` command with the same ``sweep_id`` again (or ``python -m treernn sweep resume <sweep dir>``)
@@ -8,15 +9,8 @@ first (:func:`treernn.lifecycle.plan.plan_sweep_job`) and is skipped if it finis
 its newest checkpoint if it was interrupted (a signal, a requeue, a killed process), and run again
 from the start if it failed. A command that would change the sweep (other overrides) is refused
 with one line naming the difference. This works whatever launches the jobs (basic, joblib,
-submitit), since every job decides for itself.
-
-``treernn.run.main`` records a failed job in its ``status.json`` and lets the sweep go on (Hydra's
-launcher then starts the next job), returning :func:`sweep_value` (NaN for an Optuna trial that
-failed); this Hydra callback reads those records when the sweep is over.
-When at least one job finished it prints the papers' comparison table of the sweep and writes
-``table.{md,csv,png}`` (``python -m treernn report table``, :mod:`treernn.reporting.table`) and
-the learning curves ``curves.{md,png}`` (``report curves``) into the sweep directory. Registered
-in ``conf/hydra/default.yaml``.
+submitit), since every job decides for itself. A sweep's files are data: a job directory holding
+a symbolic link is refused (:func:`refuse_links`).
 
 The sweep directory (``hydra.sweep.dir``) names the task and model, so a sweep over
 ``model=lstm,onlstm`` puts its jobs in one directory per model; they share the last part of the
@@ -29,19 +23,14 @@ import math
 import os
 import re
 import shutil
-import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf
 
-from treernn import runs
-from treernn.config_checks import warn_doubtful
 from treernn.errors import UserError
-from treernn.lifecycle import signals
-from treernn.records import (
+from treernn.lifecycle import records, runs
+from treernn.lifecycle.records import (
     DamagedRecord,
     RunState,
     read_multirun,
@@ -51,7 +40,7 @@ from treernn.records import (
 )
 
 #: job states that a resumed sweep continues from the newest checkpoint ("extended": a job that
-#: ``sweep extend`` copied from a sweep of a smaller budget, :mod:`treernn.sweep_extend`)
+#: ``sweep extend`` copied from a sweep of a smaller budget, :mod:`treernn.lifecycle.sweeps.extend`)
 RESUMABLE = (RunState.INTERRUPTED, RunState.REQUEUED, RunState.RUNNING, RunState.EXTENDED)
 #: what a job produced that a run from the start must not find
 ATTEMPT_FILES = ("checkpoints", "csv", "metrics.json", "parse_eval.json")
@@ -70,21 +59,6 @@ class DamagedJob(SweepChanged):
     not started, and run again over its old files)."""
 
 
-# ----------------------------------------------------------------------------- a job's value
-def sweep_value(cfg: DictConfig, metrics: dict[str, float] | None) -> Any:
-    """What the Hydra job returns: the metrics, or with ``optimized_metric`` set (an Optuna sweep,
-    ``conf/hparams_search/``) that one value; NaN for a failed job, which Optuna records as a
-    failed trial while the sweep goes on."""
-    key = cfg.get("optimized_metric")
-    if not key:
-        return metrics
-    if metrics is None:
-        return float("nan")
-    if key not in metrics:
-        raise UserError(f"optimized_metric={key} is not a metric of this run: {sorted(metrics)}")
-    return metrics[key]
-
-
 # ----------------------------------------------------------------------------- resuming
 def clear_attempt(job_dir: Path, why: str) -> None:
     """Remove what a failed attempt of a job wrote (its record keeps the attempt)."""
@@ -99,7 +73,7 @@ def clear_attempt(job_dir: Path, why: str) -> None:
             path.unlink()
     for path in Path(job_dir).glob("hpc_ckpt_*.ckpt"):
         path.unlink()
-    runs.write_status(job_dir, attempts=attempts, rerun_because=why)
+    records.write_status(job_dir, attempts=attempts, rerun_because=why)
 
 
 def without_name(overrides: list[str]) -> list[str]:
@@ -183,6 +157,11 @@ def _jobs(sweep: Path | list[Path]) -> list[Path]:
     return sorted(path.parent for path in Path(sweep).glob("*/status.json"))
 
 
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    """The job directories of a sweep directory (those Hydra set up), in job order."""
+    return sorted((path.parent for path in sweep_dir.glob("*/.hydra")), key=runs.job_order)
+
+
 def sweep_job_dirs(config: DictConfig) -> list[Path]:
     """Every job directory of the sweep: below ``hydra.sweep.dir``, and below its siblings that
     differ only in parts named by config keys this sweep varies (``${task.name}`` of
@@ -260,132 +239,12 @@ def override_lines(job_dir: Path, record: dict[str, Any]) -> list[str]:
     return read_overrides(path)
 
 
-def _overrides(job_dir: Path, record: dict[str, Any]) -> str:
+def overrides_line(job_dir: Path, record: dict[str, Any]) -> str:
     """:func:`override_lines` on one line (in a listing, a damaged overrides file says so)."""
     try:
         return " ".join(override_lines(job_dir, record))
     except DamagedRecord as error:
         return f"overrides unreadable: {error}"
-
-
-def report_sweep(job_dirs: list[Path], out_dir: Path) -> bool:
-    """Print and write the sweep's table, and write its learning curves (``curves.{md,png}``);
-    False if a report itself failed with a bug."""
-    from treernn.reporting import curves, table, table_output
-
-    def write_table() -> list[Path]:
-        report = table.report_table(job_dirs)
-        print("\n" + table_output.to_markdown(report), end="", flush=True)
-        return table_output.write_table(report, out_dir / "table")
-
-    def write_curves() -> list[Path]:
-        return curves.write_curves(curves.learning_curves(job_dirs), out_dir / "curves")
-
-    reported = True
-    for name, write in (("table", write_table), ("curves", write_curves)):
-        try:
-            written = write()
-            print(f"wrote {', '.join(str(path) for path in written)}", flush=True)
-        except UserError as error:
-            print(f"sweep {name}: {error}", file=sys.stderr, flush=True)
-        except Exception:  # noqa: BLE001 - a bug in a report keeps its traceback, not the
-            # sweep's exit: the sweep's own summary below is what the user must see
-            traceback.print_exc()
-            reported = False
-    return reported
-
-
-# ----------------------------------------------------------------------------- stopping
-#: launchers whose jobs run in worker processes of the launching one (a Ctrl-C of the sweep
-#: reaches them through its stop file: :mod:`treernn.lifecycle.signals`)
-WORKER_LAUNCHERS = ("hydra_plugins.hydra_joblib_launcher.",)
-
-
-def runs_in_workers(config: DictConfig) -> bool:
-    target = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
-    return target.startswith(WORKER_LAUNCHERS)
-
-
-def _no_idle_workers(config: DictConfig) -> None:
-    """No more joblib workers than jobs: a worker that never gets one waits for work through the
-    whole sweep, where Ctrl-C of the sweep's process group reaches it as KeyboardInterrupt,
-    joblib takes its pool for broken and kills the busy workers before they save (a worker that
-    has run a job ignores SIGINT afterwards: :func:`treernn.lifecycle.signals.guard_idle_worker`).
-    The launcher is built from this config after this callback."""
-    n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs")
-    size = jobs_in(config)
-    if isinstance(n_jobs, int) and size is not None and 0 < size < n_jobs:
-        with read_write(config.hydra.launcher), open_dict(config.hydra.launcher):
-            config.hydra.launcher.n_jobs = size
-
-
-def check_launcher(config: DictConfig) -> None:
-    """The launcher's job count, which joblib would answer with its own traceback after the
-    sweep's directory is made: an integer other than 0 (-1: one per CPU)."""
-    n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs", default=None)
-    if n_jobs is None:
-        return
-    if not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs == 0:
-        raise UserError(
-            f"hydra.launcher.n_jobs={n_jobs!r} must be a number of jobs run at once: a positive "
-            "integer, or -1 for one per CPU; e.g. hydra.launcher.n_jobs=2"
-        )
-
-
-class SweepSummary(Callback):
-    def __init__(self) -> None:
-        self._stop: signals.StopSweep | None = None
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        try:
-            check_launcher(config)
-            for path in [Path(config.hydra.sweep.dir), *sweep_job_dirs(config)]:
-                refuse_links(path, "sweep")  # before Hydra opens a job's train.log
-            check_same_sweep(config)
-        except UserError as error:
-            print(f"error: {error}", file=sys.stderr, flush=True)
-            sys.exit(1)  # before the sweep's directory is made
-        warn_doubtful(config)
-        if runs_in_workers(config):
-            _no_idle_workers(config)
-            self._stop = signals.StopSweep.start(Path(config.hydra.sweep.dir) / ".stopping")
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        stopped_by = None
-        if self._stop is not None:
-            self._stop.restore()
-            stopped_by = signals.stop_requested()
-            self._stop.path.unlink(missing_ok=True)
-        jobs = sweep_job_dirs(config)
-        finished = [
-            job for job in jobs if status_for_listing(job).get("status") == RunState.FINISHED
-        ]
-        # the table first: the summary stays the last thing printed, whatever the report says
-        reported = report_sweep(jobs, sweep_dir) if finished else True
-        failures = sweep_failures(jobs)
-        if not failures:
-            print(f"sweep finished: {len(jobs)} jobs in {sweep_dir}", flush=True)
-        else:
-            lines = [f"sweep: {len(failures)} of {len(jobs)} jobs did not finish ({sweep_dir}):"]
-            for job_dir, record in failures:
-                error = f": {record['error']}" if record.get("error") else ""
-                lines.append(
-                    f"  job {job_dir.name} [{_overrides(job_dir, record)}]: "
-                    f"{record.get('status', 'not started')}{error}"
-                )
-            lines.append(
-                f"resume it (finished jobs are skipped, interrupted ones continue, failed ones run "
-                f"again): python -m treernn sweep resume {sweep_dir}"
-            )
-            print("\n".join(lines), file=sys.stderr, flush=True)
-        if stopped_by is not None:
-            size = sweep_size(sweep_dir)
-            if size is not None and size > len(jobs):
-                print(f"  {size - len(jobs)} jobs not started", file=sys.stderr, flush=True)
-            sys.exit(128 + stopped_by)
-        if failures or not reported:
-            sys.exit(1)
 
 
 def sweep_size(sweep_dir: Path) -> int | None:

@@ -1,13 +1,8 @@
 """The run entry: :func:`main` plans the invocation (:func:`treernn.lifecycle.plan.plan_run`),
 follows the plan (:func:`treernn.lifecycle.execute.execute`) and turns how it ended into a status,
-an exit code and the sweep's value (:mod:`treernn.lifecycle.outcomes`); ``train.py`` is a thin
-Hydra entry around :func:`main`.
-
-The jobs around it live in modules named for them: the process's set-up in
-:mod:`treernn.process`; run records and locks in :mod:`treernn.runs`; what a resume may change in
-:mod:`treernn.resume`; sweep jobs and their return value in :mod:`treernn.sweeps`; loggers in
-:mod:`treernn.loggers`; checkpoints (and the run information they hold) in
-:mod:`treernn.checkpoints`.
+an exit code and the sweep's value (:func:`treernn.lifecycle.outcomes.conclude`). ``train.py``
+and ``treernn-train`` (:mod:`treernn.train_entry`) are thin Hydra entries around :func:`main`;
+the package's docstring (:mod:`treernn.lifecycle`) shows the whole flow.
 """
 
 from __future__ import annotations
@@ -16,19 +11,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from treernn import launch, runs
-from treernn.checkpoints import build_task
-from treernn.errors import UserError
-from treernn.identity import is_rank_zero
-from treernn.lifecycle import signals
+from treernn.lifecycle import launch, runs, signals
 from treernn.lifecycle.execute import Attempt, execute
+from treernn.lifecycle.identity import is_rank_zero
 from treernn.lifecycle.outcomes import conclude
 from treernn.lifecycle.plan import Plan, plan_run
-from treernn.resolvers import register_resolvers
-from treernn.sweeps import sweep_value
-
-# register_resolvers: commands and scripts that compose configs import it from here
-__all__ = ["UserError", "build_task", "main", "register_resolvers", "train"]
+from treernn.lifecycle.sweeps.summary import sweep_value
 
 
 def train(cfg: DictConfig) -> dict[str, float]:

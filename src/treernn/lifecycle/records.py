@@ -1,30 +1,51 @@
-"""One reader for each kind of record a run or a sweep leaves behind, and what a damaged one says.
+"""What a run directory records, read as data and written so that it stays whole.
 
 A run directory holds ``status.json`` (the run's record), ``metrics.json`` (its final metrics),
 ``csv/**/metrics.csv`` (the logger's history) and ``.hydra/{config,overrides}.yaml``; a sweep
-directory holds ``multirun.yaml``. These files travel: a colleague's ``results/``, an archive
-restored on another machine, a copy cut short by a full disk. Every reader here turns a damaged
-file (bytes that are not UTF-8, JSON or YAML that does not parse, a JSON list where an object
-belongs, a metric that is not a number) into one :class:`DamagedRecord`, printed as
-``error: <file>: <what is wrong>; <what to do>``, never a traceback from deep inside and never an
-empty record: an unreadable ``status.json`` is not a run that has not started.
+directory holds ``multirun.yaml``.
 
-A file that is missing is not damaged: each reader says what it returns then. Nothing here imports
-torch or Lightning (``sweep status`` and ``report`` read records without them).
+``status.json`` says, for every run: task, model, when it started, the host and process that runs
+it (and the machine of every attempt), and its state (:class:`RunState`): ``running``,
+``finished``, ``failed`` (with the error), ``interrupted`` (a signal stopped it; it saved a
+checkpoint to resume from), ``requeued`` (a SLURM job that will start again by itself), and the
+states a resume or ``sweep extend`` leaves. It is written atomically (:func:`write_status`), and
+rewritten in place only on a full disk.
+
+Reading: these files travel (a colleague's ``results/``, an archive restored on another machine,
+a copy cut short by a full disk). Every reader here turns a damaged file (bytes that are not
+UTF-8, JSON or YAML that does not parse, a JSON list where an object belongs, a metric that is not
+a number) into one :class:`DamagedRecord`, printed as ``error: <file>: <what is wrong>; <what to
+do>``, never a traceback from deep inside and never an empty record: an unreadable
+``status.json`` is not a run that has not started. A file that is missing is not damaged: each
+reader says what it returns then.
+
+Nothing here imports torch or Lightning at module level (``sweep status`` and ``report`` read
+records without them); :func:`machine` imports torch when a run records its machine.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime as _dt
 import io
 import json
+import logging
+import os
 import pickle
+import shutil
+import socket
+import subprocess
 import zipfile
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from treernn.errors import UserError
+from treernn.files import atomic_write, is_full_disk
+
+log = logging.getLogger("treernn")
 
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.json"
@@ -119,7 +140,6 @@ def read_metrics(path: str | Path) -> dict[str, float]:
 
 def read_yaml(path: str | Path, todo: str = FIX_RUN) -> Any:
     """A YAML file as plain containers, interpolations left as written."""
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
 
@@ -147,7 +167,6 @@ def read_multirun(sweep_dir: str | Path) -> Any:
     """A sweep's ``multirun.yaml`` as a DictConfig, checked to hold what a sweep's command is
     made of (``hydra.overrides.task``, and ``.hydra`` where it has one: lists). A directory without
     one is not a sweep (a :class:`~treernn.errors.UserError`)."""
-    from omegaconf import OmegaConf
 
     path = Path(sweep_dir) / "multirun.yaml"
     if not path.is_file():
@@ -261,3 +280,165 @@ def peek_global_step(path: str | Path) -> int | None:
         return None
     step = top.get("global_step")
     return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+# ----------------------------------------------------------------------------- run records
+def now() -> str:
+    return _dt.datetime.now().isoformat(timespec="microseconds")
+
+
+def is_finished(run_dir: Path) -> bool:
+    """The run in ``run_dir`` finished: its record says so and its final metrics are there."""
+    return (
+        read_status(run_dir).get("status") == RunState.FINISHED
+        and (Path(run_dir) / "metrics.json").is_file()
+    )
+
+
+def write_status(run_dir: Path, **fields: Any) -> dict[str, Any]:
+    """Update ``status.json``: written atomically (a temporary file beside it, then a rename).
+
+    On a full disk the record is rewritten in place instead: a file of a few hundred bytes keeps
+    its block, so the record stays truthful when nothing else can be written."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record = read_status(run_dir)
+    record.update(fields)
+    record["updated"] = now()
+    text = json.dumps(record, indent=2, sort_keys=True, default=str).encode()
+    path = run_dir / STATUS_FILE
+    try:
+        atomic_write(path, lambda handle: handle.write(text))
+    except OSError as error:
+        if not (is_full_disk(error) or is_full_disk(error.__context__ or error)):
+            raise
+        with open(path, "r+b" if path.exists() else "wb") as handle:
+            handle.write(text)
+            handle.truncate()
+    return record
+
+
+def machine() -> dict[str, Any]:
+    """What a run ran on, for its record: host, CPU model (``/proc/cpuinfo``, else the platform's
+    processor string), logical CPUs, torch's intra-op threads and, where CUDA is on, the GPU."""
+    import platform
+
+    import torch
+
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if not key.strip() and fields:
+                break  # the first processor's block is enough
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    cpu = fields.get("model name", "")
+    if fields.get("cpu family"):  # a KVM guest may say only "AMD EPYC": the family tells Zen 3 / 4
+        cpu += f" (family {fields['cpu family']} model {fields.get('model', '?')})"
+    isa = [flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in
+           fields.get("flags", "").split()]  # fmt: skip
+    found = {
+        "host": socket.gethostname(),
+        "cpu": cpu or platform.processor() or platform.machine(),
+        "isa": isa,
+        "cpus": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+    if torch.cuda.is_available():
+        found["gpu"] = torch.cuda.get_device_name()
+    commit = code_version()
+    if commit is not None:
+        found["commit"] = commit
+    return found
+
+
+def code_version(root: Path | None = None) -> str | None:
+    """The git commit of the treernn checkout that runs (short hash, ``+changes`` where tracked
+    files differ from it), or None outside a git checkout (an installed package) or without git:
+    which code a table's job ran, beside the machine (a sweep that runs for days is meant to run
+    from a fixed commit)."""
+    root = Path(__file__).resolve().parents[2] if root is None else root
+    if not (root / ".git").exists():  # a directory, or a file in a worktree
+        return None
+    git = ["git", "-C", str(root)]
+    try:
+        head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=20)  # fmt: skip
+        if head.returncode != 0:
+            return None
+        changes = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=20)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+changes" if changes.stdout.strip() else "")
+
+
+def record_machine(run_dir: Path) -> None:
+    """Add this attempt's machine to the run's record (``machines``, one entry per attempt: a
+    resumed or requeued run can continue on another node)."""
+    seen = list(read_status(run_dir).get("machines") or [])
+    seen.append({**machine(), "from": now()})
+    write_status(run_dir, machines=seen)
+
+
+def _rank_zero() -> bool:
+    """Rank 0 as Lightning knows it (imported here: reading runs needs no Lightning)."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    return rank_zero_only.rank == 0
+
+
+def record_failure(run_dir: Path | None, status: str, message: str, details: str = "") -> None:
+    """Say in the run directory why it stopped (``failed``, ``interrupted``, ``requeued``):
+    ``status.json`` and train.log. Rank 0 only; nothing where no run directory was made."""
+    if not _rank_zero():
+        return
+    if run_dir is None or not run_dir.is_dir():
+        return
+    try:
+        if read_status(run_dir).get("resumed_into"):
+            return  # a refused resume: its own directory says where it pointed
+    except DamagedRecord:
+        return  # the damaged record is what the user is told about; it is left as it is
+    write_status(run_dir, status=status, error=message, ended=now())
+    if logging.getLogger().handlers:
+        emit = log.error if status == RunState.FAILED else log.warning
+        from treernn.lifecycle.process import log_to_files_only
+
+        log_to_files_only(emit, "%s: %s%s", status, message, "\n" + details if details else "")
+
+
+def remove_if_empty(run_dir: Path | None, rank_zero: bool | None = None) -> None:
+    """A single run that failed while setting up (a config, data or checkpoint error, before any
+    training) leaves no directory behind: the error was printed and there is nothing to keep.
+    ``rank_zero``: whether this process is rank 0 (None: ask Lightning)."""
+    if run_dir is None:
+        return
+    try:
+        record = read_status(run_dir)
+    except DamagedRecord:
+        return  # not this run's own record: kept for the user to look at
+    if rank_zero is None:
+        rank_zero = _rank_zero()
+    if not rank_zero or record.get("stage", "setup") != "setup":
+        return
+    if record.get("resumed_into") or record.get("resumes") or not run_dir.is_dir():
+        return
+    for handler in list(logging.getLogger().handlers):
+        if (
+            isinstance(handler, logging.FileHandler)
+            and Path(handler.baseFilename).parent == run_dir
+        ):
+            handler.close()
+            logging.getLogger().removeHandler(handler)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in run_dir.resolve().parents:  # outputs/<task>/<model>/, made for this run alone
+        if parent == Path.cwd().resolve():
+            break
+        try:
+            parent.rmdir()  # only an empty one; another run's files stop it
+        except OSError:
+            break

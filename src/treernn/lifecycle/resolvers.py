@@ -5,7 +5,7 @@ composes a config.
 
 Nothing here imports torch or Lightning, so that ``train.py`` registers these and lets Hydra
 compose (and reject a wrong choice or key, in about a second) before the heavy imports of a run
-(:mod:`treernn.run`, several seconds).
+(:mod:`treernn.lifecycle.entry`, several seconds).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from treernn.identity import is_rank_zero, process_started
+from treernn.lifecycle.identity import is_rank_zero, process_started
 
 
 def _in_slurm_step() -> bool:
@@ -55,9 +55,9 @@ def sweep_dir_name(*, _root_: Any = None) -> str:
     """The last part of a multirun's directory, fixed by the process that starts the sweep.
 
     ``sweep_id=<name>`` names it: running the same ``-m`` command with the same name again
-    continues that sweep (:mod:`treernn.sweeps`). Without a name it is the sweep's start time and
-    process. A launcher that runs each job in its own process (submitit, locally or on SLURM)
-    resolves the config again there; the name is handed to those processes in
+    continues that sweep (:mod:`treernn.lifecycle.sweeps.layout`). Without a name it is the
+    sweep's start time and process. A launcher that runs each job in its own process (submitit,
+    locally or on SLURM) resolves the config again there; the name is handed to those processes in
     ``TREERNN_SWEEP_ID`` (they inherit the submitting environment) so that all jobs land in one
     sweep directory.
     """
@@ -111,8 +111,7 @@ def unless_finished(value: Any, run_dir: str, otherwise: Any = None) -> Any:
     sweep passes over it (the job is skipped; Hydra would otherwise rewrite its composed config
     with this invocation's paths and append to its log), and other DDP ranks write none. A job
     whose record is damaged is left as it is too (the job itself says why and runs nothing)."""
-    from treernn.records import DamagedRecord
-    from treernn.runs import is_finished
+    from treernn.lifecycle.records import DamagedRecord, is_finished
 
     try:
         return value if is_rank_zero() and not is_finished(Path(run_dir)) else otherwise
