@@ -167,6 +167,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
 
     def _requeue(self, job: Any, job_dir: Path) -> None:
         from treernn.lifecycle import records
+        from treernn.lifecycle.records import RunState
 
         result = subprocess.run(
             ["scontrol", "requeue", str(job.job_id)], capture_output=True, text=True, check=False
@@ -177,14 +178,19 @@ class SlurmLauncher(SubmititSlurmLauncher):
             file=sys.stderr,
             flush=True,
         )
-        if result.returncode == 0 and records.read_status(job_dir).get("status") == "running":
-            records.write_status(job_dir, status="requeued", error=None)
+        if (
+            result.returncode == 0
+            and records.read_status(job_dir).get("status") == RunState.RUNNING
+        ):
+            records.write_status(job_dir, status=RunState.REQUEUED, error=None)
 
     def _job_dir(self, number: int) -> Path:
         return Path(str(self.config.hydra.sweep.dir)) / str(number)
 
     def _never_starts(self, job: Any, reason: str, overrides: list[str], job_dir: Path):
-        from treernn.lifecycle import records  # torch, Lightning: not when Hydra scans its plugins
+        # imported where used: Hydra imports every plugin module whenever it scans for plugins
+        from treernn.lifecycle import records
+        from treernn.lifecycle.records import RunState
 
         subprocess.run(["scancel", str(job.job_id)], capture_output=True, check=False)
         message = (
@@ -195,18 +201,20 @@ class SlurmLauncher(SubmititSlurmLauncher):
             "Ask for less (e.g. hydra.launcher.cpus_per_task=1), or another partition"
         )
         print(f"error: {message}", file=sys.stderr, flush=True)
-        records.write_status(job_dir, status="failed", stage="setup", error=message)
+        records.write_status(job_dir, status=RunState.FAILED, stage="setup", error=message)
         return self._stand_in(overrides, job_dir)
 
     def _gone(self, job: Any, state: str, overrides: list[str], job_dir: Path) -> JobReturn:
-        from treernn.lifecycle import records  # torch, Lightning: not when Hydra scans its plugins
+        # imported where used: Hydra imports every plugin module whenever it scans for plugins
+        from treernn.lifecycle import records
+        from treernn.lifecycle.records import RunState
 
         record = records.read_status(job_dir)
-        if record.get("status") in (None, "running", "requeued"):
+        if record.get("status") in (None, RunState.RUNNING, RunState.REQUEUED):
             # it ended without saying so itself (SIGKILL, a node failure): its checkpoints stay
             records.write_status(
                 job_dir,
-                status="interrupted",
+                status=RunState.INTERRUPTED,
                 error=f"SLURM job {job.job_id} ended ({state}) without finishing",
             )
         print(
