@@ -125,11 +125,11 @@ def load(
     if source.is_dir() and sharing.is_export(source):
         exported = sharing.load_export(source, kind=kind, command=command)
         module, config, found_kind, meta = exported.module, None, exported.kind, exported.meta
-        checkpoint = None
+        checkpoint, export_config = None, exported.config
         # the kernels' choices the run recorded, kept with the export (read only)
         choices.attach(source, sweep_dir=source, write=False)
     else:
-        checkpoint = checkpoint_of(source)
+        checkpoint, export_config = checkpoint_of(source), None
         module, config, found_kind = _from_checkpoint(checkpoint, kind, command, hint)
         meta = sharing.meta_from_config(config)
         folder = checkpoint.resolve().parent
@@ -137,7 +137,7 @@ def load(
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     module = module.to(device).eval()
     model_class = MODEL_CLASSES[found_kind]
-    return model_class(module, found_kind, meta, source, config, checkpoint)
+    return model_class(module, found_kind, meta, source, config, checkpoint, export_config)
 
 
 def checkpoint_of(path: Path) -> Path:
@@ -193,7 +193,8 @@ class Model:
     """A trained treernn model. ``module`` is the underlying ``torch.nn.Module`` (the task:
     embedding, encoder, head), ``meta`` what the model was trained on (task, model and dataset
     names, the data's reading settings), ``config`` the run's full config and ``checkpoint`` the
-    file read when it was loaded from a checkpoint or run (both None for an export)."""
+    file read when it was loaded from a checkpoint or run (both None for an export);
+    ``export_config`` the ``config.json`` of an export it was loaded from (else None)."""
 
     #: the methods of this kind, in messages
     methods: tuple[str, ...] = ()
@@ -206,6 +207,7 @@ class Model:
         source: Path,
         config: Any,
         checkpoint: Path | None = None,
+        export_config: dict[str, Any] | None = None,
     ):
         self.module = module
         self.checkpoint = checkpoint
@@ -213,6 +215,7 @@ class Model:
         self.meta = meta
         self.source = source
         self.config = config
+        self.export_config = export_config
 
     def __repr__(self) -> str:
         return (
