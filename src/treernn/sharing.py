@@ -25,7 +25,8 @@ are those of the checkpoint it was exported from, bit for bit (the same classes 
 weights; ``flush_denormal`` is kept too).
 
 :func:`save` writes the same directory for any loaded model, an export's included (its config as
-read, with the model's present weights).
+read, with the model's present weights): it is what ``save_pretrained`` and ``push_to_hub``
+(:mod:`treernn.hub`) write.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ WEIGHTS_FILE = "model.safetensors"
 VOCAB_FILE = "vocab.txt"
 CARD_FILE = "README.md"
 TRUSTED_ENV = "TREERNN_TRUSTED_MODULES"
-#: every file an export may hold
+#: every file an export may hold: what ``from_pretrained`` downloads from a Hub repository
 EXPORT_FILES = [CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE, CARD_FILE, RECORD]
 
 #: the DataModule class of a run -> the dataset name its reader is known by
