@@ -22,6 +22,10 @@ dependency language model   ``score``, ``generate``
 A method the model's kind lacks raises :class:`UnsupportedMethodError`, one line naming what the
 model offers. Every ``python -m treernn`` command that reads a model goes through :func:`load`
 (the commands pass ``kind`` so that a checkpoint of another task is refused before it is built).
+
+Every model also has ``save_pretrained``, ``from_pretrained`` and ``push_to_hub``
+(``huggingface_hub``'s ``ModelHubMixin``, :mod:`treernn.hub`): they write, read and push the
+directory ``python -m treernn export`` writes, and nothing else.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from treernn import sharing
 from treernn.errors import CheckpointError, ConfigValueError, UserError
+from treernn.hub import HubMixin, download, require
 
 Kind = Literal["language_model", "classifier", "dependency_lm"]
 #: what each kind is called in messages
@@ -116,7 +122,6 @@ def load(
     """
     import torch
 
-    from treernn import sharing
     from treernn.kernels import choices
 
     source = Path(path)
@@ -125,11 +130,11 @@ def load(
     if source.is_dir() and sharing.is_export(source):
         exported = sharing.load_export(source, kind=kind, command=command)
         module, config, found_kind, meta = exported.module, None, exported.kind, exported.meta
-        checkpoint = None
+        checkpoint, export_config = None, exported.config
         # the kernels' choices the run recorded, kept with the export (read only)
         choices.attach(source, sweep_dir=source, write=False)
     else:
-        checkpoint = checkpoint_of(source)
+        checkpoint, export_config = checkpoint_of(source), None
         module, config, found_kind = _from_checkpoint(checkpoint, kind, command, hint)
         meta = sharing.meta_from_config(config)
         folder = checkpoint.resolve().parent
@@ -137,7 +142,7 @@ def load(
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     module = module.to(device).eval()
     model_class = MODEL_CLASSES[found_kind]
-    return model_class(module, found_kind, meta, source, config, checkpoint)
+    return model_class(module, found_kind, meta, source, config, checkpoint, export_config)
 
 
 def checkpoint_of(path: Path) -> Path:
@@ -189,11 +194,12 @@ def _from_checkpoint(
 
 
 # ----------------------------------------------------------------------------- models
-class Model:
+class Model(HubMixin):
     """A trained treernn model. ``module`` is the underlying ``torch.nn.Module`` (the task:
     embedding, encoder, head), ``meta`` what the model was trained on (task, model and dataset
     names, the data's reading settings), ``config`` the run's full config and ``checkpoint`` the
-    file read when it was loaded from a checkpoint or run (both None for an export)."""
+    file read when it was loaded from a checkpoint or run (both None for an export);
+    ``export_config`` the ``config.json`` of an export it was loaded from (else None)."""
 
     #: the methods of this kind, in messages
     methods: tuple[str, ...] = ()
@@ -206,6 +212,7 @@ class Model:
         source: Path,
         config: Any,
         checkpoint: Path | None = None,
+        export_config: dict[str, Any] | None = None,
     ):
         self.module = module
         self.checkpoint = checkpoint
@@ -213,6 +220,7 @@ class Model:
         self.meta = meta
         self.source = source
         self.config = config
+        self.export_config = export_config
 
     def __repr__(self) -> str:
         return (
@@ -246,6 +254,89 @@ class Model:
         """Move the model to ``device``; returns it."""
         self.module = self.module.to(device)
         return self
+
+    # ------------------------------------------------------------------ the Hub's methods
+    # huggingface_hub's ModelHubMixin gives save_pretrained, from_pretrained and push_to_hub
+    # (push_to_hub saves into a temporary directory and uploads it); its two hooks below write
+    # and read the export format. What the mixin does on its own is kept from touching it:
+    # - it writes its own config.json (the constructor's JSON-able arguments, or config=) only
+    #   where the hook wrote none, and a README.md only where there is none: _save_pretrained
+    #   writes both, so a saved directory is exactly an export (config= is not used);
+    # - before the hook it deletes any config.json in the directory: save_pretrained checks
+    #   first that the directory is absent, empty or an export, never another's;
+    # - from_pretrained reads config.json itself and hands the values under the constructor's
+    #   parameter names (kind, meta, config) to _from_pretrained: they are not used, the export
+    #   is read and checked by treernn.sharing as treernn.load reads it.
+
+    def save_pretrained(self, save_directory: str | Path, **options: Any) -> Any:
+        """Write the model to ``save_directory`` as ``python -m treernn export`` does (weights as
+        safetensors, ``config.json``, ``vocab.txt``, the model card; :func:`treernn.sharing.save`).
+        The directory may be new, empty or an export, whose files are replaced.
+        ``push_to_hub=True, repo_id=...``: push it too. Needs ``pip install "treernn[hub]"``."""
+        require("save_pretrained")
+        sharing.check_target(Path(save_directory))
+        return super().save_pretrained(save_directory, **options)
+
+    def _save_pretrained(self, save_directory: Path) -> None:
+        sharing.save(self, save_directory)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, **options: Any) -> Model:
+        """The model saved in a directory (``save_pretrained``, ``python -m treernn export``) or a
+        Hub repository (``owner/name``: its export files only are downloaded), loaded as
+        :func:`load` loads an export; ``device=`` as there. On a kind's class
+        (``LanguageModel.from_pretrained``) a model of another kind is refused. Needs
+        ``pip install "treernn[hub]"``."""
+        require("from_pretrained")
+        where = Path(pretrained_model_name_or_path)
+        name = str(pretrained_model_name_or_path)
+        if where.is_dir():
+            # the mixin json-loads config.json before the hook runs: refuse what is not an
+            # export, or an export of a newer format, in treernn.load's one line first
+            sharing.read_config(where)
+        elif where.exists() or where.is_absolute() or name.startswith((".", "~")):
+            # the mixin would send a path that is not a directory to the Hub as a repository id
+            raise CheckpointError(
+                f"{name} is not a directory: from_pretrained reads an exported model's directory "
+                "or a Hub repository id (owner/name); treernn.load reads checkpoints and runs"
+            )
+        return super().from_pretrained(pretrained_model_name_or_path, **options)
+
+    @classmethod
+    def _from_pretrained(
+        cls,
+        *,
+        model_id: str,
+        revision: str | None,
+        cache_dir: str | Path | None,
+        force_download: bool,
+        local_files_only: bool,
+        token: str | bool | None,
+        device: str | None = None,
+        proxies: dict | None = None,
+        resume_download: bool | None = None,
+        kind: Any = None,
+        meta: Any = None,
+        config: Any = None,
+    ) -> Model:
+        # proxies and resume_download: what huggingface_hub before 1.0 also passes; kind, meta
+        # and config: config.json's values, which the mixin passes (see above) and load rereads
+        folder = Path(model_id)
+        if not folder.is_dir():
+            older = {"proxies": proxies, "resume_download": resume_download}
+            folder = download(
+                model_id,
+                sharing.EXPORT_FILES,
+                revision=revision,
+                cache_dir=cache_dir,
+                force_download=force_download,
+                local_files_only=local_files_only,
+                token=token,
+                **{name: value for name, value in older.items() if value is not None},
+            )
+            sharing.read_config(folder)
+        wanted = next((name for name, model in MODEL_CLASSES.items() if model is cls), None)
+        return load(folder, device, kind=wanted, command=f"{cls.__name__}.from_pretrained")
 
     def _unsupported(self, method: str) -> UnsupportedMethodError:
         return UnsupportedMethodError(

@@ -23,6 +23,10 @@ version, else nothing is built; the arguments are plain JSON values, and a ``_ta
 is refused. The weights are read with safetensors, which holds tensors only. The numbers it gives
 are those of the checkpoint it was exported from, bit for bit (the same classes run the same
 weights; ``flush_denormal`` is kept too).
+
+:func:`save` writes the same directory for any loaded model, an export's included (its config as
+read, with the model's present weights): it is what ``save_pretrained`` and ``push_to_hub``
+(:mod:`treernn.hub`) write.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from treernn.errors import CheckpointError
+from treernn.kernels.choices import RECORD, RUN_RECORD
 
 FORMAT = "treernn-model"
 #: the export format this code writes and reads; a newer one is refused
@@ -46,6 +51,8 @@ WEIGHTS_FILE = "model.safetensors"
 VOCAB_FILE = "vocab.txt"
 CARD_FILE = "README.md"
 TRUSTED_ENV = "TREERNN_TRUSTED_MODULES"
+#: every file an export may hold: what ``from_pretrained`` downloads from a Hub repository
+EXPORT_FILES = [CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE, CARD_FILE, RECORD]
 
 #: the DataModule class of a run -> the dataset name its reader is known by
 DATASETS = {
@@ -115,16 +122,52 @@ def is_export(path: str | Path) -> bool:
 def export(model: Any, out: str | Path, commit: str | None = None) -> Path:
     """Write ``model`` (a :class:`treernn.api.Model` loaded from a checkpoint) to the directory
     ``out`` (module docstring); returns it."""
-    from safetensors.torch import save_model
-
-    from treernn import __version__
-    from treernn.checkpoints import constructor_config
-
     if model.config is None or model.checkpoint is None:
         raise CheckpointError(f"{model.source} is an export already: copy its directory")
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise CheckpointError(f"{out} is not empty: export into a new directory")
+    config, vocab_tokens, choices = _from_checkpoint(model, commit)
+    _write(model.module.to("cpu"), config, vocab_tokens, choices, out)
+    return out
+
+
+def save(model: Any, out: str | Path) -> Path:
+    """Write any loaded ``model`` to ``out`` as :func:`export` does: one loaded from a checkpoint
+    exactly as ``export`` writes it; one loaded from an export with that export's config, its
+    kernels' choices and the model's present weights. An export's files already in ``out`` are
+    replaced: check ``out`` with :func:`check_target` first."""
+    out = Path(out)
+    if model.checkpoint is None:
+        config = dict(model.export_config, format_version=FORMAT_VERSION)
+        vocab_tokens = _tokens(model.module.vocab)
+        choices = Path(model.source) / RECORD
+    else:
+        config, vocab_tokens, choices = _from_checkpoint(model, None)
+    _write(model.module, config, vocab_tokens, choices, out)
+    return out
+
+
+def check_target(out: Path) -> None:
+    """``out`` is absent, an empty directory or an export, else one line: saving replaces an
+    export's files, never another directory's."""
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(f"{out} is a file: save into a directory")
+    if out.is_dir() and any(out.iterdir()) and not is_export(out):
+        raise CheckpointError(
+            f"{out} holds files and is not an exported model (no {CONFIG_FILE} of format "
+            f"{FORMAT!r}): save into a new or empty directory, or over an export"
+        )
+
+
+def _from_checkpoint(
+    model: Any, commit: str | None
+) -> tuple[dict[str, Any], list[str], Path | None]:
+    """The ``config.json`` of a model loaded from a checkpoint, its vocabulary's tokens and
+    where its run keeps the kernels' choices (None for a checkpoint outside a run)."""
+    from treernn import __version__
+    from treernn.checkpoints import constructor_config
+
     cfg = model.config
     checkpoint = model.checkpoint
     stored = _stored_task_kwargs(checkpoint)
@@ -160,19 +203,30 @@ def export(model: Any, out: str | Path, commit: str | None = None) -> Path:
         "flush_denormal": bool(cfg.get("flush_denormal", True)),
         "provenance": provenance,
     }
+    # the kernels' choices the run made: a loaded export computes as the run did
+    return config, vocab_tokens, run_dir / RUN_RECORD if run_dir is not None else None
+
+
+def _write(
+    module: Any, config: dict[str, Any], vocab_tokens: list[str], choices: Path | None, out: Path
+) -> None:
+    """The export's files in ``out``; ``choices``: the kernels' choices to keep, where that file
+    exists (else an earlier export's are removed: the directory holds this model alone)."""
+    from safetensors.torch import save_model
+
     out.mkdir(parents=True, exist_ok=True)
-    module = model.module.to("cpu")
+    # safetensors copies every tensor to the CPU as it writes: the model stays where it is
     save_model(module, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     (out / WEIGHTS_FILE).chmod(0o644)  # safetensors writes it readable by its owner only
     (out / VOCAB_FILE).write_text("".join(f"{token}\n" for token in vocab_tokens), "utf-8")
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (out / CARD_FILE).write_text(model_card(config), encoding="utf-8")
-    from treernn.kernels.choices import RECORD, RUN_RECORD
-
-    if run_dir is not None and (run_dir / RUN_RECORD).is_file():
-        # the kernels' choices the run made: a loaded export computes as the run did
-        shutil.copyfile(run_dir / RUN_RECORD, out / RECORD)
-    return out
+    kept = out / RECORD
+    if choices is not None and choices.is_file():
+        if not (kept.exists() and kept.samefile(choices)):
+            shutil.copyfile(choices, kept)
+    else:
+        kept.unlink(missing_ok=True)
 
 
 def _stored_task_kwargs(checkpoint: Path) -> dict[str, Any]:
@@ -183,16 +237,21 @@ def _stored_task_kwargs(checkpoint: Path) -> dict[str, Any]:
 
 def _vocabulary(vocab: Any, stored: dict[str, Any]) -> tuple[list[str], str]:
     """The tokens in id order and how the task takes them (a Vocabulary or a list)."""
-    tokens = list(vocab.itos) if hasattr(vocab, "itos") else list(vocab)
     stored_vocab = stored.get("vocab")
     form = "vocabulary" if isinstance(stored_vocab, dict) else "list"
+    return _tokens(vocab), form
+
+
+def _tokens(vocab: Any) -> list[str]:
+    """The tokens of a vocabulary (a Vocabulary or a list) in id order, one per line to be."""
+    tokens = list(vocab.itos) if hasattr(vocab, "itos") else list(vocab)
     for token in tokens:
         if "\n" in token or "\r" in token:
             raise CheckpointError(
                 f"the vocabulary has a token with a line break ({token!r}); vocab.txt keeps one "
                 "token per line"
             )
-    return tokens, form
+    return tokens
 
 
 def _plain(node: Any) -> dict[str, Any]:
@@ -313,7 +372,7 @@ def load_export(path: str | Path, kind: str | None = None, command: str = "load"
     from safetensors.torch import load_model
 
     path = Path(path)
-    config = _read_config(path)
+    config = read_config(path)
     found_kind = config.get("kind")
     if kind is not None and found_kind != kind:
         raise CheckpointError(
@@ -356,13 +415,20 @@ def load_export(path: str | Path, kind: str | None = None, command: str = "load"
     return Exported(module.eval(), str(found_kind), dict(config.get("meta", {})), config)
 
 
-def _read_config(path: Path) -> dict[str, Any]:
+def read_config(path: Path) -> dict[str, Any]:
+    """The ``config.json`` of the export directory ``path``; one line where it cannot be read,
+    is not an export's or has a format version newer than this code reads."""
     try:
         config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise CheckpointError(
             f"exported model {path}: {CONFIG_FILE} cannot be read ({error})"
         ) from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{path} is not an exported treernn model: its {CONFIG_FILE} is not of format "
+            f"{FORMAT!r}"
+        )
     version = config.get("format_version")
     if not isinstance(version, int):
         raise CheckpointError(f"exported model {path}: {CONFIG_FILE} has no format_version")

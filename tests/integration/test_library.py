@@ -1,10 +1,12 @@
 """treernn as a library, end to end: a checkpoint and its export give the same numbers to the
-last digit in fresh processes, and a wheel built from the checkout, installed into a new virtual
+last digit in fresh processes, as does what ``save_pretrained`` writes (the same files as the
+export), and a wheel built from the checkout, installed into a new virtual
 environment, trains from an empty directory (``treernn-train``) and serves the run through
 ``treernn.load`` and the ``treernn`` console script."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.exports import EXPORT_FILES, export_contents
 from tests.integration.helpers import REPO_ROOT, train_in_process
 
 pytestmark = pytest.mark.slow
@@ -33,12 +36,17 @@ TOY_LM = [
     "~task.callbacks.parse_f1",
 ]
 
-#: what a user asks of a model, printed as JSON with every float's exact repr
+#: what a user asks of a model, printed as JSON with every float's exact repr; the model read
+#: with treernn.load, or with Model.from_pretrained when the second argument says so
 PROBE = textwrap.dedent(
     """
     import json, sys
     import treernn
-    model = treernn.load(sys.argv[1], device="cpu")
+    if sys.argv[2:] == ["from_pretrained"]:
+        from treernn.api import Model
+        model = Model.from_pretrained(sys.argv[1], device="cpu")
+    else:
+        model = treernn.load(sys.argv[1], device="cpu")
     out = {"kind": model.kind, "module": treernn.__file__}
     if model.kind == "language_model":
         sentences = ["The cat sees a dog.", "A man buys the company for $5."]
@@ -75,9 +83,9 @@ def write_toy_ptb(data_dir: Path) -> Path:
     return data_dir
 
 
-def probe(python: str, path: Path, cwd: Path, env: dict[str, str]) -> dict:
+def probe(python: str, path: Path, cwd: Path, env: dict[str, str], *how: str) -> dict:
     result = subprocess.run(
-        [python, "-c", PROBE, str(path)],
+        [python, "-c", PROBE, str(path), *how],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -130,6 +138,31 @@ def test_an_export_gives_the_checkpoints_numbers_in_a_new_process(tmp_path, monk
         timeout=600,
     )
     assert again.returncode == 1 and "is not empty" in again.stderr
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("huggingface_hub") is None,
+    reason='the hub extra: pip install "treernn[hub]"',
+)
+def test_save_pretrained_writes_the_export_of_a_checkpoint(tmp_path, monkeypatch):
+    import treernn
+    from treernn.commands import main
+
+    data = write_toy_ptb(tmp_path / "data")
+    monkeypatch.setenv("TREERNN_DATA_DIR", str(data))
+    run_dir = tmp_path / "run"
+    train_in_process(TOY_LM, run_dir)
+    export, saved = tmp_path / "export", tmp_path / "saved"
+    assert main(["export", "--ckpt", str(run_dir), "--out", str(export)]) == 0
+    treernn.load(run_dir, device="cpu").save_pretrained(saved)
+    files = sorted(path.name for path in export.iterdir())
+    assert files == sorted([*EXPORT_FILES, "kernel_choices.json"])
+    assert sorted(path.name for path in saved.iterdir()) == files
+    assert export_contents(saved, files) == export_contents(export, files)
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"))
+    env.pop("TREERNN_GEMM_BACKEND", None)
+    from_checkpoint = probe(sys.executable, run_dir, tmp_path, env)
+    assert probe(sys.executable, saved, tmp_path, env, "from_pretrained") == from_checkpoint
 
 
 def test_a_wheel_trains_from_an_empty_directory_and_serves_its_run(tmp_path, data_dir):
