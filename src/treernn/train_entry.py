@@ -50,8 +50,8 @@ def main() -> None:
     """The console script: Hydra parses the command line and calls :func:`train`."""
     check_arguments()
     register_resolvers()
-    entry = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
-    entry(train)()
+    hydra_main = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
+    hydra_main(train)()
 
 
 if __name__ == "__main__":

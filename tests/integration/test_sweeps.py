@@ -62,11 +62,11 @@ def test_a_sweep_killed_halfway_resumes_to_the_table_of_an_uninterrupted_one(tmp
 
     # all finished: resuming again skips every job, leaves their records as they were (Hydra
     # writes no .hydra/ and no train.log line into a finished job) and prints the same table
-    records = {job: _records(sweep_dir / job) for job in ("0", "1", "2")}
+    kept = {job: _records(sweep_dir / job) for job in ("0", "1", "2")}
     again = treernn_cli("sweep", "resume", str(sweep_dir))
     assert again.returncode == 0, again.stderr[-3000:]
     assert "job 2: finished before, skipped" in again.stdout + again.stderr
-    assert {job: _records(sweep_dir / job) for job in ("0", "1", "2")} == records
+    assert {job: _records(sweep_dir / job) for job in ("0", "1", "2")} == kept
     assert (sweep_dir / "table.md").read_text() == table
 
 
@@ -74,11 +74,11 @@ def _stopped_with_checkpoints(sweep_dir: Path, stderr: str) -> None:
     """Every job that ran when the sweep was stopped recorded it, having saved a checkpoint
     where it stopped (joblib killed them before they could, 2026-12-01: their records said
     "running" and they resumed from their last validation); none finished them all."""
-    records = [records.read_status(job) for job in sorted(sweep_dir.glob("[0-9]"))]
-    states = [record.get("status") for record in records if record]
+    found = [records.read_status(job) for job in sorted(sweep_dir.glob("[0-9]"))]
+    states = [record.get("status") for record in found if record]
     assert "interrupted" in states and set(states) <= {"interrupted", "finished"}, states
     assert len(states) < 3 or "interrupted" in states
-    for record in records:
+    for record in found:
         if record.get("status") == "interrupted":
             error = record["error"]
             assert (
