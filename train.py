@@ -1,7 +1,7 @@
 """Train and evaluate a treernn model: ``python train.py task=ptb model=onlstm [overrides]``.
 
 The same program as the ``treernn-train`` console script of an installed treernn
-(:mod:`treernn.train_entry`), reading ``conf/`` beside this file.
+(`treernn.train_entry`), reading ``conf/`` beside this file.
 """
 
 import hydra

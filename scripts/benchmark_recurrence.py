@@ -569,7 +569,7 @@ CHOICES = dict(
 
 
 def model_problem(model: str) -> str | None:
-    """Why ``model`` is not a model this benchmark runs, or None: one of :data:`MODELS`, where
+    """Why ``model`` is not a model this benchmark runs, or None: one of `MODELS`, where
     ``ON-LSTM fast`` may add ``/variant`` and ``:backend``."""
     name, _, backend = model.partition(":")
     name, _, variant = name.partition("/")

@@ -5,7 +5,7 @@ for ``trainer.precision=bf16-mixed`` gets a whole Lightning update on the task's
 embedding, recurrence, decoder, loss, backward, gradient clipping, optimizer. This
 script runs short fits of real configs (``mode=fit``, no validation) through ``train.py``, each in
 a fresh process, and times every update with ``callbacks=[step_timer]``
-(:class:`treernn.callbacks.step_timer.StepTimer`; on a GPU synchronised at both ends). The two
+(`treernn.callbacks.step_timer.StepTimer`; on a GPU synchronised at both ends). The two
 precisions run in turns, one fit of each per round, with the same seed and so the same batches, so
 that a change in the machine's load hits both alike. Each fit gives the median of its updates
 after a warm-up; a case's figure is the median of its rounds, with the slowest and fastest round

@@ -1,6 +1,6 @@
 """treernn: Lightning + Hydra experiments for recurrent networks with a tree-structured bias.
 
-``treernn.load(path)`` returns a trained model (:mod:`treernn.api`); it is imported on first use,
+``treernn.load(path)`` returns a trained model (`treernn.api`); it is imported on first use,
 so that ``import treernn`` stays cheap (no torch, no Lightning).
 """
 

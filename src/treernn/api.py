@@ -5,26 +5,24 @@
     model.surprisals(["The cat sat on the mat."])
     model.trees(["The cat sat on the mat."], layer=2)
 
-:func:`load` takes a checkpoint file, a run directory (its best checkpoint, else ``last.ckpt``)
-or a directory written by ``python -m treernn export`` (:mod:`treernn.sharing`), and returns a
-:class:`Model` of the kind the run trained; no Hydra or Lightning knowledge is needed. Sentences go
-in as raw text (tokenised the way the model's dataset was: :func:`Model.words`) or as lists of
+`load` takes a checkpoint file, a run directory (its best checkpoint, else ``last.ckpt``)
+or a directory written by ``python -m treernn export`` (`treernn.sharing`), and returns a
+`Model` of the kind the run trained; no Hydra or Lightning knowledge is needed. Sentences go
+in as raw text (tokenised the way the model's dataset was: `Model.words`) or as lists of
 words taken as they are; results come out per sentence, batched inside. The methods by kind:
 
-==========================  ===============================================================
-language model (task=ptb)   ``log_probs``, ``surprisals``, ``perplexity``; ``trees`` when its
-                            encoder has syntactic distances (ON-LSTM)
-classifier (logic, ListOps, ``predict``; ``trees`` when its encoder induces trees (ON-LSTM
-SST)                        distances, Ordered Memory attention)
-dependency language model   ``score``, ``generate``
-==========================  ===============================================================
+- a language model (task=ptb): ``log_probs``, ``surprisals``, ``perplexity``; ``trees`` when
+  its encoder has syntactic distances (ON-LSTM);
+- a classifier (logic, ListOps, SST): ``predict``; ``trees`` when its encoder induces trees
+  (ON-LSTM distances, Ordered Memory attention);
+- a dependency language model: ``score``, ``generate``.
 
-A method the model's kind lacks raises :class:`UnsupportedMethodError`, one line naming what the
-model offers. Every ``python -m treernn`` command that reads a model goes through :func:`load`
+A method the model's kind lacks raises `UnsupportedMethodError`, one line naming what the
+model offers. Every ``python -m treernn`` command that reads a model goes through `load`
 (the commands pass ``kind`` so that a checkpoint of another task is refused before it is built).
 
 Every model also has ``save_pretrained``, ``from_pretrained`` and ``push_to_hub``
-(``huggingface_hub``'s ``ModelHubMixin``, :mod:`treernn.hub`): they write, read and push the
+(``huggingface_hub``'s ``ModelHubMixin``, `treernn.hub`): they write, read and push the
 directory ``python -m treernn export`` writes, and nothing else.
 """
 
@@ -146,7 +144,7 @@ def load(
 
 
 def checkpoint_of(path: Path) -> Path:
-    """The checkpoint :func:`load` reads for ``path``: the file itself, or a run directory's best
+    """The checkpoint `load` reads for ``path``: the file itself, or a run directory's best
     checkpoint (as its ``last.ckpt`` records it) when that file exists, else its ``last.ckpt``."""
     if path.is_file():
         return path
@@ -172,7 +170,7 @@ def _from_checkpoint(
     path: Path, kind: Kind | None, command: str, hint: str | None
 ) -> tuple[Any, Any, Kind]:
     """The task of a checkpoint, its stored config and its kind: the one place this module
-    reads a Lightning checkpoint (:mod:`treernn.checkpoints`)."""
+    reads a Lightning checkpoint (`treernn.checkpoints`)."""
     from treernn.checkpoints import load_trained
     from treernn.loading import KINDS, task_class
 
@@ -270,7 +268,7 @@ class Model(HubMixin):
 
     def save_pretrained(self, save_directory: str | Path, **options: Any) -> Any:
         """Write the model to ``save_directory`` as ``python -m treernn export`` does (weights as
-        safetensors, ``config.json``, ``vocab.txt``, the model card; :func:`treernn.sharing.save`).
+        safetensors, ``config.json``, ``vocab.txt``, the model card; `treernn.sharing.save`).
         The directory may be new, empty or an export, whose files are replaced.
         ``push_to_hub=True, repo_id=...``: push it too. Needs ``pip install "treernn[hub]"``."""
         require("save_pretrained")
@@ -284,7 +282,7 @@ class Model(HubMixin):
     def from_pretrained(cls, pretrained_model_name_or_path: str | Path, **options: Any) -> Model:
         """The model saved in a directory (``save_pretrained``, ``python -m treernn export``) or a
         Hub repository (``owner/name``: its export files only are downloaded), loaded as
-        :func:`load` loads an export; ``device=`` as there. On a kind's class
+        `load` loads an export; ``device=`` as there. On a kind's class
         (``LanguageModel.from_pretrained``) a model of another kind is refused. Needs
         ``pip install "treernn[hub]"``."""
         require("from_pretrained")
@@ -425,7 +423,7 @@ class LanguageModel(Model):
     methods = ("log_probs", "surprisals", "perplexity", "trees (ON-LSTM)")
 
     def words(self, sentence: str | Sequence[str]) -> list[str]:
-        """Raw text as the PTB language-modelling files write it (:mod:`treernn.data.raw_text`:
+        """Raw text as the PTB language-modelling files write it (`treernn.data.raw_text`:
         Treebank tokenisation, lower case, numbers and ``%`` as ``N``, punctuation dropped); a
         list of words is taken as it is."""
         from treernn.data.raw_text import ptb_words
@@ -675,7 +673,7 @@ class DependencyLanguageModel(Model):
 
     def score(self, trees: Sequence[Any], batch_size: int = 128, unk_penalty: float = 0.0):
         """``log p`` (nats) of each tree's sentence. A tree is a
-        :class:`treernn.data.dependency.DependencyTree` or a ``(words, heads)`` pair (heads
+        `treernn.data.dependency.DependencyTree` or a ``(words, heads)`` pair (heads
         1-based, 0 for the root); words are normalised as the training data was (lower case,
         numbers where the run replaced them). ``unk_penalty``: nats off per ``<unk>`` word."""
         from treernn.data.dependency import DependencyTree

@@ -8,11 +8,11 @@ writing them atomically.
 - Rebuilding: the config stored in a checkpoint is instantiated only when every ``_target_`` in it
   is a class of treernn, of ``torch.optim`` or of ``lightning.pytorch`` (more module prefixes can
   be trusted with ``TREERNN_TRUSTED_MODULES=mypkg.models,otherpkg``: a model of your own package).
-- What they hold besides Lightning's state: :class:`RunInfo` adds a ``treernn`` block (the run's
+- What they hold besides Lightning's state: `RunInfo` adds a ``treernn`` block (the run's
   config, the task's data arguments, the wandb id, the random state) that the readers here use.
-- Writing: :class:`AtomicCheckpointIO` writes each checkpoint to a temporary file in its own
+- Writing: `AtomicCheckpointIO` writes each checkpoint to a temporary file in its own
   directory, flushes it to disk and renames it into place, so a kill or a full disk leaves the
-  previous file whole and no partial file. A full disk is one line (:class:`StorageError`).
+  previous file whole and no partial file. A full disk is one line (`StorageError`).
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ def trusted_class(target: Any, what: str, source: str) -> type:
 
 def constructor_config(cfg: DictConfig) -> DictConfig:
     """A config node without its descriptive keys, ready for ``hydra.utils.instantiate``; a
-    setting stored in an older spelling is given in today's (:func:`current_spelling`)."""
+    setting stored in an older spelling is given in today's (`current_spelling`)."""
     container = OmegaConf.to_container(cfg, resolve=True)
     for key in DESCRIPTIVE_KEYS:
         container.pop(key, None)

@@ -144,7 +144,7 @@ def _walk(node: Any, prefix: str) -> Iterator[tuple[str, str, Any]]:
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Raise :class:`ConfigValueError` for the first value of the wrong type, range or choice."""
+    """Raise `ConfigValueError` for the first value of the wrong type, range or choice."""
     check_switches(cfg)
     for section in TARGET_NODES:
         node = OmegaConf.select(cfg, section)
@@ -161,7 +161,7 @@ def check_switches(cfg: DictConfig) -> None:
 
 
 def warn_doubtful(cfg: DictConfig) -> None:
-    """Print :func:`doubtful`'s warnings, one line each (``warning: ...``)."""
+    """Print `doubtful`'s warnings, one line each (``warning: ...``)."""
     for warning in doubtful(cfg):
         print(f"warning: {warning}", file=sys.stderr, flush=True)
 

@@ -1,6 +1,6 @@
 """A DataModule ready to hand out batches, from its config: built, its data prepared (downloaded
 where it may be) and set up for a stage. The executor (``treernn.lifecycle.execute``) and any
-command that loads data outside a ``Trainer`` call :func:`prepared_datamodule` so that the sequence
+command that loads data outside a ``Trainer`` call `prepared_datamodule` so that the sequence
 lives in one place.
 """
 

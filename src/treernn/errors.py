@@ -1,6 +1,6 @@
 """The one error type for a user's mistake, and its kinds.
 
-A :class:`UserError` is printed as one line (``error: ...``) and the program exits with status 1: a
+A `UserError` is printed as one line (``error: ...``) and the program exits with status 1: a
 bad config value, a missing or damaged data file, an unusable checkpoint, a run that diverged.
 Anything else is a bug and keeps its full traceback. ``TREERNN_DEBUG=1`` or ``HYDRA_FULL_ERROR=1``
 shows the traceback of user errors too.
@@ -73,7 +73,7 @@ def show_tracebacks() -> bool:
 
 def say(error: BaseException | str) -> None:
     """A user error as its one line on stderr (``error: ...``), with the traceback of the
-    exception being handled where :func:`show_tracebacks` asks for it."""
+    exception being handled where `show_tracebacks` asks for it."""
     print(f"error: {error}", file=sys.stderr, flush=True)
     if show_tracebacks():
         traceback.print_exc()

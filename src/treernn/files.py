@@ -1,6 +1,6 @@
 """Writing a file so that a kill or a full disk never leaves it half-written: into a temporary
 file beside it, flushed to disk, then renamed into place; a full disk is one line that names the
-file (:class:`~treernn.errors.StorageError`). Checkpoints, status records, metrics and generated
+file (`treernn.errors.StorageError`). Checkpoints, status records, metrics and generated
 data are all written this way. Nothing here imports torch or Lightning (``python -m treernn sweep
 status`` and ``report`` use it without them)."""
 
@@ -31,7 +31,7 @@ def full_disk_error(path: str | Path, error: OSError, kept: str) -> StorageError
 def atomic_write(path: str | Path, write: Any, kept: str = "the previous file is kept") -> None:
     """Write ``path`` through ``write(handle)`` into a temporary file beside it, flush it to disk
     and rename it into place. On a full disk the temporary file is removed and a
-    :class:`StorageError` names the file."""
+    `StorageError` names the file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -1,10 +1,10 @@
-"""What a command needs from a checkpoint, from one loader: :func:`load_run` rebuilds the task of a
+"""What a command needs from a checkpoint, from one loader: `load_run` rebuilds the task of a
 treernn checkpoint and returns it with its stored config, its run directory and its kind (language
 model, classifier, dependency language model), checked against the kind the command works with.
 
 Also the few things every command that reads a run shares: where a run's files go
-(:func:`run_directory`), writing a result (:func:`write_json`) and the default device. A command
-that needs the data too builds it with :func:`treernn.datamodules.prepared_datamodule`.
+(`run_directory`), writing a result (`write_json`) and the default device. A command
+that needs the data too builds it with `treernn.datamodules.prepared_datamodule`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Models people can share: a trained model as a directory of data, read back without running
 anything from it.
 
-``python -m treernn export --ckpt CKPT --out DIR`` (:func:`export`) writes
+``python -m treernn export --ckpt CKPT --out DIR`` (`export`) writes
 
 - ``model.safetensors``: the weights (the NT-ASGD average where the run kept one, as testing
   reads them), tensors only;
@@ -13,10 +13,10 @@ anything from it.
 - ``README.md``: a model card (task, data, model and paper, metrics with the command and commit
   that produced them, how to load it);
 - ``kernel_choices.json``, where the run recorded one: the fast kernels' choices (GEMM backend,
-  loop placement, precision per shape, :mod:`treernn.kernels.choices`), which a loaded export
+  loop placement, precision per shape, `treernn.kernels.choices`), which a loaded export
   uses as the run did.
 
-:func:`load_export` reads it back: a format version newer than this code's is refused with one
+`load_export` reads it back: a format version newer than this code's is refused with one
 line; each class named in ``config.json`` must be a treernn task (``treernn.tasks.*``) or encoder
 (``treernn.encoders.*``, or a module trusted with ``TREERNN_TRUSTED_MODULES``) that exists in this
 version, else nothing is built; the arguments are plain JSON values, and a ``_target_`` among them
@@ -24,9 +24,9 @@ is refused. The weights are read with safetensors, which holds tensors only. The
 are those of the checkpoint it was exported from, bit for bit (the same classes run the same
 weights; ``flush_denormal`` is kept too).
 
-:func:`save` writes the same directory for any loaded model, an export's included (its config as
+`save` writes the same directory for any loaded model, an export's included (its config as
 read, with the model's present weights): it is what ``save_pretrained`` and ``push_to_hub``
-(:mod:`treernn.hub`) write.
+(`treernn.hub`) write.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def meta_from_config(cfg: Any) -> dict[str, Any]:
 
 
 def is_export(path: str | Path) -> bool:
-    """Whether ``path`` is a directory written by :func:`export`."""
+    """Whether ``path`` is a directory written by `export`."""
     config = Path(path) / CONFIG_FILE
     if not config.is_file():
         return False
@@ -120,7 +120,7 @@ def is_export(path: str | Path) -> bool:
 
 # ----------------------------------------------------------------------------- writing
 def export(model: Any, out: str | Path, commit: str | None = None) -> Path:
-    """Write ``model`` (a :class:`treernn.api.Model` loaded from a checkpoint) to the directory
+    """Write ``model`` (a `treernn.api.Model` loaded from a checkpoint) to the directory
     ``out`` (module docstring); returns it."""
     if model.config is None or model.checkpoint is None:
         raise CheckpointError(f"{model.source} is an export already: copy its directory")
@@ -133,10 +133,10 @@ def export(model: Any, out: str | Path, commit: str | None = None) -> Path:
 
 
 def save(model: Any, out: str | Path) -> Path:
-    """Write any loaded ``model`` to ``out`` as :func:`export` does: one loaded from a checkpoint
+    """Write any loaded ``model`` to ``out`` as `export` does: one loaded from a checkpoint
     exactly as ``export`` writes it; one loaded from an export with that export's config, its
     kernels' choices and the model's present weights. An export's files already in ``out`` are
-    replaced: check ``out`` with :func:`check_target` first."""
+    replaced: check ``out`` with `check_target` first."""
     out = Path(out)
     if model.checkpoint is None:
         config = dict(model.export_config, format_version=FORMAT_VERSION)

@@ -31,7 +31,7 @@ def config_dir() -> Path:
 
 def train(cfg: DictConfig):
     """The run of a composed config (``train.py``'s too): the checks that need no torch, then
-    :func:`treernn.lifecycle.entry.main`; returns the monitored metric for an Optuna sweep."""
+    `treernn.lifecycle.entry.main`; returns the monitored metric for an Optuna sweep."""
     check_before_loading(cfg)  # a wrong switch or number, answered before torch loads
     from treernn.lifecycle import entry
 
@@ -47,7 +47,7 @@ def check_arguments() -> None:
 
 
 def main() -> None:
-    """The console script: Hydra parses the command line and calls :func:`train`."""
+    """The console script: Hydra parses the command line and calls `train`."""
     check_arguments()
     register_resolvers()
     hydra_main = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")

@@ -3,10 +3,10 @@ is: ``conf/model/*.yaml`` (a new yaml is picked up without editing any test) and
 example of CONTRIBUTING (``tests/fixtures/example_model/``).
 
 Each model is built small from its own config (``hidden_size=20``, its other keys as they are) and
-must return what :class:`~treernn.encoders.base.EncoderOutput` promises (sizes, finite numbers,
+must return what `treernn.encoders.base.EncoderOutput` promises (sizes, finite numbers,
 gradients); give the same numbers whatever the padding and the order of the rows; continue from
 its carried state exactly as if two segments were one (where it carries a state); and return the
-tree signal it declares (``tree_signal_kind``), from which :mod:`treernn.parsing` builds one tree
+tree signal it declares (``tree_signal_kind``), from which `treernn.parsing` builds one tree
 per sentence over exactly its leaves, the same with or without padding. Then it trains a few
 steps (``trainer=smoke``, tiny data) and tests on every task whose batches offer the input view it
 reads, through the code path of ``train.py`` (in-process compose): its numbers, run record,

@@ -121,7 +121,7 @@ CANCEL_BUDGET = ["trainer.max_steps=800", "seed=1"]
 
 def _uninterrupted(log_dir: Path, budget: list[str]) -> dict[str, float]:
     """The same job run here without interruption, on one thread as the SLURM task has (started
-    in a thread beside the SLURM job by :func:`_beside`: the test waits for the longer of the
+    in a thread beside the SLURM job by `_beside`: the test waits for the longer of the
     two, not their sum)."""
     result = run_cli([*LOGIC, *budget, "threads=1", f"paths.log_dir={log_dir}"])
     assert result.returncode == 0, result.stderr[-3000:]
@@ -131,7 +131,7 @@ def _uninterrupted(log_dir: Path, budget: list[str]) -> dict[str, float]:
 
 @contextlib.contextmanager
 def _beside(log_dir: Path, budget: list[str]):
-    """:func:`_uninterrupted` running in a thread while the block runs; yields its future."""
+    """`_uninterrupted` running in a thread while the block runs; yields its future."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         yield pool.submit(_uninterrupted, log_dir, budget)
 

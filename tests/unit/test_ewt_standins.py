@@ -1,5 +1,5 @@
 """The EWT stand-ins for MSR sentence completion and k-best reranking
-(:mod:`treernn.evaluation.ewt_standins`) on a handful of real UD English-EWT test sentences, with
+(`treernn.evaluation.ewt_standins`) on a handful of real UD English-EWT test sentences, with
 the questions and candidate lists worked out by hand from the rules in the module docstring."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``save_pretrained`` / ``from_pretrained`` (huggingface_hub's ``ModelHubMixin``, the hub extra)
 write and read exactly the export format: on the small exported language model of
 ``tests/fixtures/exported_onlstm_lm``, a saved directory holds the export's files with the same
-bytes (the safetensors header compared as JSON: :mod:`tests.fixtures.exports`) and gives the same
+bytes (the safetensors header compared as JSON: `tests.fixtures.exports`) and gives the same
 numbers to the last digit through ``from_pretrained`` and ``treernn.load``; ``from_pretrained``
 refuses what ``treernn.load`` refuses, with the same line; the mixin's own writes never touch a
 directory that is not an export. There is no network here: a Hub repository is read from

@@ -1,4 +1,4 @@
-"""The LSTM over right-padded rows on the CPU (:func:`treernn.encoders.lstm.run_by_lengths`): one
+"""The LSTM over right-padded rows on the CPU (`treernn.encoders.lstm.run_by_lengths`): one
 oneDNN call over the padded batch instead of a packed sequence, with the packed sequence's
 outputs (zero past each row's length) and gradients, in the LSTM baseline and in LdTreeLSTM's
 left-dependent LSTM; a padded batch carries no state."""

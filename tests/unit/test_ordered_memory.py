@@ -340,7 +340,7 @@ def run_with_gradients(encoder, x, mask, seed, state=None, memory_in_loss=True):
 
 
 def run_with_autograd_slot_chain(monkeypatch, *args, **kwargs):
-    """:func:`run_with_gradients` with the fused path's slot chain swapped for its autograd twin."""
+    """`run_with_gradients` with the fused path's slot chain swapped for its autograd twin."""
     with monkeypatch.context() as patch:
         patch.setattr(om_kernel, "slot_chain", slot_chain_autograd)
         return run_with_gradients(*args, **kwargs)

@@ -19,7 +19,7 @@ CFG = OmegaConf.create({})  # no optimized_metric: a sweep job's value is its me
 
 
 def end(error: Exception, run_dir, multirun: bool = False):
-    """:func:`outcomes.conclude` as ``run.main`` calls it, while ``error`` is handled."""
+    """`outcomes.conclude` as ``run.main`` calls it, while ``error`` is handled."""
     try:
         raise error
     except Exception as caught:  # noqa: BLE001 - the ending under test

@@ -1,7 +1,7 @@
 """Accuracy per length after testing (logic, ListOps): the text tables, ``test_results.json`` and a
 plot like ON-LSTM's Fig. 3 (test accuracy against number of operators, trained on <= 6 operators).
 
-:class:`AccuracyReport` (in ``conf/task/{logic,listops}.yaml``) prints the per-length table after
+`AccuracyReport` (in ``conf/task/{logic,listops}.yaml``) prints the per-length table after
 testing and writes ``test_results.json`` and ``accuracy_by_length.png`` into the run directory
 (and to wandb when a wandb logger is attached). ``python -m treernn report accuracy`` draws several
 runs' files in one figure with the same functions.

@@ -8,12 +8,12 @@ Lightning's ``ModelCheckpoint(save_last=True)`` writes ``last.ckpt`` only beside
 so a run whose monitored metric stopped improving kept a stale ``last.ckpt``, and a resume
 retrained finished epochs. Here ``ModelCheckpoint`` keeps the best checkpoint (by the task's
 monitor) and this callback keeps the last one. Both write through the trainer's checkpoint IO
-(:class:`treernn.checkpoints.AtomicCheckpointIO`): a temporary file in the same directory, then a
-rename. Nothing is saved from diverged weights: :class:`~treernn.callbacks.divergence.
+(`treernn.checkpoints.AtomicCheckpointIO`): a temporary file in the same directory, then a
+rename. Nothing is saved from diverged weights: `treernn.callbacks.divergence.
 DivergenceMonitor` stops the run before any checkpoint callback runs (Lightning runs checkpoint
 callbacks last).
 
-:class:`BestCheckpoint` is Lightning's ``ModelCheckpoint`` for a run that moves: a job resumed in
+`BestCheckpoint` is Lightning's ``ModelCheckpoint`` for a run that moves: a job resumed in
 another directory (a sweep restored from its archive on another machine, or from another
 worktree) keeps its best score and its best file, where Lightning's own callback, seeing another
 ``dirpath``, forgets the score and reloads a ``best_model_path`` that names the old directory.

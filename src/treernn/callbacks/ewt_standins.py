@@ -1,6 +1,6 @@
 """The EWT stand-ins for MSR sentence completion and MSTParser k-best reranking (Top-down Tree LSTM
 paper, Tables 1 and 2) of a ``dependency_lm`` model after testing, from the tested weights
-(:mod:`treernn.evaluation.ewt_standins`, ``docs/papers/ewt-standins.md``).
+(`treernn.evaluation.ewt_standins`, ``docs/papers/ewt-standins.md``).
 
 Off by default; ``conf/callbacks/ewt_standins.yaml`` switches it on (``callbacks=[default,
 ewt_standins]``, or ``- /callbacks/ewt_standins@task.callbacks`` in a table). The questions and
@@ -50,7 +50,7 @@ class EWTStandInsCallback(Callback):
         projective_only, max_length: read the files as the task does.
         completion, rerank: which stand-ins to run.
         seed, min_count, neighbours, min_length, k, changes, max_distance: how questions and
-            lists are made (:class:`~treernn.evaluation.ewt_standins.StandInOptions`).
+            lists are made (`treernn.evaluation.ewt_standins.StandInOptions`).
         max_sentences: the first n questions and lists only (tests, smoke runs).
         batch_size: trees per forward pass.
         output_dir: where ``ewt_standins.json`` goes (None: the trainer's run directory).

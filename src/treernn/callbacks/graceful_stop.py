@@ -2,15 +2,15 @@
 
 - SIGINT (Ctrl-C) and SIGTERM (``kill``, ``scancel``, a preemption): at the end of the current
   training batch ``last.ckpt`` is written and the run stops with
-  :class:`~treernn.errors.RunInterrupted`; the run entry (``treernn.lifecycle``) records it as
+  `treernn.errors.RunInterrupted`; the run entry (``treernn.lifecycle``) records it as
   ``interrupted`` and exits with 130 / 143. ``ckpt_path=last`` continues it exactly. A second signal
   stops at once, without a checkpoint (the previous ``last.ckpt`` stays).
 - SLURM's requeue signal (``requeue_signal``, USR2 by default: ``#SBATCH --signal=USR2@120``
   before the time limit, or a preemption notice): at the end of the current batch ``last.ckpt`` is
   written and ``scontrol requeue`` puts the job back in the queue; this attempt ends with
-  :class:`~treernn.errors.Requeued`, and the job, started again with the same id and directory,
+  `treernn.errors.Requeued`, and the job, started again with the same id and directory,
   resumes from that checkpoint. A requeue signal that arrives while the job is still setting up is
-  remembered (:func:`treernn.lifecycle.signals.install_immediate_handlers`) and acted on after the
+  remembered (`treernn.lifecycle.signals.install_immediate_handlers`) and acted on after the
   first batch.
 
 A signal is acted on at a batch's end, but not at the end of an epoch or of a batch after which a
@@ -20,7 +20,7 @@ loop counts it as done).
 
 Lightning would act on a signal where it lands: Ctrl-C mid-step ends in ``sys.exit(1)`` with no
 checkpoint, SIGTERM exits with status 0, and its requeue handler saves in the middle of an
-optimizer step. Here a signal only sets a flag (the handlers: :mod:`treernn.lifecycle.signals`);
+optimizer step. Here a signal only sets a flag (the handlers: `treernn.lifecycle.signals`);
 the save happens where the weights, the loop state and the data position agree. Every rank of a
 DDP job agrees on the batch to stop at.
 """
@@ -62,7 +62,7 @@ class GracefulStop(Callback):
     # ---------------------------------------------------------------------------- handlers
     @property
     def pending(self) -> int | None:
-        """The signal that asked to stop (its handlers: :class:`PendingStop`)."""
+        """The signal that asked to stop (its handlers: `PendingStop`)."""
         return self.signals.signum
 
     @pending.setter

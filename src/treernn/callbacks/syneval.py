@@ -1,6 +1,6 @@
 """Marvin & Linzen's targeted syntactic evaluation (ON-LSTM Table 3) of a PTB language model after
 testing, from the tested weights, as ``python -m treernn syneval --ckpt`` scores a checkpoint
-(:mod:`treernn.evaluation.syneval`).
+(`treernn.evaluation.syneval`).
 
 Off by default; ``conf/callbacks/syneval.yaml`` switches it on (``callbacks=[default,syneval]``, or
 ``- /callbacks/syneval@task.callbacks`` in a table). After the test loop the process of rank 0
@@ -8,7 +8,7 @@ scores the test pairs, prints the Table 3 layout, writes ``syneval_<template set
 ``output_dir`` (default: the run directory) and logs, as test metrics in %:
 
 - ``test/syneval/<case>``: accuracy over all pairs of a Table 3 row (keys:
-  :attr:`~treernn.evaluation.syneval.TestCase.key`, e.g. ``agreement_across_subj_rel``);
+  `treernn.evaluation.syneval.TestCase.key`, e.g. ``agreement_across_subj_rel``);
 - ``test/syneval_known/<case>``: the same over the pairs with no word outside the vocabulary;
 - ``test/syneval/short_term``, ``test/syneval/long_term`` and
   ``test/syneval_known/{short,long}_term``: the unweighted means over the rows of each group.

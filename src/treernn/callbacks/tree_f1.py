@@ -3,9 +3,9 @@ score on the classification tasks (logical inference, ListOps).
 
 A model with a tree signal (``EncoderOutput.tree_signal``: ON-LSTM's master-forget distances, one
 tree per layer; Ordered Memory's attention, one tree per sentence, reported as ``layer1``) gets its
-trees from :func:`treernn.parsing.induce.trees_from_signal` and is scored with EVALB's corpus-level
-unlabeled bracket F1 and the authors' sentence-averaged F1 (:mod:`treernn.parsing.metrics`), summed
-across processes by :class:`~treernn.metrics.BracketF1`. Keys: ``{stage}/parse_f1/layer{k}``
+trees from `treernn.parsing.induce.trees_from_signal` and is scored with EVALB's corpus-level
+unlabeled bracket F1 and the authors' sentence-averaged F1 (`treernn.parsing.metrics`), summed
+across processes by `treernn.metrics.BracketF1`. Keys: ``{stage}/parse_f1/layer{k}``
 (corpus) and ``{stage}/parse_f1_sentence/layer{k}`` (k from 1). An encoder without a tree signal
 (LSTM, Transformer, a model given the gold trees) is skipped with one warning.
 
@@ -13,12 +13,12 @@ Where the gold trees come from (``gold``):
 
 - ``"batch"`` (``conf/callbacks/tree_f1.yaml``; logic, ListOps): the gold trees of the evaluation
   batches. The callback reuses the evaluation pass: ``validation_step``/``test_step`` return the
-  :class:`~treernn.data.batch.EncodedBatch` (what the encoder read and its output), which Lightning
+  `treernn.data.batch.EncodedBatch` (what the encoder read and its output), which Lightning
   hands to ``on_{validation,test}_batch_end``, so the trees are those of the model that made the
   predictions (eval mode, fresh state, no extra tokens). On logic the sequence models read the
   brackets too; the batch says where the leaves sit among the tokens read, and
   ``bracket_distances`` picks which distance a leaf gets (``"drop"``: its own; ``"max"``: the
-  largest since the previous leaf, see :func:`treernn.parsing.induce.leaf_distances`). At test
+  largest since the previous leaf, see `treernn.parsing.induce.leaf_distances`). At test
   time only the first evaluation group is scored (the systematic-generalisation groups repeat its
   sentences), and the per-layer table is printed beside the trivial trees of the same sentences
   (left/right-branching, balanced, random) and written to ``<output_dir>/tree_f1.json`` (what
@@ -94,7 +94,7 @@ class TreeF1Callback(Callback):
         bracket_distances (batch): ``drop`` or ``max``.
         output_dir (batch): where ``tree_f1.json`` goes after testing (None: not written).
         treebank, wsj_dir, data_dir, split (wsj): which gold sentences
-            (:func:`treernn.parsing.wsj.resolve_treebank`, :func:`~treernn.parsing.wsj.load_split`).
+            (`treernn.parsing.wsj.resolve_treebank`, `treernn.parsing.wsj.load_split`).
         every_n_epochs (wsj): score every n-th validation epoch.
         batch_size (wsj): sentences per forward pass; max_sentences: the first n only. A run
             that evaluates a number of batches (``trainer.limit_val_batches=2``, as

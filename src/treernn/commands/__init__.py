@@ -1,8 +1,8 @@
 """``python -m treernn <command>``: the programs that use trained models and their outputs.
 
 One module per command, each with ``add_arguments(parser)`` and ``run(args) -> int``; the
-one-line summaries are in :data:`COMMANDS`. :func:`main` builds one argparse parser with a
-subcommand per module, runs the chosen one, and prints a :class:`~treernn.errors.UserError` as
+one-line summaries are in `COMMANDS`. `main` builds one argparse parser with a
+subcommand per module, runs the chosen one, and prints a `treernn.errors.UserError` as
 one line ``error: ...`` with exit status 1 (the traceback too under ``TREERNN_DEBUG=1`` or
 ``HYDRA_FULL_ERROR=1``); output cut short by its reader (``| head``) ends it quietly with
 status 141, as SIGPIPE would; any other exception is a bug and keeps its traceback. Training is

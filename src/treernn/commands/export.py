@@ -1,5 +1,5 @@
 """``python -m treernn export``: a trained model as a directory people can share
-(:mod:`treernn.sharing`): weights as safetensors, config and vocabulary as text, a model card.
+(`treernn.sharing`): weights as safetensors, config and vocabulary as text, a model card.
 
     python -m treernn export --ckpt outputs/ptb/onlstm/<run>[/checkpoints/last.ckpt] --out DIR
 

@@ -1,6 +1,6 @@
 """Sample dependency trees from a trained TreeLSTM / LdTreeLSTM (Zhang et al. 2016, Section 3.4,
 Figure 5): four edge classifiers are trained on the model's features of the training trees, then
-trees are sampled (:mod:`treernn.evaluation.generation` says how).
+trees are sampled (`treernn.evaluation.generation` says how).
 
     python -m treernn generate --ckpt X.ckpt --num-trees 5 [--classifier-epochs 2]
 """

@@ -1,8 +1,8 @@
 """``python -m treernn msr``: MSR Sentence Completion (Zweig and Burges 2011) accuracy of a
-dependency-tree or sequential language model (:mod:`treernn.evaluation.completion` says how
+dependency-tree or sequential language model (`treernn.evaluation.completion` says how
 candidates are scored and ties credited). Its stand-in built from UD English-EWT is scored at the
 end of a run's test by a callback (``callbacks=[default,ewt_standins]``,
-:mod:`treernn.evaluation.ewt_standins`, ``docs/papers/ewt-standins.md``).
+`treernn.evaluation.ewt_standins`, ``docs/papers/ewt-standins.md``).
 
     python -m treernn msr --ckpt outputs/.../checkpoints/epoch003.ckpt [--parsed questions.conllu]
 

@@ -1,5 +1,5 @@
 """Unsupervised constituency parsing scored by one exact protocol (ON-LSTM Table 2), for a treernn
-checkpoint or for any system's trees in a file; both go through :mod:`treernn.parsing.scoreboard`.
+checkpoint or for any system's trees in a file; both go through `treernn.parsing.scoreboard`.
 
     python -m treernn parse --ckpt CKPT [CKPT ...] [--gold G ...] [--save-trees PATH]
     python -m treernn parse --pred TREES --gold G

@@ -14,15 +14,15 @@ runs; each cell is mean ± sample std (max) over the row's runs, a single run's 
 columns are the task's test metrics: accuracy per number of operators and its 7-12 mean,
 partitions A/B/C, accuracy per length bucket and overall, induced-tree F1 per layer (trivial
 trees as rows when ``report tree-f1`` / ``parse`` wrote them into a run), perplexity. The
-papers' rows are marked "(paper)" (numbers in :mod:`treernn.reporting.paper`). Writes
+papers' rows are marked "(paper)" (numbers in `treernn.reporting.paper`). Writes
 ``PREFIX.md``, ``PREFIX.csv`` (mean/std/max/n per column) and, for accuracy by operators,
 ``PREFIX.png`` (mean with std error bars per model, trained lengths shaded); the default PREFIX
 is ``<dir>/table`` (the common parent of several directories). Runs that did not finish are left
 out and listed. With ``--wandb`` (or when the runs logged to wandb) the table also goes to a wandb
 run's summary as a ``wandb.Table`` (offline unless ``WANDB_MODE`` says otherwise). A multirun
-writes this table into its sweep directory when it ends (:mod:`treernn.lifecycle.sweeps.summary`).
+writes this table into its sweep directory when it ends (`treernn.lifecycle.sweeps.summary`).
 
-:class:`AccuracyReport <treernn.callbacks.accuracy_report.AccuracyReport>` (a callback, in
+`AccuracyReport <treernn.callbacks.accuracy_report.AccuracyReport>` (a callback, in
 ``conf/task/{logic,listops}.yaml``) prints the tables after testing and writes
 ``test_results.json`` and ``accuracy_by_length.png`` into the run directory (and to wandb when a
 wandb logger is attached). To compare runs in one figure:
@@ -31,12 +31,12 @@ wandb logger is attached). To compare runs in one figure:
 
 Every claim of the three papers (ten comparisons), each decided over seeds from the table
 sweeps given (Welch's t 95% interval of the difference; shown, not shown or undecided;
-:mod:`treernn.reporting.claims`); claims whose table has no sweep given say "no run":
+`treernn.reporting.claims`); claims whose table has no sweep given say "no run":
 
     python -m treernn report claims outputs/tables/logic/<sweep> outputs/tables/listops/<sweep> ...
 
 Induced trees of a trained ON-LSTM against the gold trees (parse F1 per layer, beside the
-left-branching, right-branching, balanced and random trees), as :class:`TreeF1Callback
+left-branching, right-branching, balanced and random trees), as `TreeF1Callback
 <treernn.callbacks.tree_f1.TreeF1Callback>` logs them during training:
 
     python -m treernn report tree-f1 --ckpt outputs/logic/onlstm/<run>/checkpoints/last.ckpt

@@ -1,5 +1,5 @@
 """``python -m treernn rerank``: dependency-parse reranking with a tree language model (Zhang et
-al. 2016, Section 3.3, Table 2; :mod:`treernn.evaluation.reranking`): UAS/LAS of the candidates the
+al. 2016, Section 3.3, Table 2; `treernn.evaluation.reranking`): UAS/LAS of the candidates the
 model prefers, beside the first candidate and the oracle.
 
 Candidate file format: CoNLL-U (or CoNLL-X), one block per candidate tree, candidates of the same

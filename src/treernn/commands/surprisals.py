@@ -5,7 +5,7 @@
 
 The input has one sentence per line (blank lines are skipped). Each is tokenised as the model's
 training data was (PTB: Treebank tokenisation, lower case, numbers and ``%`` as ``N``, punctuation
-dropped; :mod:`treernn.data.raw_text`) and read alone after ``<eos>`` from a fresh state. The
+dropped; `treernn.data.raw_text`) and read alone after ``<eos>`` from a fresh state. The
 table (tab-separated, to ``--out`` or standard output) has the header ``sentence_id token_id
 token surprisal`` and one row per token: ids from 1, the token as the model read it (``<unk>``
 for a word outside the vocabulary; ``--words`` writes the word instead), the closing ``<eos>``

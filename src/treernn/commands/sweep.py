@@ -35,7 +35,7 @@ are replaced.
 
 ``extend`` trains a sweep further as a new sweep (``--name``) of a larger budget: each of its jobs
 starts from the old job's newest checkpoint, as if the old job had been interrupted at its budget
-and resumed with the new one (:mod:`treernn.lifecycle.sweeps.extend`); then the new sweep runs,
+and resumed with the new one (`treernn.lifecycle.sweeps.extend`); then the new sweep runs,
 as ``resume`` runs one (``--no-run``: prepare it and print the command).
 """
 
@@ -136,7 +136,7 @@ def _launch(cwd: Path, arguments: list[str], sweep_dir: Path, dry_run: bool) -> 
     ``results/``): what it records is data. The script is this checkout's own, never one found in
     the recorded directory, which must be a treernn checkout (its ``train.py`` and ``conf/``:
     where the sweep's relative paths, ``outputs/`` and ``data/``, lie); and recorded overrides
-    that would load configs or objects from elsewhere are refused (:func:`_check_overrides`)."""
+    that would load configs or objects from elsewhere are refused (`_check_overrides`)."""
     script = entry_script()
     checkout = script.name == "train.py"  # else an installed treernn's treernn-train
     if checkout and not ((cwd / "train.py").is_file() and (cwd / "conf" / "config.yaml").is_file()):
@@ -246,7 +246,7 @@ def _job_line(job_dir: Path) -> tuple[str, str]:
 
 def _newest_step(job_dir: Path) -> int | None:
     """The training step of the job's newest readable checkpoint, read without torch or
-    Lightning (:func:`treernn.lifecycle.records.peek_global_step`)."""
+    Lightning (`treernn.lifecycle.records.peek_global_step`)."""
     found = [*(job_dir / "checkpoints").glob("*.ckpt"), *job_dir.glob("hpc_ckpt_*.ckpt")]
     steps = [step for step in map(peek_global_step, found) if step is not None]
     return max(steps, default=None)

@@ -1,6 +1,6 @@
 """``python -m treernn syneval``: targeted syntactic evaluation (Marvin & Linzen 2018) of a
 language-model checkpoint, in the layout of the ON-LSTM paper's Table 3
-(:mod:`treernn.evaluation.syneval` says how sentences are scored and what "known" pairs are).
+(`treernn.evaluation.syneval` says how sentences are scored and what "known" pairs are).
 
     python -m treernn syneval --ckpt PATH [--template-set current|EMNLP2018] [--out JSON]
     python -m treernn syneval --ckpt PATH --blimp FILE.jsonl [FILE.jsonl ...] [--out JSON]
@@ -11,7 +11,7 @@ evaluation runs after testing inside a run with the ``syneval`` callback
 (``conf/callbacks/syneval.yaml``), which logs its accuracies as test metrics.
 
 ``--blimp``: BLiMP minimal-pair files (JSON lines with ``sentence_good``, ``sentence_bad``,
-``UID``, ...; :mod:`treernn.evaluation.blimp`) instead: accuracy per paradigm and over all pairs,
+``UID``, ...; `treernn.evaluation.blimp`) instead: accuracy per paradigm and over all pairs,
 written as JSON beside the run (``blimp.json``) or to ``--out``. ``--ckpt`` takes a checkpoint, a
 run directory or an exported model.
 """

@@ -4,7 +4,7 @@
 
 ``--ckpt``: a checkpoint, a run directory or an exported model. Each sentence is tokenised as the
 PTB language-modelling data was (Treebank tokenisation, lower case, numbers and ``%`` as ``N``,
-punctuation dropped: :mod:`treernn.data.raw_text`); every layer's greedy tree over the words
+punctuation dropped: `treernn.data.raw_text`); every layer's greedy tree over the words
 (``--layer``: one) is printed as brackets (``--json``: with the distances). The same trees come
 from ``treernn.load(PATH).trees(sentences)``.
 """

@@ -2,11 +2,11 @@
 
 Every encoder declares the view of the data it reads (``Encoder.input_view``): ``"tokens"`` (a
 token sequence and its padding mask), ``"constituency_tree"`` (the leaves of a gold tree plus
-``tree=`` a :class:`~treernn.encoders.tree_batch.TreeBatch`) or ``"dependency_tree"``
-(breadth-first words plus ``tree=`` a :class:`~treernn.encoders.td_treelstm.TopDownTree`). A
+``tree=`` a `treernn.encoders.tree_batch.TreeBatch`) or ``"dependency_tree"``
+(breadth-first words plus ``tree=`` a `treernn.encoders.td_treelstm.TopDownTree`). A
 DataModule's batch carries every view its data has and hands out one of them with
-``batch.encoder_inputs(view)`` as :class:`EncoderInputs`; a view the batch lacks raises
-:class:`MissingViewError`, which names the view and the encoders that read it. Tasks ask for the
+``batch.encoder_inputs(view)`` as `EncoderInputs`; a view the batch lacks raises
+`MissingViewError`, which names the view and the encoders that read it. Tasks ask for the
 view of their encoder and never look at what kind of encoder it is.
 """
 

@@ -1,9 +1,9 @@
 """Shared pieces for sentence and sentence-pair classification data (ListOps, logic, SST).
 
-An :class:`Example` holds one or two :class:`Sentence` objects, a label, a length bucket (number of
+An `Example` holds one or two `Sentence` objects, a label, a length bucket (number of
 operators for logical inference, a length range for ListOps and SST) and an evaluation group (the
 test split it belongs to, e.g. the plain length test or a systematic-generalisation test).
-:func:`collate` turns a list of examples into a :class:`ClassificationBatch`; pairs are stacked
+`collate` turns a list of examples into a `ClassificationBatch`; pairs are stacked
 sentence-major (rows ``[0, B)`` are first sentences, ``[B, 2B)`` second ones), so one encoder call
 reads both, as the Ordered Memory code does.
 
@@ -13,9 +13,9 @@ where the task feeds them) and ``leaf_ids`` (the tree's leaves, what a gold-tree
 where each leaf sits among ``token_ids`` (None: the two views are the same), so that a per-token
 signal of a sequence model (ON-LSTM's distances) can be read at the leaves.
 
-The batch hands out the inputs of the view an encoder reads (:mod:`treernn.data.batch`):
+The batch hands out the inputs of the view an encoder reads (`treernn.data.batch`):
 ``"tokens"`` (the token view) or ``"constituency_tree"`` (the leaves with ``tree=`` a
-:class:`~treernn.encoders.tree_batch.TreeBatch`, built on first use on the batch's device).
+`treernn.encoders.tree_batch.TreeBatch`, built on first use on the batch's device).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def format_error(path: str | Path, line_number: int, what: str) -> DataFormatErr
 
 def read_tsv_lines(path: str | Path, num_fields: int) -> Iterator[tuple[int, list[str]]]:
     """(line number, fields) of each non-blank line of a tab-separated file; a line with another
-    number of fields raises :class:`DataFormatError` naming the file and line."""
+    number of fields raises `DataFormatError` naming the file and line."""
     with open(path, encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):
             line = line.rstrip("\r\n")
@@ -155,7 +155,7 @@ class ClassificationBatch:
     num_sentences: int = 1
     extras: dict[str, Any] = field(default_factory=dict)
 
-    #: the input views this batch offers (see :meth:`encoder_inputs`)
+    #: the input views this batch offers (see `encoder_inputs`)
     views = ("tokens", "constituency_tree")
 
     def __len__(self) -> int:

@@ -1,10 +1,10 @@
 """The dependency treebank DataModule for the Top-down Tree LSTM (Zhang, Lu and Lapata, NAACL 2016).
 
-It reads the treebank's files (:mod:`treernn.data.dependency_reading`), applies the paper's
+It reads the treebank's files (`treernn.data.dependency_reading`), applies the paper's
 vocabulary options (lower-casing, words seen ``unk_threshold`` times or fewer become ``<unk>``,
 sentences longer than ``max_length`` words dropped) and hands out batches
-(:class:`~treernn.data.dependency_encoding.DependencyBatch`, built by
-:mod:`treernn.data.dependency_encoding`) with two input views: the breadth-first order with its
+(`treernn.data.dependency_encoding.DependencyBatch`, built by
+`treernn.data.dependency_encoding`) with two input views: the breadth-first order with its
 schedule (``"dependency_tree"``, for the tree models) and the sentence order (``"tokens"``, for the
 sequential LSTM baseline on the same sentences). The names of both modules are importable from
 here too.

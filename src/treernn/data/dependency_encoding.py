@@ -4,12 +4,12 @@ the breadth-first linearisation, the vocabulary, and batches.
 Linearisation (paper Section 2.1-2.2, Figure 2): trees are generated top-down, breadth-first from
 ROOT; for each node its left dependents nearest-first, then its right dependents nearest-first. Step
 ``t`` (1..n) generates one word from a predecessor step ``t'`` (0 = ROOT) along one of four edge
-types (:mod:`treernn.encoders.top_down_tree`): LEFT (head -> first left dependent), NX_LEFT
+types (`treernn.encoders.top_down_tree`): LEFT (head -> first left dependent), NX_LEFT
 (previous left sibling -> next left dependent), RIGHT and NX_RIGHT. ROOT's dependents are its right
 dependents. For LdTreeLSTM (Section 2.4) a RIGHT step also carries the head's left dependents,
 farthest first (left to right in the sentence).
 
-A batch (:class:`DependencyBatch`) has two input views (:mod:`treernn.data.batch`): the
+A batch (`DependencyBatch`) has two input views (`treernn.data.batch`): the
 breadth-first order with its schedule (``"dependency_tree"``, for the tree models) and the sentence
 order (``"tokens"``, for the sequential LSTM baseline on the same sentences).
 """
@@ -153,7 +153,7 @@ class DependencyBatch:
     tokens: (B, T+1) ids in breadth-first order; mask: (B, T+1) True at real steps;
     sequence_tokens: (B, T+1) the same words in sentence order (ROOT first, as begin-of-sentence);
     word_index: (B, T+1) sentence position of the word of each step (-1 for ROOT and padding);
-    tree: the :class:`TopDownTree` schedule, (B, T+1) predecessor/edge/level tensors and
+    tree: the `TopDownTree` schedule, (B, T+1) predecessor/edge/level tensors and
     (B, T+1, K) left-dependent steps.
     """
 
@@ -163,7 +163,7 @@ class DependencyBatch:
     word_index: Tensor
     tree: TopDownTree
 
-    #: the input views this batch offers (see :meth:`encoder_inputs`)
+    #: the input views this batch offers (see `encoder_inputs`)
     views = ("dependency_tree", "tokens")
 
     def __len__(self) -> int:
@@ -212,8 +212,8 @@ class DependencyBatch:
 
 
 def collate_trees(examples: Sequence[EncodedTree], pad_index: int = 0) -> DependencyBatch:
-    """Pad a list of encoded trees into one :class:`DependencyBatch` (each field one tensor,
-    :func:`~treernn.data.batch.pad_rows`)."""
+    """Pad a list of encoded trees into one `DependencyBatch` (each field one tensor,
+    `treernn.data.batch.pad_rows`)."""
     lengths = [len(e.tokens) for e in examples]
     width = max(lengths)
     ld_width = max((len(s) for e in examples for s in e.steps.left_dependents), default=0)

@@ -1,11 +1,11 @@
-"""Dependency-parse raw or pre-tokenised text into :class:`DependencyTree` objects with spaCy.
+"""Dependency-parse raw or pre-tokenised text into `DependencyTree` objects with spaCy.
 
 Zhang et al. (2016) parsed the MSR questions and training novels with Stanford CoreNLP; here any
 installed spaCy pipeline with a ``parser`` component does the job (spaCy's English pipelines use
 ClearNLP-style labels, close to Stanford basic dependencies). The model is loaded from what is
 installed locally, by package name (``en_core_web_sm``) or by directory; nothing is downloaded.
 
-When spaCy or the model is missing, :class:`ParserUnavailableError` says what to install::
+When spaCy or the model is missing, `ParserUnavailableError` says what to install::
 
     pip install spacy && python -m spacy download en_core_web_sm
 

@@ -5,8 +5,8 @@ are read with the ``conllu`` library. Comment lines, multiword-token ranges (``1
 nodes (``8.1``) are skipped, as the authors' reader does. A sentence with a malformed line, a
 missing or out-of-range head, a cycle, or (by default) a non-projective tree is reported as
 ``file:line: reason`` and skipped (``on_error="skip"``) or rejected with
-:class:`DependencyFormatError` (``on_error="raise"``). Every skipped sentence is counted in the
-:class:`ReadReport`; nothing is dropped silently.
+`DependencyFormatError` (``on_error="raise"``). Every skipped sentence is counted in the
+`ReadReport`; nothing is dropped silently.
 """
 
 from __future__ import annotations

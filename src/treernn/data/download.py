@@ -3,7 +3,7 @@
 Lookup order for ``resolve_data_file``: the data directory (``paths.data_dir``, by default the
 ``TREERNN_DATA_DIR`` environment variable), then the download cache (``TREERNN_CACHE_DIR``, default
 ``~/.cache/treernn``), then a download into the cache. Offline and missing, it raises
-:class:`DatasetNotFoundError` naming the files, the URL and the directory to put them in.
+`DatasetNotFoundError` naming the files, the URL and the directory to put them in.
 """
 
 from __future__ import annotations

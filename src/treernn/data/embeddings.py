@@ -83,7 +83,7 @@ def _open_text(path: Path, dim: int | None) -> Iterator[tuple[IO[str], str]]:
 def load_vectors(path: str | Path, vocab: Vocabulary, dim: int | None = None) -> PretrainedVectors:
     """Read the vectors of ``vocab``'s words from a GloVe file; check it has ``dim`` values a line.
 
-    Raises :class:`EmbeddingFormatError` (file, line, what to do) on a missing file, a dimension
+    Raises `EmbeddingFormatError` (file, line, what to do) on a missing file, a dimension
     other than ``dim``, or a malformed line.
     """
     path = Path(path).expanduser()

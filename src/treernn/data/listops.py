@@ -7,7 +7,7 @@ and ``]``, and gold-tree encoders get the tree over exactly those tokens. For
 
 Files: the released test set is ``listops/test_d20s.tsv``; the training set ``train_d20s.tsv`` is
 downloaded from its canonical URL and checked by its git blob id. Without network, set
-``train_source=generate`` for a seeded STAND-IN made by :mod:`treernn.data.listops_generator`
+``train_source=generate`` for a seeded STAND-IN made by `treernn.data.listops_generator`
 (clearly not the benchmark). As in the Ordered Memory code, training examples longer than
 ``max_train_tokens`` (50: transitions ``2n - 1 <= 100``) are dropped and evaluation keeps all.
 Deviation: the Ordered Memory script validates and anneals on the test set; here every

@@ -4,8 +4,8 @@ Each line gets ``<eos>``; the vocabulary is built over train, valid and test in 
 types); each split becomes one stream of ids cut into ``batch_size`` rows (batch-first). Training
 batches use AWD-LSTM's variable BPTT length; validation and test use a fixed length. Under DDP each
 process takes a contiguous block of rows, so 2 processes with batch 10 each compute exactly what 1
-process with batch 20 does. Batches are :class:`TokenStreamBatch` pairs ``(inputs, targets)``,
-which hand out the ``"tokens"`` input view (:mod:`treernn.data.batch`).
+process with batch 20 does. Batches are `TokenStreamBatch` pairs ``(inputs, targets)``,
+which hand out the ``"tokens"`` input view (`treernn.data.batch`).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class TokenStreamBatch(NamedTuple):
 
 
 class BPTTStream(IterableDataset):
-    """Yields :class:`TokenStreamBatch` ``(inputs, targets)`` of shape (B, T) walking left to right
+    """Yields `TokenStreamBatch` ``(inputs, targets)`` of shape (B, T) walking left to right
     over batchified rows.
 
     ``variable=True`` draws AWD-LSTM lengths from a generator seeded by (seed, epoch), so an epoch's
@@ -150,11 +150,11 @@ class BPTTStream(IterableDataset):
 
 
 class StreamLoader(DataLoader):
-    """A DataLoader over a :class:`BPTTStream` (one batch per item, no workers: the data is one
+    """A DataLoader over a `BPTTStream` (one batch per item, no workers: the data is one
     tensor in memory).
 
     It has no ``__len__``: with variable BPTT the number of batches changes from epoch to epoch, so
-    Lightning runs each epoch to exhaustion. :meth:`epoch_length` tells the progress bar how many
+    Lightning runs each epoch to exhaustion. `epoch_length` tells the progress bar how many
     batches the coming (or current) epoch has.
     """
 

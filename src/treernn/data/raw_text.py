@@ -1,11 +1,11 @@
 """Raw English text into the words of the Penn Treebank language-modelling data (Mikolov et al.
-2010, the files :mod:`treernn.data.ptb` reads), so that a sentence typed by a user meets the
+2010, the files `treernn.data.ptb` reads), so that a sentence typed by a user meets the
 vocabulary the model was trained on.
 
 The PTB files were made from the WSJ treebank: Penn Treebank tokenisation (``don't`` -> ``do n't``,
 ``5%`` -> ``5 %``, ``$5`` -> ``$ 5``), lower-cased, every number written ``N`` (so is ``%``: the
 files read ``rose N N`` for "rose 5%"), and punctuation removed except ``$``, ``&``, ``#`` and the
-possessive ``'``. :func:`ptb_words` applies the same steps to raw text:
+possessive ``'``. `ptb_words` applies the same steps to raw text:
 
 1. Treebank word tokenisation (nltk's ``TreebankWordTokenizer``, the treebank's own rules);
 2. lower-case;

@@ -3,7 +3,7 @@
 Each epoch's order is a function of the run's seed and the epoch number alone (never of torch's
 global generator, whose state at the start of an epoch a checkpoint taken later does not hold).
 Lightning tells the samplers the epoch (``set_epoch``) before it iterates them, also when it
-resumes, and a DataModule that mixes in :class:`ResumableTrainBatches` saves in every checkpoint
+resumes, and a DataModule that mixes in `ResumableTrainBatches` saves in every checkpoint
 how many batches of the current epoch were trained; the resumed run skips those and gets the rest
 of the very batches the uninterrupted run would have had.
 """
@@ -111,7 +111,7 @@ class LengthBucketBatchSampler(BatchSampler):
 
 class ResumableTrainBatches:
     """Mixin for a LightningDataModule whose ``train_dataloader`` uses a
-    :class:`LengthBucketBatchSampler` registered with :meth:`_resumable`: checkpoints hold the
+    `LengthBucketBatchSampler` registered with `_resumable`: checkpoints hold the
     epoch and the batches of it already trained, and a resumed run continues from there."""
 
     _train_batches: LengthBucketBatchSampler | None = None

@@ -11,7 +11,7 @@ phrases", the paper's setting), otherwise only whole sentences. Validation and t
 sentences. Each example keeps its gold binary tree over word positions; test accuracy is also
 reported per sentence length (buckets of 10 words).
 
-Word vectors: ``glove_path`` names a local GloVe file (:mod:`treernn.data.embeddings`; it is read
+Word vectors: ``glove_path`` names a local GloVe file (`treernn.data.embeddings`; it is read
 and checked in ``setup``, before training). Without one the task trains its embeddings. The
 vocabulary holds the training words, plus, with GloVe, the dev/test words that have a vector (their
 vectors are fixed by the file, so no label information leaks).
@@ -158,7 +158,7 @@ class SSTDataModule(ClassificationDataModule):
 
     Args:
         train_subtrees: train on every labelled node (the paper) or on whole sentences only.
-        glove_path: a local GloVe file (see :mod:`treernn.data.embeddings`); None trains the
+        glove_path: a local GloVe file (see `treernn.data.embeddings`); None trains the
             embeddings. ``embedding_size`` must equal its dimension (checked in ``setup``).
         lowercase: lower-case words (as the authors' torchtext field does).
         train_limit: keep the first n training sentences (before subtrees), for quick runs.

@@ -11,7 +11,7 @@ from treernn.errors import DataError
 def utf8_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """(line number from 1, line without its newline) of a UTF-8 file.
 
-    A byte sequence that is not UTF-8 raises :class:`DataError` naming ``path:line``, the byte and
+    A byte sequence that is not UTF-8 raises `DataError` naming ``path:line``, the byte and
     its column, instead of Python's position in a decoding buffer.
     """
     path = Path(path)

@@ -1,7 +1,7 @@
 """The interface every encoder shares.
 
 An encoder maps batch-first embedded inputs ``x`` of shape (B, T, D) and a padding mask of shape (B,
-T) (True marks a real token) to an :class:`EncoderOutput`. Encoders are torch-only: no Lightning, no
+T) (True marks a real token) to an `EncoderOutput`. Encoders are torch-only: no Lightning, no
 Hydra, no config objects. Tasks own embeddings, decoders and losses; encoders own the recurrence.
 """
 
@@ -23,14 +23,14 @@ from treernn.kernels import gemm
 InputView = Literal["tokens", "constituency_tree", "dependency_tree"]
 INPUT_VIEWS: tuple[str, ...] = ("tokens", "constituency_tree", "dependency_tree")
 
-#: The kinds of tree signal an encoder can emit (see :class:`TreeSignal`).
+#: The kinds of tree signal an encoder can emit (see `TreeSignal`).
 TreeSignalKind = Literal["distances", "attention"]
 TREE_SIGNAL_KINDS: tuple[str, ...] = ("distances", "attention")
 
 
 @dataclass
 class TreeSignal:
-    """What a model says about the tree it read; :mod:`treernn.parsing` turns it into trees.
+    """What a model says about the tree it read; `treernn.parsing` turns it into trees.
 
     kind ``"distances"``: syntactic distances (L, B, T), one row per layer (ON-LSTM's
         master-forget distances, Eq. 15; a large value = a constituent ended before this token).
@@ -65,7 +65,7 @@ class EncoderOutput:
     state: the carried state, to pass back as ``state=`` for the next segment (detach it first);
         None where there is none to carry (a Transformer; the LSTM's padded batches).
     layer_outputs: per-layer (B, T, H_l) outputs, for regularisers and analysis.
-    tree_signal: the model's tree signal (:class:`TreeSignal`) where it has one; None otherwise.
+    tree_signal: the model's tree signal (`TreeSignal`) where it has one; None otherwise.
     extras: anything model-specific (e.g. ON-LSTM input distances, a backward Ordered Memory's
         attention).
     """
@@ -86,10 +86,10 @@ class Encoder(nn.Module):
 
     ``input_view`` declares what the encoder reads: ``"tokens"`` (the token sequence and its
     mask), ``"constituency_tree"`` (the leaves plus ``tree=`` a
-    :class:`~treernn.encoders.tree_batch.TreeBatch`) or ``"dependency_tree"`` (breadth-first
+    `treernn.encoders.tree_batch.TreeBatch`) or ``"dependency_tree"`` (breadth-first
     words plus ``tree=`` a dependency tree batch). The DataModule's batch carries every view its
     data has; the task hands the encoder the one it asks for. ``tree_signal_kind`` names the
-    :class:`TreeSignal` kind the encoder emits (None: none).
+    `TreeSignal` kind the encoder emits (None: none).
     """
 
     input_size: int
@@ -130,7 +130,7 @@ def in_decided_precision(
     """``encode(x)``, under bf16-mixed only where bf16 pays for this encoder here.
 
     For encoders whose products follow autocast (plain torch modules), under a bf16 autocast:
-    :func:`gemm.product_dtype` times ``encode`` on the batch being read, in fp32 and under bf16
+    `gemm.product_dtype` times ``encode`` on the batch being read, in fp32 and under bf16
     autocast, forward and (in training) backward to ``module``'s parameters, and where bf16 is
     not at least 10% faster the encoder runs as with precision=32 (autocast off, fp32 input;
     logged once). Their row counts (a tree level's nodes, a batch's words) change from batch to
@@ -165,7 +165,7 @@ def _autocast_runs(
     training: bool,
     flops: Callable[[], float],
 ) -> tuple[dict[str, Callable[[], None]], float]:
-    """The two runs :func:`in_decided_precision` times: dropout masks drawn with the caller's
+    """The two runs `in_decided_precision` times: dropout masks drawn with the caller's
     random state restored afterwards, gradients returned rather than accumulated in ``.grad``;
     no bf16 run on a CPU without oneDNN's bf16 kernels."""
     inputs = x.detach()

@@ -3,7 +3,7 @@ NeurIPS 2019, "Ordered Memory", section 3.2, eqs. 12-13), as a baseline that sep
 Ordered Memory's learned structure: the same composition function, applied along the given tree.
 
 Leaves: ``h_leaf = LayerNorm(W x + b)`` (eq. 1). Parents use
-:class:`~treernn.encoders.ordered_memory.GatedRecursiveCell`: ``Dropout -> Linear(2H, 4H) -> ReLU
+`treernn.encoders.ordered_memory.GatedRecursiveCell`: ``Dropout -> Linear(2H, 4H) -> ReLU
 -> Dropout -> Linear(4H, 4H)`` gives three sigmoid gates and a candidate, and the output is
 ``LayerNorm(g_v * vertical + g_h * horizontal + g_c * candidate)`` (eqs. 12-13).
 
@@ -17,7 +17,7 @@ function to the same tree, and their cell weights are interchangeable.
 As in Ordered Memory, one LayerNorm module normalises both the leaves and every cell output
 (``share_layer_norm=True``); set it to False to give the cell its own. ``dropout`` is the cell's
 dropout (fresh masks per call, i.e. per tree level). Composition is batched level by level over
-the whole batch (see :mod:`treernn.encoders.tree_batch`).
+the whole batch (see `treernn.encoders.tree_batch`).
 """
 
 from __future__ import annotations

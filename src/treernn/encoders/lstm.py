@@ -7,10 +7,10 @@ eval), as AWD-LSTM's ``WeightDrop`` does. Between layers, locked (variational) d
 AWD-LSTM.
 
 On CPU ``nn.LSTM`` runs oneDNN's LSTM primitive (its own packed GEMMs: the per-step products are
-already on oneDNN, see :mod:`treernn.kernels.gemm`), on padded batches too (a packed sequence
-would leave it for torch's step-by-step LSTM: see :func:`run_by_lengths`). Under
+already on oneDNN, see `treernn.kernels.gemm`), on padded batches too (a packed sequence
+would leave it for torch's step-by-step LSTM: see `run_by_lengths`). Under
 ``torch.autocast`` with bf16 (``precision=bf16-mixed``) it runs oneDNN's bf16 LSTM only where the
-probe of :func:`treernn.kernels.gemm.product_dtype` finds a bf16 layer faster than an fp32 one on
+probe of `treernn.kernels.gemm.product_dtype` finds a bf16 layer faster than an fp32 one on
 this machine at the layer's sizes and batch, timed forward only for inference and forward and
 backward for training (each decided on its own); elsewhere the encoder runs in fp32 (logged
 once). On CPUs without bf16 instructions (e.g. AVX2 only) oneDNN has no bf16 LSTM at all and
@@ -46,7 +46,7 @@ class LSTMEncoder(Encoder):
     """The state it returns is the one to carry into the next segment of a stream (a language
     model's batches, unpadded). A batch with padding returns ``state=None``: its rows end at
     different steps, and on the CPU the padded batch runs in one oneDNN call (see
-    :func:`run_by_lengths`), after which the state is not a padded row's; its outputs and pooled
+    `run_by_lengths`), after which the state is not a padded row's; its outputs and pooled
     vector are each row's own."""
 
     def __init__(
@@ -142,7 +142,7 @@ def run_by_lengths(
     """A one-direction, batch-first ``nn.LSTM`` (``run``: the module, or a call of it with other
     weights) over right-padded rows of ``lengths`` (B,) real steps: its outputs (B, T, H), zero
     past each row's length, as for the packed sequence padded back. No state: the rows end at
-    different steps (see :class:`LSTMEncoder`).
+    different steps (see `LSTMEncoder`).
 
     On CUDA the packed sequence (cuDNN runs variable lengths). On the CPU a packed sequence
     leaves oneDNN's LSTM primitive for torch's step-by-step LSTM, whose backward fills a
@@ -165,7 +165,7 @@ def run_by_lengths(
 
 
 def _bf16_runs(layer: nn.LSTM, batch: int, device: torch.device, training: bool):
-    """For :func:`gemm.product_dtype`: a layer of ``layer``'s sizes over 16 steps of ``batch`` rows
+    """For `gemm.product_dtype`: a layer of ``layer``'s sizes over 16 steps of ``batch`` rows
     in fp32 and under bf16 autocast (oneDNN's bf16 LSTM primitive on CPU, where oneDNN has bf16
     kernels; elsewhere on CPU there is no bf16 run), forward only or, ``training``, forward and
     backward, to be timed against each other: what runs under bf16-mixed is the primitive, whose

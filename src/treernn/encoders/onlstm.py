@@ -22,11 +22,11 @@ training, weights times (1 - p) in eval (see ``REFERENCE.md``).
 
 Two implementations of the recurrence compute the same numbers:
 
-* ``impl="reference"``: :func:`onlstm_step` applied step by step with autograd. Read this one.
+* ``impl="reference"``: `onlstm_step` applied step by step with autograd. Read this one.
 * ``impl="fast"`` (default): the same recurrence as one hand-written autograd node per layer
-  (:mod:`treernn.kernels.onlstm`, tested equal to the reference), its per-step products and
+  (`treernn.kernels.onlstm`, tested equal to the reference), its per-step products and
   its input projection (one product over all steps) on the GEMM backend ``gemm_backend``
-  (:mod:`treernn.kernels.gemm`).
+  (`treernn.kernels.gemm`).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def reference_recurrence(
     step_mask: Tensor | None,
     chunk_size: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Run :func:`onlstm_step` over time.
+    """Run `onlstm_step` over time.
 
     input_gates: (T, B, G); step_mask: (T, B) bool (True = real step) or None.
     At a padded step the state is carried unchanged and the output and distances are 0.
@@ -189,7 +189,7 @@ class ONLSTMLayer(nn.Module):
         return weight if scale == 1.0 else weight * scale
 
     def scaled_recurrent_weight(self) -> tuple[Tensor, float]:
-        """(weight, scale) with :meth:`recurrent_weight` = weight * scale: in eval the parameter
+        """(weight, scale) with `recurrent_weight` = weight * scale: in eval the parameter
         itself and 1 - p (the fast kernel folds the scale into its packing of the weight instead
         of copying a scaled weight first), while training the DropConnect-ed weight and 1."""
         weight = self.hh.weight
@@ -210,7 +210,7 @@ class ONLSTMEncoder(Encoder):
     as in the authors' ``ONLSTMStack``; ``weight_drop`` is DropConnect on the recurrent weights.
     ``impl`` picks the recurrence: ``"fast"`` (default) or the step-by-step ``"reference"``;
     ``gemm_backend`` the library of the fast recurrence's per-step products and input projection
-    (:mod:`treernn.kernels.gemm`: ``auto`` probes MKL, oneDNN and aten once per shape).
+    (`treernn.kernels.gemm`: ``auto`` probes MKL, oneDNN and aten once per shape).
     """
 
     tree_signal_kind = "distances"
@@ -271,10 +271,10 @@ class ONLSTMEncoder(Encoder):
         self, layer: ONLSTMLayer, steps: int, batch: int, x: Tensor
     ) -> tuple[torch.dtype | None, torch.dtype | None]:
         """Under bf16 autocast, the dtypes of a layer's input projection and recurrent products
-        (:func:`gemm.product_dtype`: bf16 where a probe finds it faster here, else None). Where
-        the projection runs inside the step loop (fp32 placement, :func:`loop_placement`, and
+        (`gemm.product_dtype`: bf16 where a probe finds it faster here, else None). Where
+        the projection runs inside the step loop (fp32 placement, `loop_placement`, and
         ``treernn``'s bf16 kernels here) the loop is one product per step and its precision one
-        decision, timed on that loop in this mode (:func:`loop_precision_runs`); elsewhere the
+        decision, timed on that loop in this mode (`loop_precision_runs`); elsewhere the
         projection over all steps and the recurrent products are decided apart."""
         num_gates = layer.hh.weight.size(0)
         kernel, training = fused_kernel(x), torch.is_grad_enabled()
@@ -319,9 +319,9 @@ class ONLSTMEncoder(Encoder):
     ) -> EncoderOutput | None:
         """Inference (eval, no autograd) where every layer's projection runs inside its step
         loop: one call of the compiled ``infer_projected`` per layer and little else, the outputs
-        as :meth:`forward` gives them; None where that does not apply (then the general path
+        as `forward` gives them; None where that does not apply (then the general path
         runs). Under bf16-mixed a layer runs so where both of its products are decided fp32, or
-        both bf16 (:func:`in_loop_bf16`). At one layer of 256 the general path's own torch ops
+        both bf16 (`in_loop_bf16`). At one layer of 256 the general path's own torch ops
         and decisions took 3-4 % of an inference call (each runs from caches the step loop has
         just flushed).
         """

@@ -43,10 +43,10 @@ dropout the two agree only in distribution.
 
 Two implementations compute the same function (``impl``):
 
-* ``impl="reference"``: :meth:`OrderedMemoryRecurrence.reference_forward`, Algorithm 1 as written:
-  every step, every slot, all rows together, with :class:`GatedRecursiveCell` calls. Read this
+* ``impl="reference"``: `OrderedMemoryRecurrence.reference_forward`, Algorithm 1 as written:
+  every step, every slot, all rows together, with `GatedRecursiveCell` calls. Read this
   one. It runs in fp32 whatever autocast asks for.
-* ``impl="fast"`` (default): :mod:`treernn.kernels.ordered_memory`, which computes only the
+* ``impl="fast"`` (default): `treernn.kernels.ordered_memory`, which computes only the
   slots that can be pointed at, skips padding, and runs each step's chain of cells as one
   autograd node with a hand-written backward pass (bf16 matrix products under bf16-mixed). Tests
   compare it with the reference in float64.
@@ -118,8 +118,8 @@ class GatedRecursiveCell(nn.Module):
     ``layer_norm``: pass the encoder's input LayerNorm to share it (eq. 13: "LN shares the same
     parameters with the one used in Eqn. 1"). Called plainly, the cell samples fresh dropout masks
     per call (the authors' behaviour); Ordered Memory passes one pair per sequence instead
-    (:meth:`sample_dropout_masks`). The fast path re-implements :meth:`compose` in
-    :func:`treernn.kernels.ordered_memory.slot_chain` and only reads these parameters.
+    (`sample_dropout_masks`). The fast path re-implements `compose` in
+    `treernn.kernels.ordered_memory.slot_chain` and only reads these parameters.
     """
 
     def __init__(
@@ -285,9 +285,9 @@ class OrderedMemoryRecurrence(nn.Module):
     def precision_runs(
         self, mask: Tensor, num_slots: int, training: bool, device: torch.device
     ) -> tuple[dict[str, Callable[[], None]], float]:
-        """For :func:`~treernn.kernels.ordered_memory.product_dtype`: this recurrence's fast
+        """For `treernn.kernels.ordered_memory.product_dtype`: this recurrence's fast
         path over a batch shaped like the one being read (``mask`` (B, T)): as many random rows,
-        of the batch's lengths scaled to at most :data:`PROBE_STEPS` tokens, with fp32 and with
+        of the batch's lengths scaled to at most `PROBE_STEPS` tokens, with fp32 and with
         bf16 products, forward and, ``training``, backward to the parameters, with the module's
         dropout; and the FLOPs of one loop's largest products.
 
@@ -342,7 +342,7 @@ class OrderedMemoryRecurrence(nn.Module):
         return OrderedMemoryMasks(query, key, score, cell_input, cell_hidden)
 
     def kernel_weights(self) -> OrderedMemoryWeights:
-        """This direction's parameters for :func:`treernn.kernels.ordered_memory`."""
+        """This direction's parameters for `treernn.kernels.ordered_memory`."""
 
         def norm(module: nn.LayerNorm) -> tuple[Tensor, Tensor, float]:
             return module.weight, module.bias, module.eps
@@ -439,13 +439,13 @@ class OrderedMemoryEncoder(Encoder):
     Memory with its own parameters reads each row right to left; outputs are concatenated (2H) and
     its attention is ``extras["attention_backward"]`` (in reading order, i.e. over reversed
     positions).
-    ``impl="fast"`` (default) runs :mod:`treernn.kernels.ordered_memory` (only the slots
+    ``impl="fast"`` (default) runs `treernn.kernels.ordered_memory` (only the slots
     that can be pointed at, the hand-written backward pass of the slot chain, bf16 matrix products
     under autocast); ``"reference"`` runs the readable reference, Algorithm 1 as written (fp32).
     ``gemm_backend`` (fast path only): the library of the slot chain's per-slot products
-    (:mod:`treernn.kernels.gemm`; ``auto`` probes MKL, oneDNN and aten once per shape).
+    (`treernn.kernels.gemm`; ``auto`` probes MKL, oneDNN and aten once per shape).
     ``padding_mode``: ``invariant`` (default) or ``authors_left`` (module docstring).
-    :meth:`set_eval_stage`: the task says when it validates, where eval mode uses ``memory_slots``.
+    `set_eval_stage`: the task says when it validates, where eval mode uses ``memory_slots``.
     """
 
     tree_signal_kind = "attention"  # trees by Algorithm 2

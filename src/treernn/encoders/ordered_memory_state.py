@@ -40,7 +40,7 @@ MASK_THRESHOLD = 1e-5
 
 def masked_attention(scores: Tensor, allowed: Tensor) -> Tensor:
     """Eqs. (10)-(11): softmax of ``scores`` (B, S) multiplied by the soft mask ``allowed`` (B, S)
-    in [0, 1], renormalised. Mask values below :data:`MASK_THRESHOLD` are set to 0 first, as the
+    in [0, 1], renormalised. Mask values below `MASK_THRESHOLD` are set to 0 first, as the
     authors' code does; slots with a zero mask get exactly 0. Every row needs one allowed slot
     (the last slot always is)."""
     allowed = allowed.masked_fill(allowed < MASK_THRESHOLD, 0.0)

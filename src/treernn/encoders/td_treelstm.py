@@ -18,10 +18,10 @@ dependent (a zero vector when the head has no left dependent).
 
 Two implementations compute the same numbers (``impl``):
 
-* ``impl="reference"``: :meth:`TopDownTreeLSTM.reference_forward`, Eq. 2-7 one node at a time,
+* ``impl="reference"``: `TopDownTreeLSTM.reference_forward`, Eq. 2-7 one node at a time,
   in generation order, with ``nn.LSTMCell`` calls. Read this one.
 * ``impl="fast"`` (default): all steps of one generation level, across all trees of the batch,
-  at once (:mod:`treernn.kernels.td_treelstm`, tested equal to the reference). Dropout
+  at once (`treernn.kernels.td_treelstm`, tested equal to the reference). Dropout
   between layers draws its masks in a different order, so the two agree in eval mode (and in
   training only without dropout).
 

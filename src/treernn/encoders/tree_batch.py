@@ -2,7 +2,7 @@
 
 Recursive models over given trees (Tree-RNN, Tree-LSTM, the Gated Recursive Cell tree) compose a
 parent from its two children. Doing that one node at a time in Python is slow; instead
-:class:`TreeBatch` schedules every internal node of every tree in the batch by its *height*
+`TreeBatch` schedules every internal node of every tree in the batch by its *height*
 (leaves have height 0, a parent has 1 + the larger height of its children). All nodes of one
 height depend only on lower nodes, so each height is one batched call of the composition
 function over the whole batch.
@@ -19,7 +19,7 @@ Node numbering, as rows of one flat buffer of ``num_nodes`` rows (``levels`` and
 Routing. Composing into a flat buffer and gathering children from it by row costs, in the
 backward pass, a full-buffer gradient (zero-fill, scatter, accumulation) per level: O(levels x
 nodes), which dominated the run time on deep trees. Every node is read exactly once (by its
-parent, or as a root), so :func:`compose_bottom_up` instead sends each level's states, split into
+parent, or as a root), so `compose_bottom_up` instead sends each level's states, split into
 contiguous chunks (the ordering above makes them contiguous), to the levels that read them, and
 keeps the work O(nodes):
 
@@ -64,12 +64,12 @@ class TreeLevel(NamedTuple):
 class TreeBatch:
     """A batch of binary trees as a level-by-level composition schedule (see module docstring).
 
-    levels: one :class:`TreeLevel` per height 1, 2, ..., in order.
+    levels: one `TreeLevel` per height 1, 2, ..., in order.
     root_ids: (B,) row of each example's root (a leaf row for one-word trees).
     lengths: (B,) number of leaves per example.
     leaf_mask: (B, T) bool, True at the rows of real leaves.
     leaf_order, outgoing, child_positions, root_positions: the routing that
-    :func:`compose_bottom_up` runs on (module docstring).
+    `compose_bottom_up` runs on (module docstring).
     """
 
     levels: list[TreeLevel]

@@ -20,7 +20,7 @@ Leaves use the same equations with no children (the child sums are empty):
 ``Linear(D, 3H)`` laid out (i, o, u).
 
 ``dropout`` is applied to the children's ``[h_1; h_2]`` before the parent's linear map (cells c are
-never dropped). Composition is batched level by level (see :mod:`treernn.encoders.tree_batch`); a
+never dropped). Composition is batched level by level (see `treernn.encoders.tree_batch`); a
 node's state in the buffer is ``[h; c]`` of width 2H and ``hidden``/``pooled`` expose h.
 """
 

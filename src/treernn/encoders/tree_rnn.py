@@ -9,7 +9,7 @@ the hidden size.
 
 Parents: ``h = tanh(W [h_left; h_right] + b)`` with W of shape (H, 2H). ``dropout`` is applied to
 ``[h_left; h_right]`` before W (as the Gated Recursive Cell drops its input). Composition is batched
-level by level over the whole batch (see :mod:`treernn.encoders.tree_batch`).
+level by level over the whole batch (see `treernn.encoders.tree_batch`).
 """
 
 from __future__ import annotations

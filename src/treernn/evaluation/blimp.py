@@ -4,7 +4,7 @@ the grammatical sentence the higher probability (BLiMP's "simple LM method").
 A BLiMP file is JSON lines, one pair per line, with ``sentence_good`` and ``sentence_bad`` (raw
 text) and the pair's description: ``UID`` (the paradigm; one file per paradigm), ``field``,
 ``linguistics_term``, ``pairID`` and the method flags. Sentences are scored whole
-(``log p(w_1 .. w_n <eos> | <eos>)``, :meth:`treernn.api.LanguageModel.log_probs`), after the
+(``log p(w_1 .. w_n <eos> | <eos>)``, `treernn.api.LanguageModel.log_probs`), after the
 model's own tokenisation. Pairs whose two sentences read the same for the model (their difference
 is in words it does not know) are ties: counted wrong, and reported.
 """

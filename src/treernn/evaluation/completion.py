@@ -1,6 +1,6 @@
 """Sentence completion with a dependency-tree or sequential LM: MSR Sentence Completion (Zweig and
 Burges 2011) and the way its questions are credited, for ``python -m treernn msr`` and for the
-EWT stand-in (:mod:`~treernn.evaluation.ewt_standins`).
+EWT stand-in (`treernn.evaluation.ewt_standins`).
 
 Zhang, Lu and Lapata (2016), Section 3.2 and Table 1: each of the 1,040 questions has 5 candidate
 sentences (``Holmes.lm_format.questions.txt``, lines 5i+1..5i+5); the model scores each candidate by
@@ -10,18 +10,18 @@ and LdTreeLSTM, log P(S) for a sequential LSTM, and picks the highest. Accuracy 
 55.96 (d=400), trained on the 522-novel Holmes corpus, which is not shipped here
 (``shared/data/msr_sentence_completion/SOURCE.md`` says where it comes from).
 
-Tree models need a dependency parse of every candidate (:func:`candidate_trees`): a CoNLL-U file
+Tree models need a dependency parse of every candidate (`candidate_trees`): a CoNLL-U file
 with the 5,200 candidate trees in question order (written by any parser, e.g.
 ``python -m treernn.data.dependency_parser --msr``), or else a locally installed spaCy pipeline.
 Sequential models need no parse.
 
-Ties (:func:`question_credit`). When the answer word is not in the vocabulary it becomes
+Ties (`question_credit`). When the answer word is not in the vocabulary it becomes
 ``<unk>``, like any other unknown candidate word, and candidates that differ only in which unknown
 word they hold are the same model input. With a small vocabulary most questions then have several
 candidates with the top score, and taking the first of them (``argmax``) favours candidate a. Here
 no position is favoured: candidates that encode to the same input (the same token ids and tree)
 are scored once and share that score bit for bit
-(:func:`~treernn.evaluation.tree_scoring.score_trees`), the k candidates with the top score are
+(`treernn.evaluation.tree_scoring.score_trees`), the k candidates with the top score are
 tied, and a question counts 1/k when the answer is among them (``ties="expected"``, the accuracy
 expected from a uniform draw) or 0/1 from a seeded draw (``ties="random"``). Scores of different
 inputs are compared exactly; ``tolerance`` (nats) widens "the top" to scores within that distance
@@ -120,7 +120,7 @@ def question_credit(
     """Credit of each question from its (Q, 5) candidate scores, with no preference for a position.
 
     The top of a question is every candidate whose score is within ``tolerance`` of its best (0:
-    exactly equal, right when identical inputs share one score, see :func:`score_trees`). With
+    exactly equal, right when identical inputs share one score, see `score_trees`). With
     k candidates on top, ``ties="expected"`` gives 1/k if the answer is one of them, else 0;
     ``ties="random"`` draws one of the k uniformly (``torch.Generator`` seeded with ``seed``, so
     the same seed gives the same draws) and gives 1 if it is the answer.
@@ -259,7 +259,7 @@ def evaluate(
     seed: int = 0,
     tie_tolerance: float = 0.0,
 ) -> MSREvaluation:
-    """Score every candidate with ``task`` and credit each question (:func:`question_credit`)."""
+    """Score every candidate with ``task`` and credit each question (`question_credit`)."""
     is_tree_model = task.encoder.input_view == "dependency_tree"
     trees = candidate_trees(questions, is_tree_model, parsed, spacy_model)
     scores = score_trees(task, trees, batch_size, unk_penalty).view(-1, CHOICES)

@@ -8,7 +8,7 @@ obtainable here and the WSJ is licensed, but EWT (train / dev / test CoNLL-U, go
 UPOS and PTB-style XPOS tags) is what the ``dependency_lm`` task trains on. Both stand-ins use its
 test trees, read as the task reads them (projective trees of at most ``max_length`` words).
 
-Sentence completion (:func:`completion_questions`). Word statistics come from the training file:
+Sentence completion (`completion_questions`). Word statistics come from the training file:
 the count of each lower-cased word form and its most frequent (UPOS, XPOS) pair. For each test
 sentence of at least ``min_length`` words, with a random generator seeded by ``(seed, sent_id)``:
 
@@ -27,12 +27,12 @@ sentence of at least ``min_length`` words, with a random generator seeded by ``(
 
 A sentence without an eligible word, or whose pool has fewer than 4 words, gives no question. The
 model scores each candidate tree (log P(S|T) for a tree LM, log P(S) for a sequential LM, the MSR
-protocol) and the question is credited as MSR's are (:func:`treernn.evaluation.completion.
+protocol) and the question is credited as MSR's are (`treernn.evaluation.completion.
 question_credit`, ties at the top counted 1/k).
 
-Reranking (:func:`rerank_lists`). For each test sentence, K candidate trees: the gold tree and K-1
+Reranking (`rerank_lists`). For each test sentence, K candidate trees: the gold tree and K-1
 distinct projective trees in which ``changes`` words are re-attached to a head at most
-``max_distance`` words away (:func:`treernn.evaluation.reranking.perturbed_candidates`), shuffled,
+``max_distance`` words away (`treernn.evaluation.reranking.perturbed_candidates`), shuffled,
 from a generator seeded by ``(seed, sent_id)``. A sentence too short to have K distinct candidates
 is left out, so every list has K trees. The model picks its highest-scoring candidate; reported are
 UAS / LAS of the picked trees, of the first candidate (a random one: the lists are shuffled) and of
@@ -234,7 +234,7 @@ def evaluate_completion(
     task: Any, questions: Sequence[CompletionQuestion], batch_size: int = 128
 ) -> dict[str, Any]:
     """Accuracy (%) of ``task`` (a dependency LM) on the questions, as MSR's are credited
-    (:func:`~treernn.evaluation.completion.accuracy_report`; ``in_vocab``: the questions whose
+    (`treernn.evaluation.completion.accuracy_report`; ``in_vocab``: the questions whose
     answer has a vector of its own), with the number of questions."""
     if not questions:
         raise DataError("no sentence-completion question: the test file has no eligible sentence")

@@ -1,17 +1,17 @@
 """Dependency-parse reranking with a tree language model (Zhang et al. 2016, Section 3.3, Table 2),
-for ``python -m treernn rerank`` and the EWT stand-in (:mod:`~treernn.evaluation.ewt_standins`).
+for ``python -m treernn rerank`` and the EWT stand-in (`treernn.evaluation.ewt_standins`).
 
 Each sentence has K candidate trees (the paper: the K best of the 2nd-order MSTParser). The tree
 model scores every candidate by log P(S|T) and the best-scoring one is kept; the result is the
 unlabelled and labelled attachment score (UAS/LAS) of the kept trees against the gold trees
-(:func:`rerank`, beside the first candidate's and the oracle's).
+(`rerank`, beside the first candidate's and the oracle's).
 
-Candidate files (:func:`group_candidates`): CoNLL-U (or CoNLL-X), one block per candidate tree,
+Candidate files (`group_candidates`): CoNLL-U (or CoNLL-X), one block per candidate tree,
 candidates of the same sentence consecutive and marked with ``# sent_id = <id>`` (a new id starts
 the next sentence); an optional ``# candidate = <k>`` comment is kept for reference. Candidates
 may be non-projective: the breadth-first generation is defined for any tree.
 
-Synthetic candidates (:func:`perturbed_candidates`): the gold tree plus K-1 trees that each
+Synthetic candidates (`perturbed_candidates`): the gold tree plus K-1 trees that each
 re-attach a few words to other heads (kept projective), in shuffled order; reranking those is an
 easy synthetic task, not the paper's benchmark.
 """

@@ -1,13 +1,13 @@
 """Word-by-word surprisal and the perplexity of a text under a language model, and LM-Zoo's
 surprisal table (the format SyntaxGym and psycholinguistic studies read).
 
-- :func:`word_log_probs`: each sentence read alone, as the syntactic evaluation reads it
-  (:func:`treernn.evaluation.syneval.sentence_log_probs`): after ``<eos>``, from a fresh state, in
+- `word_log_probs`: each sentence read alone, as the syntactic evaluation reads it
+  (`treernn.evaluation.syneval.sentence_log_probs`): after ``<eos>``, from a fresh state, in
   eval mode; ``log p(w_i | <eos> w_1 .. w_{i-1})`` of every word and of the closing ``<eos>``.
-- :func:`stream_perplexity`: a text as the PTB test split is read: one stream of the lines'
+- `stream_perplexity`: a text as the PTB test split is read: one stream of the lines'
   words, each line closed by ``<eos>``, the state carried over ``bptt``-token segments (batch 1,
   the first word unpredicted), ``exp`` of the mean negative log-likelihood.
-- :func:`write_surprisal_table`: LM-Zoo's ``get-surprisals`` output: a header line
+- `write_surprisal_table`: LM-Zoo's ``get-surprisals`` output: a header line
   ``sentence_id token_id token surprisal``, then one row per token, tab-separated, ids from 1,
   the token as the model read it (``<unk>`` for a word outside the vocabulary) and the sentence's
   closing ``<eos>`` as its last row, surprisal ``-log2 p`` in bits.
@@ -110,7 +110,7 @@ def write_surprisal_table(rows: Sequence[Sequence[tuple[str, float]]], out: Text
 
 
 def read_surprisal_table(path: str | Path) -> list[list[tuple[str, float]]]:
-    """The rows of a table :func:`write_surprisal_table` wrote (or LM-Zoo's), by sentence."""
+    """The rows of a table `write_surprisal_table` wrote (or LM-Zoo's), by sentence."""
     sentences: dict[int, list[tuple[str, float]]] = {}
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     for line in lines[1:]:

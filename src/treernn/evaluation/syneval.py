@@ -1,6 +1,6 @@
 """Targeted syntactic evaluation (Marvin & Linzen 2018) of a language model, grouped like the
 ON-LSTM paper's Table 3: the evaluation that ``python -m treernn syneval`` and the test-time
-callback :class:`~treernn.callbacks.syneval.SynEvalCallback` both run.
+callback `treernn.callbacks.syneval.SynEvalCallback` both run.
 
 Each test case is a set of minimal pairs, a grammatical and an ungrammatical sentence (NPI cases are
 triples: grammatical, intrusive licensor, ungrammatical). A pair is right when the grammatical
@@ -18,13 +18,13 @@ the LM_syneval pickles, ``{condition: [[grammatical, ungrammatical(, ungrammatic
 ``current`` is what LM_syneval's ``make_templates.py`` generates, the set ON-LSTM evaluated on (its
 footnote 2); ``EMNLP2018`` is the set of Marvin & Linzen's paper.
 
-Metrics (:func:`syneval_metrics`; accuracies in %): ``<prefix>/<case key>`` per Table 3 row over all
+Metrics (`syneval_metrics`; accuracies in %): ``<prefix>/<case key>`` per Table 3 row over all
 its pairs and ``<prefix>_known/<case key>`` over its known pairs (absent for a case with none);
 ``<prefix>/short_term`` and ``<prefix>/long_term`` (and ``<prefix>_known/...``), the unweighted
 mean over the rows of each group, which is how Table 3 is read ("ON-LSTM performs better on the
 long-term dependency cases, while the baseline LSTM fares better on the short-term ones": paper
 means 69.5 / 78.5 short-term and 51.7 / 51.3 long-term for ON-LSTM / LSTM). The case keys are
-:attr:`TestCase.key`.
+`TestCase.key`.
 """
 
 from __future__ import annotations
@@ -456,7 +456,7 @@ def _percent(value: float | None) -> str:
 
 def group_means(result: SynEvalResult, known: bool = False) -> dict[str, float]:
     """The unweighted mean accuracy over the rows of each group of Table 3 (rows without a pair
-    left out), by :data:`GROUP_KEYS` name."""
+    left out), by `GROUP_KEYS` name."""
     by_group: dict[str, list[float]] = {}
     for case_result in result.cases:
         accuracy = case_result.known_accuracy if known else case_result.accuracy

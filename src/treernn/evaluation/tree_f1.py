@@ -1,9 +1,9 @@
 """Induced trees of a classification batch against its gold trees (logic, ListOps): which rows
 to score, the trees a task's evaluation pass induces, and the per-layer bracket F1 they add up to.
 
-Used by :class:`~treernn.callbacks.tree_f1.TreeF1Callback` during training, and
-:func:`tree_f1_from_checkpoint` scores a checkpoint for ``python -m treernn report tree-f1``.
-The tree work itself (induction from a tree signal, spans, F1) is :mod:`treernn.parsing`'s; this
+Used by `treernn.callbacks.tree_f1.TreeF1Callback` during training, and
+`tree_f1_from_checkpoint` scores a checkpoint for ``python -m treernn report tree-f1``.
+The tree work itself (induction from a tree signal, spans, F1) is `treernn.parsing`'s; this
 module joins it to a task and a batch.
 """
 

@@ -1,9 +1,9 @@
 """Scoring dependency trees with a trained dependency language model: what MSR sentence
-completion (:mod:`~treernn.evaluation.completion`), k-best reranking
-(:mod:`~treernn.evaluation.reranking`) and their EWT stand-ins
-(:mod:`~treernn.evaluation.ewt_standins`) share.
+completion (`treernn.evaluation.completion`), k-best reranking
+(`treernn.evaluation.reranking`) and their EWT stand-ins
+(`treernn.evaluation.ewt_standins`) share.
 
-The model is a :class:`~treernn.tasks.dependency_lm.DependencyLanguageModel` (or anything with its
+The model is a `treernn.tasks.dependency_lm.DependencyLanguageModel` (or anything with its
 ``vocab``, ``hparams`` (``lowercase``, ``replace_numbers``) and ``sentence_log_probs(batch)``): a
 tree model gives log P(S|T) over the breadth-first tree, a sequential LSTM log P(S) of the same
 words, so a sequential model scores every tree of one sentence alike.
@@ -86,7 +86,7 @@ def read_conll(
     max_length: int | None = None,
 ) -> tuple[list[DependencyTree], ReadReport]:
     """``read_dependency_file`` (trees and its report), with one
-    :class:`~treernn.errors.DataError` naming the file (and sentence) that cannot be used."""
+    `treernn.errors.DataError` naming the file (and sentence) that cannot be used."""
     if not Path(path).is_file():
         raise DataError(f"{path}: no such CoNLL-U file")
     try:

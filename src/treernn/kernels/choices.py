@@ -1,10 +1,10 @@
 """What the fast kernels chose, as part of the run that used it.
 
 The kernels choose GEMM backends, loop placements and precisions per shape by short timing
-probes (:func:`treernn.kernels.gemm.kept_choice`). The candidates agree to float rounding only,
+probes (`treernn.kernels.gemm.kept_choice`). The candidates agree to float rounding only,
 so a choice changes a run's numbers in their last digits: a run resumed with another choice than
 it started with does not end where it would have ended uninterrupted. A choice is therefore part
-of the run. When a kernel asks for one, :func:`choose` looks, in this order, at
+of the run. When a kernel asks for one, `choose` looks, in this order, at
 
 1. the run's record, ``<run dir>/.hydra/kernel_choices.json`` beside the run's composed config
    (written as each choice is made: a resumed run, however it stopped, uses what it used
@@ -21,8 +21,8 @@ for the first one's choice rather than probe the same shape beside it), and writ
 to all three. The run's record is written by the process that writes the run directory (rank
 zero); the other ranks of a DDP run read it and share the machine's cache and lock.
 
-Probing is bounded: a run spends at most :data:`RUN_BUDGET` seconds probing
-(``TREERNN_PROBE_SECONDS``; ``0`` probes nothing), a probe at most :data:`PROBE_BUDGET` of them
+Probing is bounded: a run spends at most `RUN_BUDGET` seconds probing
+(``TREERNN_PROBE_SECONDS``; ``0`` probes nothing), a probe at most `PROBE_BUDGET` of them
 (a fifth of a larger budget).
 A shape asked for once the run's budget is spent takes the kernel's safe default (fp32, aten's
 products, the projection over all steps, the compiled recurrence), recorded with the run but not
@@ -153,7 +153,7 @@ def attach(
 
 def detach() -> None:
     """No run: choices come from the machine's cache and probes only (tests, a notebook, a
-    benchmark), each probe within :data:`PROBE_BUDGET`, with no budget for all of them."""
+    benchmark), each probe within `PROBE_BUDGET`, with no budget for all of them."""
     _STATE.reads, _STATE.writes, _STATE.shared, _STATE.used = [], [], [], {}
     _STATE.spent, _STATE.attached = 0.0, False
     for forget in _FORGET:
@@ -166,7 +166,7 @@ def used() -> dict[str, tuple[str, str]]:
 
 
 def run_budget() -> float:
-    """The seconds of probing a run may spend (:data:`BUDGET_ENV`, else :data:`RUN_BUDGET`)."""
+    """The seconds of probing a run may spend (`BUDGET_ENV`, else `RUN_BUDGET`)."""
     value = os.environ.get(BUDGET_ENV, "")
     if not value.strip():
         return RUN_BUDGET
@@ -334,7 +334,7 @@ def _locked(paths: list[Path]) -> Iterator[None]:
     """Exclusive locks on ``.<name>.lock`` beside each of ``paths`` not already held by this
     process, taken in a fixed order (the sweep's, then the machine's) so that two processes
     never wait for each other. A lock that cannot be created (a read-only directory) or is held
-    longer than :data:`LOCK_WAIT` is gone on without."""
+    longer than `LOCK_WAIT` is gone on without."""
     taken: list[Path] = []
     try:
         for path in paths:

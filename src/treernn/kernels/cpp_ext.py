@@ -1,6 +1,6 @@
 """C++ extensions of the encoders, compiled on first use.
 
-:func:`load_extension` compiles ``csrc/<name>.cpp`` (shipped with the package) with
+`load_extension` compiles ``csrc/<name>.cpp`` (shipped with the package) with
 ``torch.utils.cpp_extension.load`` the first time a process asks for it, and returns the module,
 or None where it cannot be had; the caller then runs its torch-ops path, which computes the same
 numbers more slowly. Builds are kept in ``$TREERNN_CACHE_DIR/cpp_ext/<torch version>/``

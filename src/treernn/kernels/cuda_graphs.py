@@ -7,14 +7,14 @@ once and replays them in one launch: on an H200 the paper-size stack, with the p
 trained at 45,900 tokens/s through these graphs against 10,100 eagerly (4.5x), and the small
 one at 201,000 against 48,900 (``docs/recurrence_speed.md`` as of 8148193).
 
-:func:`run` runs a loop function through a graph kept per key (the loop's name and the shapes,
+`run` runs a loop function through a graph kept per key (the loop's name and the shapes,
 dtypes and options of its call). Each graph owns static copies of the call's tensors: a call
 copies its tensors in, replays, and copies the loop's results back out into the caller's own
 tensors (and clones what the loop returns), so nothing a caller holds is ever overwritten by a
 later replay, whichever graph, layer or call it comes from. The copies cost microseconds against
 the milliseconds of launches they save. A key is captured the second time it is seen (a shape
 seen once, such as a short last batch, runs eagerly). The graphs' static tensors are kept under
-:data:`MEMORY_FRACTION` of the device's memory (``TREERNN_CUDA_GRAPHS_MEMORY``; AWD-LSTM's random
+`MEMORY_FRACTION` of the device's memory (``TREERNN_CUDA_GRAPHS_MEMORY``; AWD-LSTM's random
 sequence lengths make 50-100 keys at the paper's size, about 100 MB each), least recently used
 out first; all graphs share one memory pool per device.
 

@@ -8,7 +8,7 @@ on the CPU (and on the shape): MKL's (``torch.ops.mkl._mkl_linear``) and oneDNN'
 package adds its own (``treernn``: the register-tiled AVX-512 / AVX512-BF16 / AVX2 micro-kernels
 of ``csrc/packed_gemm.h``, and its AMX tile kernel for bf16 where the CPU has AMX), which the
 ON-LSTM recurrence also calls from C++ for a whole sequence at a time, with no call back into
-Python per step. :class:`PackedLinear` packs a weight once
+Python per step. `PackedLinear` packs a weight once
 for one backend and then computes ``x @ weight.T`` (optionally plus an added tensor) per step.
 
 Backends (the ``gemm_backend`` option of the encoders, or the environment variable
@@ -19,7 +19,7 @@ Backends (the ``gemm_backend`` option of the encoders, or the environment variab
   hundred products, within a time budget) the first time the shape is seen on this machine,
   logged (``treernn.kernels.gemm``) and kept in ``$TREERNN_CACHE_DIR/gemm_backends.json``
   (default ``~/.cache/treernn``) by CPU model, shape, dtype, threads and torch version, and in
-  the record of the run that asked (:mod:`treernn.kernels.choices`). Keeping the choice makes it
+  the record of the run that asked (`treernn.kernels.choices`). Keeping the choice makes it
   once per machine, not once per run, and recording it with the run makes a resumed run (or a
   sweep's later job) use what it used before: the same seed gives the same numbers, however
   busy the machine was when a probe ran. Delete the file to probe again;
@@ -28,11 +28,11 @@ Backends (the ``gemm_backend`` option of the encoders, or the environment variab
   loops against the float64 reference that way);
 * ``"aten"``: plain ``torch.addmm`` (no packing).
 
-Weight gradients (``grad.T @ inputs`` over all rows of a call, :func:`weight_gradient`) are
+Weight gradients (``grad.T @ inputs`` over all rows of a call, `weight_gradient`) are
 probed the same way between oneDNN (on a tiled transposed copy of ``grad``) and aten's ``mm``; on
 CPUs where MKL does not use AVX-512 (AMD), oneDNN's is about 1.5x faster there.
 
-Precision (:func:`product_dtype`): under ``torch.autocast`` with bf16 (Lightning's
+Precision (`product_dtype`): under ``torch.autocast`` with bf16 (Lightning's
 ``precision="bf16-mixed"``) a recurrence runs a product in bf16 (fp32 accumulation, fp32 result)
 only where a probe on this machine finds the bf16 product, casts included, at least 10% faster
 than the fp32 one at that product's shape; otherwise in fp32, said in one log line per model.
@@ -135,7 +135,7 @@ def resolve(
 ) -> str:
     """The backend that runs (batch, in_features) x (in_features, out_features) products.
 
-    ``requested`` is a :data:`BACKENDS` name; ``"auto"`` defers to ``TREERNN_GEMM_BACKEND`` when
+    ``requested`` is a `BACKENDS` name; ``"auto"`` defers to ``TREERNN_GEMM_BACKEND`` when
     it is set, else to a probe (cached per shape). A forced backend that cannot run this device
     and dtype falls back to ``aten``.
     """
@@ -161,7 +161,7 @@ def kept_choice(
     """The choice for ``key`` on ``device``, one of ``usable``: this process's, else the one the
     run recorded (a resumed run, a sweep's job), else the machine's, else ``probe()``'s within
     the run's probing budget, else ``default`` (the last of ``usable`` unless given: aten,
-    fp32, the projection over all steps), see :mod:`treernn.kernels.choices`. The choice's name
+    fp32, the projection over all steps), see `treernn.kernels.choices`. The choice's name
     lists ``usable`` too: a backend added later (or one that now builds) is probed, not passed
     over."""
     process_key = (*key, device.type, *usable)
@@ -187,7 +187,7 @@ def remembered(key: tuple, decide: Callable[[], str]) -> str:
 def machine_busy() -> str | None:
     """Why a probe just taken may not speak for this machine (more runnable processes than CPUs:
     a 1-minute load average above the CPU count plus one half), or None. The choice is kept all
-    the same, noted as taken under load (:mod:`treernn.kernels.choices`)."""
+    the same, noted as taken under load (`treernn.kernels.choices`)."""
     try:
         load = os.getloadavg()[0]
     except OSError:
@@ -227,10 +227,10 @@ def cpu_name(cpuinfo: str) -> str:
 
 #: the probes' revision, part of every kept choice's key: a choice kept by a probe since found
 #: wrong is probed again, not reused (2: probes ran under the caller's autocast, see
-#: :func:`time_in_turns`; 3: Ordered Memory's loop was probed with full rows only, see
+#: `time_in_turns`; 3: Ordered Memory's loop was probed with full rows only, see
 #: ``OrderedMemoryRecurrence.precision_runs``; 4: the ``treernn`` backend's bf16 products run on
 #: AMX's tiles where the CPU has them, 3-6x faster than before there; 5: the level-batched tree
-#: encoders' bf16 products run on rounded rows, :func:`rounded_rows_linear`; 6: the ``treernn``
+#: encoders' bf16 products run on rounded rows, `rounded_rows_linear`; 6: the ``treernn``
 #: backend's float32 products run four panels at a time, ``tile_quad`` in csrc/packed_gemm.h;
 #: 7: its AVX2 tiles keep their accumulators in registers, 1.3-2.7x faster on an AMD Zen 3; 8: they
 #: prefetch the weight and run a step's deep products in blocks of k, 1.3-1.4x there)
@@ -239,7 +239,7 @@ PROBES_REVISION = 8
 
 def _machine_key(batch, in_features, out_features, dtype, threads, device_type="cpu") -> str:
     """The name of a choice: the machine, the shape, the threads and torch's version (the
-    machine's cache adds :data:`PROBES_REVISION`, a run's record does not: a run resumed under
+    machine's cache adds `PROBES_REVISION`, a run's record does not: a run resumed under
     a newer revision of the probes keeps what it chose)."""
     machine = _cpu_model() if device_type == "cpu" else _accelerator_model(device_type)
     return (
@@ -292,7 +292,7 @@ def time_in_turns(
     With ``give_up``, a product whose warm-up call takes over ``give_up`` times the first's is
     timed by that call alone (a bf16 product 50-100x slower than fp32 is not worth more rounds).
 
-    Within a probe (:func:`treernn.kernels.choices.probe_deadline`) the timing ends by the
+    Within a probe (`treernn.kernels.choices.probe_deadline`) the timing ends by the
     probe's deadline: fewer calls a round, fewer rounds, and where even the first calls run past
     it the products not yet called are left out and the probe is cut short (the run then takes
     the kernel's default, see there). On a busy 2-core machine the probes of the paper-size
@@ -347,7 +347,7 @@ def time_in_turns(
     return best
 
 
-#: rounds of calls :func:`time_in_turns` takes at most
+#: rounds of calls `time_in_turns` takes at most
 ROUNDS = 7
 
 
@@ -369,7 +369,7 @@ def _rates(seconds: dict[str, float], flops: float) -> str:
 
 
 class PackedLinear(PackedWeight):
-    """:class:`~treernn.kernels.gemm_backends.PackedWeight` on the backend :func:`resolve` picks
+    """`treernn.kernels.gemm_backends.PackedWeight` on the backend `resolve` picks
     for this shape (``backend="auto"``: probed once per shape and machine)."""
 
     def __init__(
@@ -400,20 +400,20 @@ def bf16_kernels(device: torch.device) -> bool:
 
 
 #: under bf16 autocast on the CPU, products whose row count changes from call to call are run
-#: on rows rounded up to a multiple of this (:func:`rounded_rows_linear`)
+#: on rows rounded up to a multiple of this (`rounded_rows_linear`)
 ROW_MULTIPLE = 16
 
 
 def autocast_row_multiple(device: torch.device) -> int:
-    """:data:`ROW_MULTIPLE` where ``torch.autocast`` runs products in bf16 on the CPU here (they
+    """`ROW_MULTIPLE` where ``torch.autocast`` runs products in bf16 on the CPU here (they
     go to oneDNN, which builds a kernel per new shape), else 1."""
     return ROW_MULTIPLE if device.type == "cpu" and bf16_requested(device) else 1
 
 
 def rounding(rows: int, device: torch.device) -> int:
-    """What :func:`rounded_rows_linear` rounds ``rows`` up to a multiple of: 1 where
-    :func:`autocast_row_multiple` is 1; else :data:`ROW_MULTIPLE`, or for more rows 1/8 of
-    :func:`rows_bucket`'s power of two (at most 8 shapes an octave; at most 1/8 of the rows
+    """What `rounded_rows_linear` rounds ``rows`` up to a multiple of: 1 where
+    `autocast_row_multiple` is 1; else `ROW_MULTIPLE`, or for more rows 1/8 of
+    `rows_bucket`'s power of two (at most 8 shapes an octave; at most 1/8 of the rows
     added)."""
     multiple = autocast_row_multiple(device)
     if multiple == 1:
@@ -424,7 +424,7 @@ def rounding(rows: int, device: torch.device) -> int:
 def rounded_rows_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)``; under bf16 autocast on the CPU computed on the rows of ``x``
     (all dimensions but the last, flattened) padded with zero rows to a multiple of
-    :func:`rounding`'s, the extra rows dropped (their gradients are zero).
+    `rounding`'s, the extra rows dropped (their gradients are zero).
 
     oneDNN, which runs autocast's bf16 products on the CPU, JIT-compiles a kernel for every new
     product shape (about 1-3 ms on an Intel Xeon with AMX) and keeps the last 1,024. A tree
@@ -450,11 +450,11 @@ def decided_linear(
     Plain ``nn.Linear`` follows autocast whatever the machine: on a CPU without bf16 GEMM
     kernels (an AMD Zen 3, AVX2 only) torch then runs the product on a reference loop, and the
     PTB language model's tied decoder made a bf16-mixed training step 6x slower than fp32 at the
-    paper size and 30x at the small one. Here :func:`product_dtype` times this product (at
-    :func:`rows_bucket` rows, forward and, with autograd on, backward) under bf16 autocast
+    paper size and 30x at the small one. Here `product_dtype` times this product (at
+    `rows_bucket` rows, forward and, with autograd on, backward) under bf16 autocast
     against fp32, once per shape and machine, and where bf16 is not at least 10% faster the
     product runs as with precision=32 (autocast off; the first such decision of ``model`` is
-    logged). Where it pays, the rows are rounded as :func:`rounded_rows_linear` rounds them."""
+    logged). Where it pays, the rows are rounded as `rounded_rows_linear` rounds them."""
     if not bf16_requested(x.device):
         return F.linear(x, weight, bias)
     rows = x.numel() // max(1, x.size(-1))
@@ -472,7 +472,7 @@ def decided_linear(
 def _linear_runs(
     rows: int, weight: Tensor, bias: Tensor | None, training: bool
 ) -> tuple[dict[str, Callable[[], object]], float]:
-    """The runs :func:`decided_linear` times: the product on ``rows`` random rows in fp32 and
+    """The runs `decided_linear` times: the product on ``rows`` random rows in fp32 and
     under bf16 autocast (none on a CPU without oneDNN's bf16 kernels), with the gradients of the
     input and the weight when ``training`` (returned, not accumulated)."""
     device = weight.device
@@ -504,11 +504,11 @@ def product_dtype(
     runs: Callable[[], tuple[dict[str, Callable[[], object]], float]] | None = None,
 ) -> torch.dtype | None:
     """The dtype a recurrence runs its (batch, in_features) x (in_features, out_features)
-    products in: bf16 under bf16 autocast where :func:`bf16_pays` at this shape (with ``runs``:
+    products in: bf16 under bf16 autocast where `bf16_pays` at this shape (with ``runs``:
     timing what ``runs()`` returns, see there), None (fp32, the inputs' dtype) otherwise: without
     autocast, under fp16 autocast (``16-mixed``: the recurrences keep fp32, as fp16 products of a
     long recurrence can overflow), and where bf16 is not faster here. The decision is recorded in
-    :data:`DECISIONS` under (``model``, ``product``, shape); the first fp32 one of each ``model``
+    `DECISIONS` under (``model``, ``product``, shape); the first fp32 one of each ``model``
     under bf16-mixed is logged, with the probe's figures. Gates, states, tree signals and
     accumulations stay fp32 either way."""
     if not bf16_requested(device):
@@ -542,13 +542,13 @@ def bf16_pays(
     label: str = "",
 ) -> bool:
     """Whether a (batch, in_features) x (in_features, out_features) product with fp32 operands
-    runs at least 1 / :data:`BF16_MARGIN` times as fast in bf16 (operands cast to bf16, result in
+    runs at least 1 / `BF16_MARGIN` times as fast in bf16 (operands cast to bf16, result in
     fp32, as the recurrences run it) as in fp32, each on its fastest backend here; or, given
     ``runs`` (returning {"float32": run, "bfloat16": run} and the FLOPs of one run; no
     "bfloat16" where it cannot run here), whether the bf16 run is that much faster: a model's
     own loop, e.g. a recurrence of some steps, where its products alone would not tell (oneDNN's
     bf16 LSTM, a loop that packs its weight). Probed once per shape and ``label`` and kept like
-    the backends (:func:`resolve`). False on devices other than CPU and CUDA."""
+    the backends (`resolve`). False on devices other than CPU and CUDA."""
     if device.type not in ("cpu", "cuda"):
         return False
     key = _precision_key(batch, in_features, out_features, label)
@@ -607,7 +607,7 @@ def weight_gradient(
 ) -> Tensor:
     """``grad.T @ inputs``: the (N, K) weight gradient of a linear map from its (R, N) output
     gradients and (R, K) inputs, summed over all R rows at once, on the backend probed for this
-    product (:func:`resolve_weight_gradient`); with ``dtype`` (bf16 under bf16-mixed) the
+    product (`resolve_weight_gradient`); with ``dtype`` (bf16 under bf16-mixed) the
     product runs in it and the result comes back in ``grad``'s dtype."""
     rows, out_features = grad.shape
     in_features = inputs.size(1)
@@ -627,8 +627,8 @@ def resolve_weight_gradient(
     device: torch.device,
     dtype: torch.dtype,
 ) -> str:
-    """The backend of :func:`weight_gradient` (``onednn`` or ``aten``): as :func:`resolve`,
-    probed at :func:`rows_bucket` rows; ``mkl`` and ``treernn`` have no such product, and where
+    """The backend of `weight_gradient` (``onednn`` or ``aten``): as `resolve`,
+    probed at `rows_bucket` rows; ``mkl`` and ``treernn`` have no such product, and where
     they are asked for the choice is probed as for ``auto``."""
     requested = requested_backend(requested)
     if requested in ("mkl", "treernn"):
@@ -695,8 +695,8 @@ def linear(
 ) -> Tensor:
     """``F.linear(x, weight, bias)`` for one large product over all rows of ``x`` (e.g. the input
     projection of every step of a sequence at once), forward and input gradient on the backend
-    chosen for the shape (:func:`resolve`, probed at :func:`rows_bucket` rows; the weight packed
-    once per call), the weight gradient by :func:`weight_gradient`. With ``dtype`` (bf16 under
+    chosen for the shape (`resolve`, probed at `rows_bucket` rows; the weight packed
+    once per call), the weight gradient by `weight_gradient`. With ``dtype`` (bf16 under
     bf16-mixed) the three products run in it, with fp32 results and the bias added in fp32. Where
     the backend is aten and no dtype is asked for (float64, CUDA, a probe that finds aten
     fastest) this is ``F.linear`` itself."""
@@ -714,7 +714,7 @@ def input_gradient(
 ) -> Tensor:
     """``grad @ weight``: the (R, K) input gradient of a linear map with weight (N, K) from its
     (R, N) output gradients, one product on the backend chosen for that shape (probed at
-    :func:`rows_bucket` rows; in ``dtype`` when given, the result in ``grad``'s dtype)."""
+    `rows_bucket` rows; in ``dtype`` when given, the result in ``grad``'s dtype)."""
     rows, out_features = grad.shape
     chosen = resolve(
         backend, rows_bucket(rows), out_features, weight.size(1), grad.device, dtype or grad.dtype
@@ -723,7 +723,7 @@ def input_gradient(
 
 
 class _Linear(torch.autograd.Function):
-    """:func:`linear` off aten or in another dtype: the backward's input gradient on the backend
+    """`linear` off aten or in another dtype: the backward's input gradient on the backend
     chosen for its own shape (rows x out_features) @ (out_features x in_features)."""
 
     @staticmethod

@@ -1,7 +1,7 @@
 """The libraries a recurrence's small matrix products can run on, and one product on a named
 library: whether MKL's, oneDNN's and this package's packed GEMMs (``csrc/packed_gemm.cpp``) run
-here, a weight packed once for one of them (:class:`PackedWeight`), and a weight gradient on one
-of them (:func:`weight_gradient_on`). Which library a shape gets is :mod:`treernn.kernels.gemm`'s
+here, a weight packed once for one of them (`PackedWeight`), and a weight gradient on one
+of them (`weight_gradient_on`). Which library a shape gets is `treernn.kernels.gemm`'s
 business (probes, the kept choices, precision).
 """
 
@@ -60,7 +60,7 @@ def treernn_available(dtype: torch.dtype) -> bool:
 
 class PackedWeight:
     """``x @ weight.T`` and ``added + x @ weight.T`` for many (batch, K) blocks ``x`` and one
-    weight (N, K), with the weight packed once for ``backend`` (a name; :class:`gemm.PackedLinear`
+    weight (N, K), with the weight packed once for ``backend`` (a name; `gemm.PackedLinear`
     chooses it).
 
     Build one per recurrence call (DropConnect gives each call its own weight). The weight is used

@@ -1,25 +1,25 @@
 """The fast ON-LSTM recurrence (``ONLSTMEncoder(impl="fast")``, the default): the same numbers as
-:func:`treernn.encoders.onlstm.reference_recurrence`, one autograd node per layer and call.
+`treernn.encoders.onlstm.reference_recurrence`, one autograd node per layer and call.
 
-Read :mod:`treernn.encoders.onlstm` first: it has the equations and the readable cell. This module
+Read `treernn.encoders.onlstm` first: it has the equations and the readable cell. This module
 only makes them fast:
 
 * the input projection (with both biases, which are constant over time) is one product for the
   whole sequence, done by the caller;
 * the forward loop writes every step into preallocated buffers;
-* the per-step products run on the GEMM backend of :mod:`treernn.kernels.gemm` (on x86 CPUs
+* the per-step products run on the GEMM backend of `treernn.kernels.gemm` (on x86 CPUs
   MKL's or oneDNN's packed GEMM, whichever is faster here at the shape; the weight is packed once
   per call), ``aten`` elsewhere (CUDA, float64);
 * on CPU in float32 and float64 all the elementwise work of a step (softmaxes and cumsums of the
   master gates, gate nonlinearities, the new cell and hidden state, the step mask; in the
   backward pass everything from the incoming gradients to the pre-activation gradients) is one
   call of a compiled kernel (``csrc/onlstm_step.cpp``, built on first use by
-  :mod:`treernn.kernels.cpp_ext`) instead of about twenty small torch ops, whose dispatch cost
+  `treernn.kernels.cpp_ext`) instead of about twenty small torch ops, whose dispatch cost
   more than their arithmetic. Elsewhere (CUDA, bf16), without a compiler, or with
   ``TREERNN_CPP_EXT=0``, the torch-ops steps run; they are tested equal. In float32 the kernel's
   exp and tanh are its own (within a few ulp of torch's), so the two paths agree to float32
   rounding, not bit for bit;
-* the backward pass (:class:`ONLSTMRecurrence`, written by hand) walks the steps once in reverse
+* the backward pass (`ONLSTMRecurrence`, written by hand) walks the steps once in reverse
   and computes the recurrent weight gradient as one (G, T*B) x (T*B, H) product instead of one
   rank-B update per step. The torch-ops path first computes everything that does not depend on
   the incoming gradient for all steps at once; the kernel recomputes it per step from the saved
@@ -27,7 +27,7 @@ only makes them fast:
 
 Without autograd (``torch.no_grad``, parsing, evaluation) the forward loop saves nothing. On the
 ``treernn`` backend the encoder runs the input projection inside the loop instead
-(:mod:`treernn.kernels.onlstm_projected`), which shares this module's buffers and backward walk.
+(`treernn.kernels.onlstm_projected`), which shares this module's buffers and backward walk.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _torch_forward_steps(
     step_mask: Tensor | None,
     chunk_size: int,
 ) -> None:
-    """The steps of :func:`_fast_forward` in torch ops (any device and dtype), writing into its
+    """The steps of `_fast_forward` in torch ops (any device and dtype), writing into its
     buffers: hs, cs (T + 1, B, H), outputs (T, B, H), cumaxes (T, B, 2, n), and activations
     (T, B, G) and tanh_cells (T, B, H) when saving for backward, else the (B, G) gates_buffer."""
     steps, batch, _ = input_gates.shape
@@ -124,7 +124,7 @@ def _graphed_forward_steps(
     gemm_backend: str,
     product_dtype: torch.dtype | None,
 ) -> None:
-    """:func:`_torch_forward_steps` replayed from a CUDA graph (:mod:`cuda_graphs`), writing the
+    """`_torch_forward_steps` replayed from a CUDA graph (`cuda_graphs`), writing the
     same buffers."""
     hs, cs, outputs, cumaxes, activations, tanh_cells, gates_buffer = buffers
     batch = input_gates.size(1)
@@ -154,7 +154,7 @@ def _graphed_backward_steps(
     gemm_backend: str,
     product_dtype: torch.dtype | None,
 ) -> tuple[Tensor, Tensor]:
-    """:func:`_torch_backward_steps` replayed from a CUDA graph (:mod:`cuda_graphs`): fills
+    """`_torch_backward_steps` replayed from a CUDA graph (`cuda_graphs`): fills
     grad_gates (the last of ``gradients``) and returns the gradients of h0 and c0."""
     batch = buffers[0].size(1)
 
@@ -185,7 +185,7 @@ def _fused_forward_steps(
     step_mask: Tensor | None,
     chunk_size: int,
 ) -> None:
-    """:func:`_torch_forward_steps` with each step's elementwise work in one call of the compiled
+    """`_torch_forward_steps` with each step's elementwise work in one call of the compiled
     kernel (CPU, float32 or float64; the same buffers written with the same values)."""
     # Views unbound once: indexing per step would cost a view each time.
     gate_inputs, h_steps, c_steps, cumax_steps = (
@@ -231,10 +231,10 @@ def _fast_forward(
     kernel: ModuleType | None = None,
     product_dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Tensor]]:
-    """The forward loop of :class:`ONLSTMRecurrence`, writing every step into preallocated buffers.
+    """The forward loop of `ONLSTMRecurrence`, writing every step into preallocated buffers.
 
     input_gates: (T, B, G) already holding both biases; weight: (G, H); ``kernel`` the fused
-    per-step kernel (:func:`fused_kernel`) or None for the torch-ops steps; ``product_dtype`` the
+    per-step kernel (`fused_kernel`) or None for the torch-ops steps; ``product_dtype`` the
     dtype of the per-step products (bf16 under bf16-mixed; None: the inputs').
     Returns outputs (T, B, H), h_last, c_last (B, H), distances (T, B, 2) = (input, forget) and,
     when ``save_for_backward``, what the backward pass needs.
@@ -317,11 +317,11 @@ def cumax_distances(cumaxes: Tensor, step_mask: Tensor | None) -> Tensor:
 
 class ONLSTMRecurrence(torch.autograd.Function):
     """The ON-LSTM recurrence of one layer as one autograd node (the same numbers as
-    :func:`reference_recurrence`).
+    `reference_recurrence`).
 
     Inputs: input_gates (T, B, G) holding W_ih x + b_ih + b_hh, weight (G, H) the DropConnect-ed
     recurrent weight, h0 and c0 (B, H), step_mask (T, B) bool or None, then chunk_size,
-    gemm_backend (the per-step products' backend, :mod:`treernn.kernels.gemm`) and product_dtype
+    gemm_backend (the per-step products' backend, `treernn.kernels.gemm`) and product_dtype
     (bf16 under bf16-mixed, else None).
     Outputs: outputs (T, B, H), h_last, c_last (B, H), distances (T, B, 2) = (input, forget).
     """
@@ -465,7 +465,7 @@ def _torch_backward_steps(
     step_mask: Tensor | None,
     chunk_size: int,
 ) -> tuple[Tensor, Tensor]:
-    """The reverse walk of :meth:`ONLSTMRecurrence.backward` in torch ops (any device and dtype):
+    """The reverse walk of `ONLSTMRecurrence.backward` in torch ops (any device and dtype):
     fills grad_gates (T, B, G) and returns the gradients of h0 and c0, from the saved buffers,
     the output gradients, the distance gradients (T, B, 2) or None, and the gradients grad_h,
     grad_c (B, H) reaching the last state."""
@@ -574,7 +574,7 @@ def _fused_backward_steps(
     step_mask: Tensor | None,
     chunk_size: int,
 ) -> tuple[Tensor, Tensor]:
-    """:func:`_torch_backward_steps` with each step's elementwise work in one call of the
+    """`_torch_backward_steps` with each step's elementwise work in one call of the
     compiled kernel, which recomputes per step what the torch-ops path precomputes for all steps
     (less memory traffic). grad_h and grad_c are updated in place."""
     steps = activations.size(0)
@@ -616,10 +616,10 @@ def fast_recurrence(
     gemm_backend: str = "auto",
     product_dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The results of :func:`reference_recurrence`, computed by :class:`ONLSTMRecurrence` (or by
+    """The results of `reference_recurrence`, computed by `ONLSTMRecurrence` (or by
     its forward loop alone when no gradient is needed). ``input_gates`` (T, B, G) already holds
     the recurrent bias too (it is constant over time, so it folds into the input projection).
-    ``gemm_backend`` names the per-step products' backend (:mod:`treernn.kernels.gemm`);
+    ``gemm_backend`` names the per-step products' backend (`treernn.kernels.gemm`);
     ``product_dtype`` (bf16 under bf16-mixed) the dtype they run in, everything else staying in
     the inputs' dtype (fp32)."""
     needs_grad = torch.is_grad_enabled() and any(
@@ -661,12 +661,12 @@ def recurrence_backend(
     training: bool = False,
 ) -> str:
     """The GEMM backend of the per-step products. ``"auto"`` with the compiled kernel on CPU in
-    float32: the fastest here of :func:`gemm.candidates`, timed as the recurrence runs them (a
+    float32: the fastest here of `gemm.candidates`, timed as the recurrence runs them (a
     loop of a few steps: the ``treernn`` backend loops in C++, the others in Python with one
     product and one kernel call per step; forward only for inference, forward and backward for
     ``training``, each decided on its own: on an AMD Zen 5 at the paper's 1150 oneDNN's products
     win the forward loop and lose the training step), probed once per shape and kept like the
-    GEMM choices. Otherwise ``requested`` as it is (``"auto"``: :class:`PackedLinear` resolves it
+    GEMM choices. Otherwise ``requested`` as it is (``"auto"``: `PackedLinear` resolves it
     per product shape)."""
     requested = gemm.requested_backend(requested)
     steps, batch, num_gates = input_gates.shape
@@ -687,8 +687,8 @@ def recurrence_backend(
 
 #: steps of the loops the probes time (about a BPTT segment: the weight is packed once per call)
 PROBE_STEPS = 32
-#: fewer steps where a step's products exceed this many FLOPs over :data:`PROBE_STEPS` (but at
-#: least :data:`MIN_PROBE_STEPS`): at the paper's 1150 (batch 20) a probe of 32 training steps
+#: fewer steps where a step's products exceed this many FLOPs over `PROBE_STEPS` (but at
+#: least `MIN_PROBE_STEPS`): at the paper's 1150 (batch 20) a probe of 32 training steps
 #: took 21 GFLOP a call, seconds on 2 cores, and the packing the steps share is then small
 #: beside one step's products
 PROBE_FLOPS = 5e8
@@ -696,7 +696,7 @@ MIN_PROBE_STEPS = 4
 
 
 def probe_steps(batch: int, hidden: int, num_gates: int) -> int:
-    """The steps of a probe's loop at these sizes (:data:`PROBE_STEPS` but for large shapes)."""
+    """The steps of a probe's loop at these sizes (`PROBE_STEPS` but for large shapes)."""
     per_step = 2.0 * batch * hidden * num_gates
     return max(MIN_PROBE_STEPS, min(PROBE_STEPS, int(PROBE_FLOPS / max(per_step, 1.0))))
 
@@ -704,11 +704,11 @@ def probe_steps(batch: int, hidden: int, num_gates: int) -> int:
 def _probe_loop(
     batch, hidden, chunk_size, kernel, backend, product_dtype, training=False, device=gemm.CPU
 ):
-    """A forward loop of :func:`probe_steps` steps on random data (a closure) and its FLOPs;
+    """A forward loop of `probe_steps` steps on random data (a closure) and its FLOPs;
     ``training``: the recurrence's autograd node forward and backward (the gradients of the
     inputs and of the weight: three products per step's worth of FLOPs). The data come from a
     generator of their own: probing draws nothing from the run's random streams. The probes
-    time it through :func:`gemm.time_in_turns`, with autocast off, as the layer runs it (a probe
+    time it through `gemm.time_in_turns`, with autocast off, as the layer runs it (a probe
     asked inside a bf16-mixed forward would otherwise run the backward pass's products in bf16,
     and the compiled step refuse their state)."""
     num_gates = gate_count(hidden, chunk_size)
@@ -742,8 +742,8 @@ def precision_runs(
     device: torch.device = gemm.CPU,
     training: bool = False,
 ):
-    """For :func:`gemm.product_dtype`: the recurrence's forward loop with fp32 and with bf16
-    products, each on its own fastest backend (:func:`recurrence_backend`), to be timed against
+    """For `gemm.product_dtype`: the recurrence's forward loop with fp32 and with bf16
+    products, each on its own fastest backend (`recurrence_backend`), to be timed against
     each other. Off the CPU (a GPU, no compiled kernel): the torch-ops recurrence on ``device``
     as it will run, forward and backward for ``training``: at these sizes a GPU recurrence is
     bound by its kernel launches, and bf16 products add a cast per step each way, so that a
@@ -768,7 +768,7 @@ def precision_runs(
 
 def _own_loops(batch, hidden, chunk_size, device, training):
     """The torch-ops recurrence's loop on ``device`` with fp32 and with bf16 products, and the
-    FLOPs of one (see :func:`precision_runs`)."""
+    FLOPs of one (see `precision_runs`)."""
     loops = {}
     for name, dtype in (("float32", None), ("bfloat16", torch.bfloat16)):
         loops[name], flops = _probe_loop(

@@ -2,13 +2,13 @@
 backend: per step one product over [x_t | h_t] with [W_ih | W_hh] packed as one weight
 (``forward_sequence_projected`` and ``pack_projected`` in ``csrc/onlstm_step.cpp``), instead of
 a (T, B, G) projection over all steps written to memory and read back by
-:func:`treernn.kernels.onlstm.fast_recurrence`. Same numbers (tested against the projection
+`treernn.kernels.onlstm.fast_recurrence`. Same numbers (tested against the projection
 followed by the recurrence, results and gradients, in float64); the outputs come back
 batch-first as the kernel writes them.
 
 Which is faster depends on the shape and the machine, and so does how the threads share the
 loop (``loop``: each step's outputs split between them; ``rows``: each its own batch rows), so a
-probe decides per layer shape (:func:`projection_placement`). On a 2-core AMD Zen 4
+probe decides per layer shape (`projection_placement`). On a 2-core AMD Zen 4
 (``scripts/benchmark_recurrence.py``, ratios to nn.LSTM in one run, medians of five) it took one
 layer of 256 (batch 32, BPTT 35) from 0.74x to 0.93x in inference (0.95x with the encoder's
 one call per layer, ``infer_projected``) and from 0.90x to 0.97x in training; at the paper's
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 ENV_VAR = "TREERNN_ONLSTM_PROJECTION"
 PLACEMENTS = ("auto", "loop", "rows", "separate")
 IN_LOOP = ("loop", "rows")
-#: this process's probed placements (not those forced by :data:`ENV_VAR`), (batch, depth,
+#: this process's probed placements (not those forced by `ENV_VAR`), (batch, depth,
 #: hidden) -> one of loop, rows, separate (the benchmark prints them)
 DECISIONS: dict[tuple[int, int, int], str] = {}
 #: each placement in words
@@ -65,7 +65,7 @@ WHERE = {
 def projection_placement(
     batch: int, depth: int, hidden: int, chunk_size: int, kernel: ModuleType, dtype: torch.dtype
 ) -> str:
-    """``"loop"``, ``"rows"`` or ``"separate"`` (:data:`ENV_VAR`): where the input projection of a
+    """``"loop"``, ``"rows"`` or ``"separate"`` (`ENV_VAR`): where the input projection of a
     layer with these sizes runs on the ``treernn`` backend. ``TREERNN_ONLSTM_PROJECTION`` decides
     when set; otherwise float32 is probed once per shape and machine (kept like the GEMM
     choices). Float64 (the tests) takes the loop."""
@@ -100,10 +100,10 @@ def loop_placement(
     training: bool = False,
 ) -> str:
     """Where the input projection of a layer of these sizes runs (``loop``, ``rows`` or
-    ``separate``, as :func:`projection_placement`) when its products are the inputs' dtype:
-    inside the loop only on the ``treernn`` backend (:func:`recurrence_backend`, for
+    ``separate``, as `projection_placement`) when its products are the inputs' dtype:
+    inside the loop only on the ``treernn`` backend (`recurrence_backend`, for
     ``training`` or inference). Decided once per process, shape, mode and environment
-    (:func:`gemm.remembered`): the forward calls of a model ask it at every step of training and
+    (`gemm.remembered`): the forward calls of a model ask it at every step of training and
     inference."""
     env = tuple(os.environ.get(name) for name in (ENV_VAR, gemm.ENV_VAR, cpp_ext.ENV_VAR))
     key = ("ON-LSTM placement", batch, depth, hidden, chunk_size, dtype, device.type, gemm_backend)
@@ -129,7 +129,7 @@ def _decide_placement(
 
 
 def _probe_data(batch: int, depth: int, hidden: int, num_gates: int):
-    """A probe's random problem of :func:`probe_steps` steps, from a generator of its own (probing
+    """A probe's random problem of `probe_steps` steps, from a generator of its own (probing
     draws nothing from the run's random streams): inputs (T, B, D), W_ih, W_hh, a zero bias and
     a zero state."""
     generator = torch.Generator().manual_seed(0)
@@ -147,7 +147,7 @@ def _probe_data(batch: int, depth: int, hidden: int, num_gates: int):
 
 
 def _probe_placement(batch: int, depth: int, hidden: int, chunk_size: int, kernel) -> str:
-    """Times the placements on random data (forward loops of :func:`probe_steps` steps, the
+    """Times the placements on random data (forward loops of `probe_steps` steps, the
     weights packed per call as in training) and returns the fastest."""
     num_gates = gate_count(hidden, chunk_size)
     inputs, input_weight, recurrent_weight, bias, state = _probe_data(
@@ -191,11 +191,11 @@ def loop_precision_runs(
     placement: str,
     training: bool,
 ):
-    """For :func:`gemm.product_dtype`: a layer's loop with the projection inside it at
-    ``placement`` (``loop`` or ``rows``), over :func:`probe_steps` steps of random data, with
+    """For `gemm.product_dtype`: a layer's loop with the projection inside it at
+    ``placement`` (``loop`` or ``rows``), over `probe_steps` steps of random data, with
     fp32 and with bf16 products, as it runs in the mode: the one-call inference
-    (:func:`infer_in_loop`), or for ``training`` the autograd node's forward and backward
-    (:class:`ONLSTMProjectedRecurrence`, gradients of the inputs and both weights). Where the
+    (`infer_in_loop`), or for ``training`` the autograd node's forward and backward
+    (`ONLSTMProjectedRecurrence`, gradients of the inputs and both weights). Where the
     projection runs inside the loop it is no product of its own, so the layer's precision is
     decided once, on this loop: deciding the two products apart could ask one in bf16 and the
     other in fp32, which sends the layer down the slower separate path (a 2-core AMD Zen 4, one
@@ -252,20 +252,20 @@ def fast_projected_recurrence(
     recurrent_scale: float = 1.0,
     recurrent_bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """:func:`fast_recurrence` of the input projection ``inputs @ input_weight.T + bias``
+    """`fast_recurrence` of the input projection ``inputs @ input_weight.T + bias``
     (inputs (T, B, D), any strides; bias (G,), plus ``recurrent_bias`` if given) with the
     recurrent weight ``recurrent_weight * recurrent_scale`` (DropConnect in eval), from h0 and c0
     (B, H) (None: zeros), the same results.
 
     Where the per-step products run in fp32 (or float64) on the ``treernn`` backend with the
-    compiled kernel (:func:`recurrence_backend` picks it on CPUs where it is the fastest), the
+    compiled kernel (`recurrence_backend` picks it on CPUs where it is the fastest), the
     projection runs inside the step loop: one product per step over [x_t | h_t] with
     [W_ih | W_hh] packed as one weight, so that no (T, B, G) projection is written and read back,
     and a batch-first input is read where it lies; with gradients to compute as the autograd node
-    :class:`ONLSTMProjectedRecurrence`. So too where both products are asked in bf16
-    (:func:`in_loop_bf16`), at the place the fp32 probe chose. Otherwise (one product in bf16,
-    another backend, CUDA) the projection is one product over all steps (:func:`gemm.linear`, in
-    ``projection_dtype``) and :func:`fast_recurrence` runs on it.
+    `ONLSTMProjectedRecurrence`. So too where both products are asked in bf16
+    (`in_loop_bf16`), at the place the fp32 probe chose. Otherwise (one product in bf16,
+    another backend, CUDA) the projection is one product over all steps (`gemm.linear`, in
+    ``projection_dtype``) and `fast_recurrence` runs on it.
 
     Inference (nothing to differentiate) inside the loop is one call of the compiled
     ``infer_projected``: biases added, weights packed, zero states and buffers made there, only
@@ -349,8 +349,8 @@ def infer_in_loop(
     bf16: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Inference with the projection inside the loop in one call of the compiled
-    ``infer_projected`` (arguments as :func:`fast_projected_recurrence`'s; ``bf16``: its products
-    in bf16, see :func:`in_loop_bf16`). Returns the outputs batch-first (B, T, H), h_last, c_last
+    ``infer_projected`` (arguments as `fast_projected_recurrence`'s; ``bf16``: its products
+    in bf16, see `in_loop_bf16`). Returns the outputs batch-first (B, T, H), h_last, c_last
     (B, H) and the distances (T, B, 2) = (input, forget)."""
     return kernel.infer_projected(
         inputs, input_weight, recurrent_weight, recurrent_scale, bias, recurrent_bias, h0, c0,
@@ -385,11 +385,11 @@ def _projected_forward(
     own_rows: bool = False,
     save_for_backward: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
-    """The forward loop of :func:`fast_projected_recurrence` in one call of the compiled kernel
-    (``forward_sequence_projected``) with the packed [W_ih | W_hh] (:func:`_pack`); with
+    """The forward loop of `fast_projected_recurrence` in one call of the compiled kernel
+    (``forward_sequence_projected``) with the packed [W_ih | W_hh] (`_pack`); with
     ``own_rows`` each thread runs its own batch rows (the ``rows`` placement).
     Returns outputs (T, B, H), h_last, c_last (B, H), the distances (T, B, 2) = (input, forget)
-    and the buffers of :func:`forward_buffers` (what the backward pass reads when saving)."""
+    and the buffers of `forward_buffers` (what the backward pass reads when saving)."""
     steps, batch, _ = inputs.shape
     num_gates, hidden = bias.size(0), h0.size(1)
     buffers = forward_buffers(
@@ -410,8 +410,8 @@ def _projected_forward(
 
 
 class ONLSTMProjectedRecurrence(torch.autograd.Function):
-    """:class:`ONLSTMRecurrence` with the input projection inside its forward loop (the training
-    path of :func:`fast_projected_recurrence`): one product per step over [x_t | h_t] with
+    """`ONLSTMRecurrence` with the input projection inside its forward loop (the training
+    path of `fast_projected_recurrence`): one product per step over [x_t | h_t] with
     [W_ih | scale * W_hh] packed as one weight, the outputs written batch-first by the kernel.
     The backward pass walks the steps as ONLSTMRecurrence's does, then turns the pre-activation
     gradients into those of the inputs, W_ih and the bias with three products over all steps.
@@ -421,7 +421,7 @@ class ONLSTMProjectedRecurrence(torch.autograd.Function):
     chunk_size, gemm_backend (the products of the backward pass), recurrent_scale (the weight
     multiplied is recurrent_weight * recurrent_scale), own_rows (the ``rows`` placement) and
     product_dtype (bf16: every product of both passes in bf16 with float32 sums, as the
-    separate projection and :class:`ONLSTMRecurrence` run them under bf16-mixed).
+    separate projection and `ONLSTMRecurrence` run them under bf16-mixed).
     Outputs: outputs (T, B, H), h_last, c_last (B, H), distances (T, B, 2) = (input, forget).
     """
 

@@ -1,7 +1,7 @@
 """The optimised Ordered Memory recurrence (``OrderedMemoryEncoder(impl="fast")``, the default).
 
-Read :mod:`treernn.encoders.ordered_memory` first: it has the paper's equations and the readable
-Algorithm 1 (:meth:`~treernn.encoders.ordered_memory.OrderedMemoryRecurrence.reference_forward`).
+Read `treernn.encoders.ordered_memory` first: it has the paper's equations and the readable
+Algorithm 1 (`treernn.encoders.ordered_memory.OrderedMemoryRecurrence.reference_forward`).
 This module computes the same function (tests compare the two in float64) faster:
 
 * Only the slots that can be pointed at are computed. At the k-th token of a row at most
@@ -18,21 +18,21 @@ This module computes the same function (tests compare the two in float64) faster
   reading them (left padding) are a prefix of the batch and padded rows cost nothing; a padded
   step never changes a row's state, so left and right padding give the same results (with
   ``padding_mode=authors_left`` a shorter row's first token is scheduled as an ordinary step).
-* The per-slot products of the chain run on the GEMM backend of :mod:`treernn.kernels.gemm`
+* The per-slot products of the chain run on the GEMM backend of `treernn.kernels.gemm`
   (``gemm_backend``: MKL's or oneDNN's packed GEMM on x86 CPUs in fp32, whichever is faster here,
   the weights packed once per forward; plain ``addmm`` / ``mm`` on aten otherwise).
 * The cell's first layer is split into its ``left`` and ``right`` halves; the ``right`` half,
   which reads the memory, runs for all slots of a step as one matrix product.
 * The chain of eqs. (6)-(7) over a step's slots, which must run slot after slot, is one autograd
-  node (:func:`slot_chain`) with a hand-written backward pass: the forward loop writes each slot's
+  node (`slot_chain`) with a hand-written backward pass: the forward loop writes each slot's
   intermediates into preallocated buffers, the backward loop runs the slots in reverse with
   small, cache-resident operations, and the weight gradients of W_left, W2, b2 and the LayerNorm
   are computed once per step over all slots' rows (one matrix product each) instead of once per
-  slot. :func:`slot_chain_autograd` is the same chain with autograd's backward, the check on it.
+  slot. `slot_chain_autograd` is the same chain with autograd's backward, the check on it.
 * Between the chain's matrix products, the elementwise work of a slot (the ReLU layer, the gates,
   the mix, the LayerNorm and eq. 7 forward; their gradients backward) is one pass over each row
   in a compiled kernel (``csrc/om_chain.cpp``, built on first use by
-  :mod:`treernn.kernels.cpp_ext`) instead of about ten torch ops forward and fifteen backward;
+  `treernn.kernels.cpp_ext`) instead of about ten torch ops forward and fifteen backward;
   float32 and float64 on the CPU. Under bf16 products the state and this elementwise work stay
   fp32, so the kernels run it there too, all but the ReLU layer, which is bf16 (as autocast's)
   and stays on torch ops. The torch-ops path stays for CUDA, machines without a compiler and
@@ -46,7 +46,7 @@ weights cast once per forward, and the attention softmax, gates, LayerNorms, mem
 outputs stay in fp32 (the outputs are fp32). As with autocast's linear layers, the cell's ReLU
 layer and the right half of its first layer are bf16, and so is the cell's hidden dropout mask
 (1 / keep rounded to bf16). Where bf16 products are not faster than fp32 ones on the machine (a
-probe at the cell's shape, :func:`treernn.kernels.gemm.product_dtype`: CPUs without bf16
+probe at the cell's shape, `treernn.kernels.gemm.product_dtype`: CPUs without bf16
 instructions, where they are 50-100x slower, and CPUs whose bf16 instructions are no faster than
 their fp32 FMA units) the recurrence keeps fp32 products under bf16-mixed (logged once): the
 result is the fp32 one.
@@ -54,7 +54,7 @@ result is the fp32 one.
 Names: ``gemm_dtype`` is the dtype of the matrix products (bf16 under bf16-mixed, else the
 state's); ``*_gemm`` tensors are weights cast to it; ``window`` is the number of slots a step
 works on and ``window_start = N - window`` the first of them; ``active`` the number of rows that
-read a token at a step; in :func:`slot_chain`, ``rows`` x ``width`` are those two counts.
+read a token at a step; in `slot_chain`, ``rows`` x ``width`` are those two counts.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ from treernn.kernels.ordered_memory_chain import (  # noqa: F401 (tests patch th
 def product_dtype(x: Tensor, hidden_size: int, runs=None) -> torch.dtype | None:
     """The dtype of the recurrence's matrix products: bf16 under ``torch.autocast`` with bf16
     (bf16-mixed) where a probe finds that faster on this machine at the cell's largest product,
-    (B, 4H) x (4H, 4H) (:func:`gemm.product_dtype`), or, given ``runs`` (what the encoder
+    (B, 4H) x (4H, 4H) (`gemm.product_dtype`), or, given ``runs`` (what the encoder
     gives: the recurrence's own loop in both precisions,
     ``OrderedMemoryRecurrence.precision_runs``), where that loop runs faster in bf16; None (the
     state's dtype) otherwise. Call it while autocast, if any, is still on."""
@@ -105,10 +105,10 @@ def fused_ordered_memory(
     gemm_backend: str = "auto",
     authors_padding: bool = False,
 ) -> tuple[Tensor, Tensor, OrderedMemoryState]:
-    """What :meth:`OrderedMemoryRecurrence.forward` returns, computed the fast way: hidden
+    """What `OrderedMemoryRecurrence.forward` returns, computed the fast way: hidden
     (B, T, H), attention (B, T, N), final state. x (B, T, D) fp32 or fp64 and ``state`` (the
     carried or a fresh one) as the model prepared them, with autocast off; ``gemm_dtype`` from
-    :func:`product_dtype`; ``masks`` the dropout masks the model drew for this batch."""
+    `product_dtype`; ``masks`` the dropout masks the model drew for this batch."""
     return _scheduled_forward(
         x, mask, state, weights, masks, gemm_dtype, gemm_backend, authors_padding
     )
@@ -320,7 +320,7 @@ ROW_MULTIPLE = gemm.ROW_MULTIPLE
 
 
 def row_multiple(device: torch.device, gemm_dtype: torch.dtype | None, operands: tuple) -> int:
-    """How many rows a step computes in multiples of: :data:`ROW_MULTIPLE` where the step's
+    """How many rows a step computes in multiples of: `ROW_MULTIPLE` where the step's
     products run on oneDNN (bf16 products on the CPU, or the slot chain's ``onednn`` backend),
     else 1 (every step exactly its ``active`` rows).
 
@@ -344,7 +344,7 @@ def row_multiple(device: torch.device, gemm_dtype: torch.dtype | None, operands:
 def _reachable_window(mask_pointer: Tensor, threshold: float) -> int:
     """How many of the last slots some row can attend: ``mask_pointer`` (rows, window - 1) is
     cp_{t-1}^{i+1} for all but the last slot of a window; slot i gets p_t^i = 0 exactly where that
-    is below ``threshold`` (:func:`~treernn.encoders.ordered_memory.masked_attention`), and so
+    is below ``threshold`` (`treernn.encoders.ordered_memory.masked_attention`), and so
     cp_t^i = 0, M_hat_t^i = x_t and no composition, for every slot below the first one that some
     row can attend. cp_{t-1} grows with i, so that first slot is where any row reaches the
     threshold. One sync per step (free on the CPU)."""

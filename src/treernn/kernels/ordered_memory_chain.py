@@ -1,12 +1,12 @@
 """Ordered Memory's slot chain, eqs. (6)-(7) of one step for every slot of the window at once,
-as one autograd node with a hand-written backward pass (:func:`slot_chain`), beside its plain
-autograd twin (:func:`slot_chain_autograd`, the check on the backward pass).
+as one autograd node with a hand-written backward pass (`slot_chain`), beside its plain
+autograd twin (`slot_chain_autograd`, the check on the backward pass).
 
-The step loop that calls it is :mod:`treernn.kernels.ordered_memory`; the readable equations are
-:class:`treernn.encoders.ordered_memory.GatedRecursiveCell` and
-:meth:`~treernn.encoders.ordered_memory.OrderedMemoryRecurrence.reference_forward`. The elementwise
+The step loop that calls it is `treernn.kernels.ordered_memory`; the readable equations are
+`treernn.encoders.ordered_memory.GatedRecursiveCell` and
+`treernn.encoders.ordered_memory.OrderedMemoryRecurrence.reference_forward`. The elementwise
 work runs in the compiled kernels of ``csrc/om_chain.cpp`` where they build (CPU, float32 and
-float64), the per-slot products on the GEMM backend of :mod:`treernn.kernels.gemm`.
+float64), the per-slot products on the GEMM backend of `treernn.kernels.gemm`.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ def slot_chain_operands(
     batch: int = 0,
     gemm_backend: str = "auto",
 ) -> tuple:
-    """What :func:`slot_chain` multiplies by, detached and cast to ``dtype`` once: W_left^T, W2^T
+    """What `slot_chain` multiplies by, detached and cast to ``dtype`` once: W_left^T, W2^T
     and b2 for the forward, W2 and W_left for the backward. Their dtype sets the precision of the
     matrix products. The last entry holds the four per-slot products packed for a packed-GEMM
-    backend (:mod:`treernn.kernels.gemm`, chosen at ``batch`` rows; rows may be fewer), or None
+    backend (`treernn.kernels.gemm`, chosen at ``batch`` rows; rows may be fewer), or None
     where the backend is aten (then the products are ``torch.addmm`` / ``torch.mm``)."""
     weight_left, weight_second = weight_left.detach(), weight_second.detach()
     operands = tuple(
@@ -89,14 +89,14 @@ def slot_chain(
     ``weight_left`` (4H, H) the left half of W1; ``weight_second`` (4H, 4H) and ``bias_second`` W2,
     b2; ``norm_weight``/``norm_bias`` the shared LayerNorm; ``left_mask`` (rows, H) and
     ``hidden_mask`` (rows, 4H) the cell's dropout masks (non-negative), or None. Returns the
-    candidates M_hat_t^k, (rows, width, H). ``operands`` (:func:`slot_chain_operands`, made once
+    candidates M_hat_t^k, (rows, width, H). ``operands`` (`slot_chain_operands`, made once
     per forward) set the precision of the matrix products: with bf16 operands the products, the ReLU
     layer and ``right_projected`` are bf16 (as autocast's linear layers are); the gates, the
     LayerNorm, the state and the output stay in the precision of ``x_t``. ``overwrite_right``: the
     caller hands ``right_projected`` over (nothing reads it afterwards, and autograd saved it
     nowhere): the ReLU layers are computed in it, saving a copy per slot.
 
-    The backward pass is written by hand (:class:`_SlotChain`): one loop over the slots in
+    The backward pass is written by hand (`_SlotChain`): one loop over the slots in
     reverse with small, cache-resident operations, then the weight gradients as one matrix
     product over all width * rows rows of the step.
     """
@@ -147,7 +147,7 @@ def slot_chain_autograd(
     operands: tuple | None = None,
     overwrite_right: bool = False,
 ) -> Tensor:
-    """:func:`slot_chain` with plain autograd ops (same arguments; ``operands`` and
+    """`slot_chain` with plain autograd ops (same arguments; ``operands`` and
     ``overwrite_right`` are ignored and the products run in the precision of ``x_t``): the check
     on the hand-written backward."""
     size = x_t.size(-1)
@@ -309,7 +309,7 @@ def _left_carry(d_mixed: Tensor, vertical: Tensor, d_left: Tensor, left_mask: Te
 
 
 class _SlotChain(torch.autograd.Function):
-    """:func:`slot_chain` with a hand-written backward pass."""
+    """`slot_chain` with a hand-written backward pass."""
 
     @staticmethod
     def forward(

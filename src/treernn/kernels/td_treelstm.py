@@ -1,6 +1,6 @@
 """The level-batched TD-TreeLSTM forward pass (``TopDownTreeLSTM(impl="fast")``, the default).
 
-Read :mod:`treernn.encoders.td_treelstm` first: it has the equations and the readable node-at-a-time
+Read `treernn.encoders.td_treelstm` first: it has the equations and the readable node-at-a-time
 reference. This module computes the same numbers faster:
 
 * A step's predecessor always lies on the previous generation level, so all steps of one level,
@@ -11,7 +11,7 @@ reference. This module computes the same numbers faster:
 * The first layer's input projections (and the LdTreeLSTM summaries of Eq. 6) do not depend on the
   recurrence and are computed for all steps beforehand, one product per edge type.
 * Under bf16 autocast on the CPU the products run on rows rounded up to a multiple of 16
-  (:func:`treernn.kernels.gemm.rounded_rows_linear`): a level's node count changes from level to
+  (`treernn.kernels.gemm.rounded_rows_linear`): a level's node count changes from level to
   level and batch to batch, and oneDNN would build a kernel for each new count.
 """
 

@@ -1,7 +1,7 @@
 """Operations on a whole recurrent weight, once per call: DropConnect and a transposed copy.
 
 DropConnect (Wan et al., 2013; the ``weight_drop`` of AWD-LSTM and ON-LSTM) multiplies the
-recurrent weight by a fresh Bernoulli(1 - p) keep mask at every forward call. :func:`dropconnect`
+recurrent weight by a fresh Bernoulli(1 - p) keep mask at every forward call. `dropconnect`
 draws that mask from the counter-based generator Philox4x32-10 (Salmon et al., SC 2011; the
 generator torch uses for dropout on CUDA), keyed by a seed taken from torch's default generator, so
 ``torch.manual_seed`` and Lightning's ``seed_everything`` make runs repeatable: element ``e`` of
@@ -12,11 +12,11 @@ the flattened weight is kept when word ``e % 4`` of the block for counter ``e //
   mask in one parallel pass (a 4830 x 1150 weight: about 8 ms on 2 cores, against about 35 ms
   for ``torch.rand_like`` and the multiply), and its backward pass regenerates the mask from the
   seed instead of keeping it;
-* everywhere else (CUDA, other dtypes, no compiler, ``TREERNN_CPP_EXT=0``) :func:`philox` in torch
+* everywhere else (CUDA, other dtypes, no compiler, ``TREERNN_CPP_EXT=0``) `philox` in torch
   ops draws the same mask, so both paths give the same numbers (on a CPU it is the slow one: about
   220 ms for that weight, which only machines without a C++ compiler pay).
 
-:func:`transposed` is ``weight.t().contiguous()`` in cache-sized tiles, for the backward passes
+`transposed` is ``weight.t().contiguous()`` in cache-sized tiles, for the backward passes
 that pack the transposed recurrent weight once per call.
 """
 
@@ -84,7 +84,7 @@ def philox(counter: Tensor, seed: int) -> Tensor:
 def keep_mask(
     shape: torch.Size | tuple[int, ...], keep_probability: float, seed: int, device=None
 ) -> Tensor:
-    """The bool keep mask :func:`dropconnect` draws for a tensor of ``shape`` from ``seed``."""
+    """The bool keep mask `dropconnect` draws for a tensor of ``shape`` from ``seed``."""
     size = int(torch.Size(shape).numel())
     counters = torch.arange((size + 3) // 4, dtype=torch.int64, device=device)
     words = philox(counters, seed).view(-1)[:size]

@@ -1,8 +1,8 @@
-"""The run entry: :func:`main` plans the invocation (:func:`treernn.lifecycle.plan.plan_run`),
-follows the plan (:func:`treernn.lifecycle.execute.execute`) and turns how it ended into a status,
-an exit code and the sweep's value (:func:`treernn.lifecycle.outcomes.conclude`). ``train.py``
-and ``treernn-train`` (:mod:`treernn.train_entry`) are thin Hydra entries around :func:`main`;
-the package's docstring (:mod:`treernn.lifecycle`) shows the whole flow.
+"""The run entry: `main` plans the invocation (`treernn.lifecycle.plan.plan_run`),
+follows the plan (`treernn.lifecycle.execute.execute`) and turns how it ended into a status,
+an exit code and the sweep's value (`treernn.lifecycle.outcomes.conclude`). ``train.py``
+and ``treernn-train`` (`treernn.train_entry`) are thin Hydra entries around `main`;
+the package's docstring (`treernn.lifecycle`) shows the whole flow.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main(cfg: DictConfig) -> Any:
     traceback. A signal (Ctrl-C, SIGTERM) records the run as interrupted and exits with 130 / 143,
     in a sweep too (the sweep stops). In a multirun a failed job is recorded and the sweep goes on
     (the summary at the end lists the failures and exits non-zero). Returns
-    :func:`sweep_value`."""
+    `sweep_value`."""
     try:
         return _main(cfg)
     finally:

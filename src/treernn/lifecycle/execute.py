@@ -1,4 +1,4 @@
-"""The executor: follows a :class:`~treernn.lifecycle.plan.Plan`, whatever made it (a new run,
+"""The executor: follows a `treernn.lifecycle.plan.Plan`, whatever made it (a new run,
 ``ckpt_path=last`` or ``=<file>``, a requeued SLURM job, a sweep job, ``mode=test``): lock the run
 directory, record the attempt, build the data, task, loggers, callbacks and trainer, fit and/or
 test, and record the result. It reads the config the plan made and changes nothing in it.
@@ -51,7 +51,7 @@ log = logging.getLogger("treernn")
 
 @dataclass
 class Attempt:
-    """Where this attempt's end is recorded (:mod:`treernn.lifecycle.outcomes`): its own
+    """Where this attempt's end is recorded (`treernn.lifecycle.outcomes`): its own
     directory, until it continues the run it resumes."""
 
     record_dir: Path | None

@@ -2,9 +2,9 @@
 config is composed, and a run's records read, before they load):
 
 - its rank as its launcher gave it (torchrun, srun, jsrun, Lightning's own ``ddp`` subprocesses),
-  before any process group exists: :func:`is_rank_zero`;
+  before any process group exists: `is_rank_zero`;
 - who it is on this host (host, pid, start time), which tells a live process from a later one
-  that got the same pid: :func:`process_identity`.
+  that got the same pid: `process_identity`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def process_started(pid: int) -> _dt.datetime | None:
-    """:func:`process_start_ticks` as a time of day, at the kernel's clock-tick resolution."""
+    """`process_start_ticks` as a time of day, at the kernel's clock-tick resolution."""
     ticks = process_start_ticks(pid)
     try:
         boot = next(

@@ -4,7 +4,7 @@ job's overrides, a multirun), SLURM requeue, teardown.
 Whatever starts the processes of one job (``python train.py``, ``torchrun``, ``srun``, a submitit
 job), every rank must write into the same run directory, and only rank 0 writes into it. Hydra
 computes the directory in each process before any process group exists, so the name comes from
-what the launcher gives every rank alike (:func:`treernn.lifecycle.resolvers.run_dir_name`,
+what the launcher gives every rank alike (`treernn.lifecycle.resolvers.run_dir_name`,
 registered before Hydra composes), never from this process's clock or pid. Non-zero ranks skip
 Hydra's ``.hydra/`` files and ``train.log`` (see ``conf/hydra/default.yaml``); Lightning already
 saves checkpoints and logs metrics on rank 0 only.
@@ -73,7 +73,7 @@ class ProcessGroupTeardown(Callback):
 # (its requeue signal: treernn.lifecycle.signals)
 def slurm_plugins() -> list[Any]:
     """Lightning's SLURM environment, without Lightning's own requeue handling (treernn's
-    :class:`~treernn.callbacks.graceful_stop.GracefulStop` requeues between two batches), when
+    `treernn.callbacks.graceful_stop.GracefulStop` requeues between two batches), when
     this process is a SLURM task; nothing otherwise."""
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 

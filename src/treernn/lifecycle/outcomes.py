@@ -2,7 +2,7 @@
 error, a full disk, a diverged run, a bug, a sweep job not started or left alone) maps to the
 state its record gets, the process's exit status, the message shown and what a sweep job returns.
 
-:func:`conclude` is :func:`treernn.lifecycle.entry.main`'s one lookup: it records the ending in
+`conclude` is `treernn.lifecycle.entry.main`'s one lookup: it records the ending in
 the directory the attempt writes into, says it, and exits or returns the sweep's value.
 """
 

@@ -1,20 +1,20 @@
 """What an invocation of ``train.py`` does, decided once before anything is built: one immutable
-:class:`Plan` from the composed config, the run records, the locks and the checkpoints.
+`Plan` from the composed config, the run records, the locks and the checkpoints.
 
 A new run, ``ckpt_path=last``, ``ckpt_path=<file>``, a requeued SLURM job, a job of a resumed
-sweep and ``mode=test`` of a checkpoint are ways of making a plan; :mod:`treernn.lifecycle.execute`
+sweep and ``mode=test`` of a checkpoint are ways of making a plan; `treernn.lifecycle.execute`
 follows any of them the same way. The planner writes nothing: the config as it will run is a new,
 read-only config made here (the checkpoint to resume, the run directory it continues in, the model
 as a checkpoint trained it), and nothing changes it afterwards.
 
-``ckpt_path=last`` reads the run records (:mod:`treernn.lifecycle.records`, found by
-:mod:`treernn.lifecycle.runs`), not file times: it takes the newest run of this task and model
+``ckpt_path=last`` reads the run records (`treernn.lifecycle.records`, found by
+`treernn.lifecycle.runs`), not file times: it takes the newest run of this task and model
 (single runs and sweep jobs alike), passes over runs that have no checkpoint (a ``mode=test`` run, a
 run that failed while setting up) with a word, refuses a run that is still running and a run that
 finished its budget, and in the chosen run takes the newest checkpoint that loads (any
 ``checkpoints/*.ckpt``, by training step).
 
-A sweep job reads its own record first (:func:`plan_sweep_job`): skipped if it finished, resumed
+A sweep job reads its own record first (`plan_sweep_job`): skipped if it finished, resumed
 from its newest checkpoint if it was interrupted (a signal, a requeue, a killed process), run
 again from the start if it failed.
 
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("treernn")
 
 #: config keys whose values live in a checkpoint's optimizer / scheduler state: a resume applies
-#: the new values to the restored state (:func:`treernn.lifecycle.resume.apply_resumed_overrides`)
+#: the new values to the restored state (`treernn.lifecycle.resume.apply_resumed_overrides`)
 APPLIED_ON_RESUME = ("task.module.optimizer", "task.module.scheduler")
 
 #: run: a new run (a sweep job's first attempt too); resume: continue from ``checkpoint``;
@@ -346,7 +346,7 @@ def plan_sweep_job(job_dir: Path, overrides: list[str], follower: bool = False) 
     attempt, and takes the same decision from the same checkpoints (none is written before every
     rank has joined): it does not refuse a live job, and a job with no checkpoint runs afresh.
 
-    A job whose record is damaged (:class:`~treernn.lifecycle.sweeps.layout.DamagedJob`) is not
+    A job whose record is damaged (`treernn.lifecycle.sweeps.layout.DamagedJob`) is not
     touched: a truncated ``status.json`` of a finished job must not read as a job that never
     started."""
     try:

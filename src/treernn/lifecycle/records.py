@@ -5,22 +5,22 @@ A run directory holds ``status.json`` (the run's record), ``metrics.json`` (its 
 directory holds ``multirun.yaml``.
 
 ``status.json`` says, for every run: task, model, when it started, the host and process that runs
-it (and the machine of every attempt), and its state (:class:`RunState`): ``running``,
+it (and the machine of every attempt), and its state (`RunState`): ``running``,
 ``finished``, ``failed`` (with the error), ``interrupted`` (a signal stopped it; it saved a
 checkpoint to resume from), ``requeued`` (a SLURM job that will start again by itself), and the
-states a resume or ``sweep extend`` leaves. It is written atomically (:func:`write_status`), and
+states a resume or ``sweep extend`` leaves. It is written atomically (`write_status`), and
 rewritten in place only on a full disk.
 
 Reading: these files travel (a colleague's ``results/``, an archive restored on another machine,
 a copy cut short by a full disk). Every reader here turns a damaged file (bytes that are not
 UTF-8, JSON or YAML that does not parse, a JSON list where an object belongs, a metric that is not
-a number) into one :class:`DamagedRecord`, printed as ``error: <file>: <what is wrong>; <what to
+a number) into one `DamagedRecord`, printed as ``error: <file>: <what is wrong>; <what to
 do>``, never a traceback from deep inside and never an empty record: an unreadable
 ``status.json`` is not a run that has not started. A file that is missing is not damaged: each
 reader says what it returns then.
 
 Nothing here imports torch or Lightning at module level (``sweep status`` and ``report`` read
-records without them); :func:`machine` imports torch when a run records its machine.
+records without them); `machine` imports torch when a run records its machine.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class DamagedRecord(UserError):
 
 
 def read_text(path: str | Path, todo: str = FIX_RUN) -> str:
-    """A text file's contents; a file that is not UTF-8 text is a :class:`DamagedRecord`
+    """A text file's contents; a file that is not UTF-8 text is a `DamagedRecord`
     (FileNotFoundError passes through: callers decide what a missing file means)."""
     path = Path(path)
     data = path.read_bytes()
@@ -120,7 +120,7 @@ def _json_kind(value: Any) -> str:
 
 def read_status(run_dir: str | Path) -> dict[str, Any]:
     """A run's ``status.json``; ``{}`` where it has none (the run has not started, or is not a
-    treernn run); a damaged one is a :class:`DamagedRecord`."""
+    treernn run); a damaged one is a `DamagedRecord`."""
     path = Path(run_dir) / STATUS_FILE
     try:
         return read_json_object(path)
@@ -166,7 +166,7 @@ def read_overrides(path: str | Path) -> list[str]:
 def read_multirun(sweep_dir: str | Path) -> Any:
     """A sweep's ``multirun.yaml`` as a DictConfig, checked to hold what a sweep's command is
     made of (``hydra.overrides.task``, and ``.hydra`` where it has one: lists). A directory without
-    one is not a sweep (a :class:`~treernn.errors.UserError`)."""
+    one is not a sweep (a `treernn.errors.UserError`)."""
 
     path = Path(sweep_dir) / "multirun.yaml"
     if not path.is_file():
@@ -211,7 +211,7 @@ def read_metrics_csv(path: str | Path) -> list[dict[str, float]]:
 
 
 def final_values(rows: list[dict[str, float]]) -> dict[str, float]:
-    """The last value of each column of :func:`read_metrics_csv`'s rows."""
+    """The last value of each column of `read_metrics_csv`'s rows."""
     values: dict[str, float] = {}
     for row in rows:
         values.update(row)
@@ -223,8 +223,8 @@ DAMAGED = "damaged record"
 
 
 def status_for_listing(run_dir: str | Path) -> dict[str, Any]:
-    """:func:`read_status` for a listing of many runs (``sweep status``, a sweep's summary): a
-    damaged record is shown as :data:`DAMAGED` with the reason, never as a run not started."""
+    """`read_status` for a listing of many runs (``sweep status``, a sweep's summary): a
+    damaged record is shown as `DAMAGED` with the reason, never as a run not started."""
     try:
         return read_status(run_dir)
     except DamagedRecord as error:
@@ -252,7 +252,7 @@ class _Ignored(dict):
 
 class _StructureOnly(pickle.Unpickler):
     """Unpickles the containers and numbers of a checkpoint's ``data.pkl``; every class it names
-    (tensors' rebuild functions, ``OrderedDict``, ...) becomes :class:`_Ignored`, and tensor
+    (tensors' rebuild functions, ``OrderedDict``, ...) becomes `_Ignored`, and tensor
     storages (persistent ids) become None. Nothing in the file is run."""
 
     def find_class(self, module: str, name: str) -> Any:
@@ -265,7 +265,7 @@ class _StructureOnly(pickle.Unpickler):
 def peek_global_step(path: str | Path) -> int | None:
     """A treernn checkpoint's training step, read from its pickle's structure without torch or
     Lightning (importing them takes seconds; ``sweep status`` lists many checkpoints). None for a
-    file that is not a whole treernn checkpoint: :func:`treernn.checkpoints.inspect_checkpoint`
+    file that is not a whole treernn checkpoint: `treernn.checkpoints.inspect_checkpoint`
     says what is wrong with it where a run needs it."""
     try:
         with zipfile.ZipFile(path) as archive:

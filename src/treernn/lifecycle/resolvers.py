@@ -5,7 +5,7 @@ composes a config.
 
 Nothing here imports torch or Lightning, so that ``train.py`` registers these and lets Hydra
 compose (and reject a wrong choice or key, in about a second) before the heavy imports of a run
-(:mod:`treernn.lifecycle.entry`, several seconds).
+(`treernn.lifecycle.entry`, several seconds).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def sweep_dir_name(*, _root_: Any = None) -> str:
     """The last part of a multirun's directory, fixed by the process that starts the sweep.
 
     ``sweep_id=<name>`` names it: running the same ``-m`` command with the same name again
-    continues that sweep (:mod:`treernn.lifecycle.sweeps.layout`). Without a name it is the
+    continues that sweep (`treernn.lifecycle.sweeps.layout`). Without a name it is the
     sweep's start time and process. A launcher that runs each job in its own process (submitit,
     locally or on SLURM) resolves the config again there; the name is handed to those processes in
     ``TREERNN_SWEEP_ID`` (they inherit the submitting environment) so that all jobs land in one

@@ -1,4 +1,4 @@
-"""Resuming a run, once the plan (:mod:`treernn.lifecycle.plan`) has chosen the checkpoint: the
+"""Resuming a run, once the plan (`treernn.lifecycle.plan`) has chosen the checkpoint: the
 overrides a resume refuses (those the restored state would silently undo) or applies to the
 restored optimizer and scheduler, and ``mode=test``'s task rebuilt as its checkpoint trained it.
 """

@@ -3,9 +3,9 @@ model (single runs and sweep jobs, newest first by their records), a run's newes
 that loads, its best one, and whether a budget is used up; and the fast check of a single run's
 switches before torch loads.
 
-What a run records is :mod:`treernn.lifecycle.records`; who writes into it,
-:mod:`treernn.lifecycle.locks`; deciding what to resume from all this is
-:mod:`treernn.lifecycle.plan`.
+What a run records is `treernn.lifecycle.records`; who writes into it,
+`treernn.lifecycle.locks`; deciding what to resume from all this is
+`treernn.lifecycle.plan`.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def output_dir_of(cfg: DictConfig) -> Path | None:
 
 
 def check_before_loading(cfg: DictConfig) -> None:
-    """:func:`check_switches` for a single run, before torch and Lightning load (seconds): a
+    """`check_switches` for a single run, before torch and Lightning load (seconds): a
     wrong ``mode=`` or a negative dropout is answered at once, as the run entry
-    (:func:`treernn.lifecycle.entry.main`) answers it (one line on stderr, exit status 1, no run
+    (`treernn.lifecycle.entry.main`) answers it (one line on stderr, exit status 1, no run
     directory left behind). A job of a multirun is left to the run entry, which records the
     failure in the sweep and goes on."""
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:

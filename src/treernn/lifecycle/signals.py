@@ -1,16 +1,16 @@
 """Every signal handler of a run and of a sweep, in one module.
 
-- While a run sets up or tests (:func:`install_immediate_handlers`): SIGINT and SIGTERM stop it at
-  once with :class:`~treernn.errors.RunInterrupted` (there is nothing to save); SLURM's requeue
+- While a run sets up or tests (`install_immediate_handlers`): SIGINT and SIGTERM stop it at
+  once with `treernn.errors.RunInterrupted` (there is nothing to save); SLURM's requeue
   signal is remembered until training can act on it.
-- While it trains (:class:`PendingStop`, installed by the
-  :class:`~treernn.callbacks.graceful_stop.GracefulStop` callback): a signal only sets a flag, and
+- While it trains (`PendingStop`, installed by the
+  `treernn.callbacks.graceful_stop.GracefulStop` callback): a signal only sets a flag, and
   the callback stops between two batches with a checkpoint; a second SIGINT / SIGTERM stops at
-  once. The requeue signal asks SLURM to requeue the job (:func:`requeue_job`).
+  once. The requeue signal asks SLURM to requeue the job (`requeue_job`).
 - A sweep whose launcher runs its jobs in worker processes (joblib): the launching process's
-  SIGINT / SIGTERM writes the sweep's stop file (:class:`StopSweep`), which every job reads at its
-  batches' ends and before it starts (:func:`stop_requested`); a worker between two jobs ignores
-  SIGINT (:func:`guard_idle_worker`).
+  SIGINT / SIGTERM writes the sweep's stop file (`StopSweep`), which every job reads at its
+  batches' ends and before it starts (`stop_requested`); a worker between two jobs ignores
+  SIGINT (`guard_idle_worker`).
 """
 
 from __future__ import annotations
@@ -68,14 +68,14 @@ def raise_interrupted(signum: int, frame: Any = None) -> None:
 
 
 def remember_requeue(signum: int, frame: Any = None) -> None:
-    """The requeue signal while the job sets up: kept for :class:`PendingStop`."""
+    """The requeue signal while the job sets up: kept for `PendingStop`."""
     _EARLY_REQUEUE.append(signum)
 
 
 def install_immediate_handlers(requeue_signal: int | None = None) -> dict[int, Any]:
-    """SIGINT and SIGTERM stop the process at once with :class:`RunInterrupted`; the requeue
+    """SIGINT and SIGTERM stop the process at once with `RunInterrupted`; the requeue
     signal is remembered until training can act on it (main thread only). Returns the handlers
-    they replace, for :func:`restore_handlers` when the run is over."""
+    they replace, for `restore_handlers` when the run is over."""
     previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     for signum in STOP_SIGNALS:
         signal.signal(signum, raise_interrupted)
@@ -92,7 +92,7 @@ def restore_handlers(previous: dict[int, Any]) -> None:
 
 # ----------------------------------------------------------------------------- training
 class PendingStop:
-    """The handlers while training: a signal sets :attr:`signum`, which the training loop acts on
+    """The handlers while training: a signal sets `signum`, which the training loop acts on
     between two batches; a second SIGINT / SIGTERM stops at once (the previous checkpoint stays).
 
     Lightning would act on a signal where it lands: Ctrl-C mid-step ends in ``sys.exit(1)`` with

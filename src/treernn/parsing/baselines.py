@@ -7,11 +7,11 @@ maximum over seeds ``0..4``. The deterministic shapes have one run each (std 0).
 
 "Balanced" has two conventions in the literature, both here under their own names:
 
-- ``balanced`` (top-down halving, :func:`treernn.parsing.trees.balanced`): a span of ``m`` words
+- ``balanced`` (top-down halving, `treernn.parsing.trees.balanced`): a span of ``m`` words
   splits into a left part of ``floor(m / 2)`` words and a right part of ``ceil(m / 2)``,
   recursively. Five words: ``((0 1) (2 (3 4)))``; six: ``((0 (1 2)) (3 (4 5)))``. This is what
   treernn has always reported.
-- ``balanced_bottom_up`` (:func:`treernn.parsing.trees.balanced_bottom_up`): the complete binary
+- ``balanced_bottom_up`` (`treernn.parsing.trees.balanced_bottom_up`): the complete binary
   tree built bottom-up. Start from the words as a row of nodes; repeatedly replace the row by its
   adjacent pairs ``(row[0] row[1]) (row[2] row[3]) ...``, an odd node out at the right end being
   carried up
@@ -21,7 +21,7 @@ maximum over seeds ``0..4``. The deterministic shapes have one run each (std 0).
   ``test_phrase_grammar.py`` has only the greedy parser); this bottom-up pairing is the other
   variant found in later unsupervised-parsing code, named here after what it does.
 
-The tree builders live in :mod:`treernn.parsing.trees`; the span builders here skip the trees.
+The tree builders live in `treernn.parsing.trees`; the span builders here skip the trees.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def baseline_trees(name: str, lengths: Sequence[int], seed: int = 0) -> list[Tre
 
 
 def baseline_spans(name: str, lengths: Sequence[int], seed: int = 0) -> list[list[Span]]:
-    """The brackets of :func:`baseline_trees` (as :func:`treernn.parsing.metrics.tree_spans`
+    """The brackets of `baseline_trees` (as `treernn.parsing.metrics.tree_spans`
     lists them: the whole sentence first), built without building the trees: what the
     scoreboard scores, since the trivial trees of a whole treebank are scored ten times over."""
     if name == "random":
@@ -179,7 +179,7 @@ def _bottom_up_spans(length: int) -> list[Span]:
 
 
 def _greedy_spans(values: list[float]) -> list[Span]:
-    """The brackets of :func:`treernn.parsing.trees.greedy_tree`: a span split before its first
+    """The brackets of `treernn.parsing.trees.greedy_tree`: a span split before its first
     maximum ``k`` is ``(left, (w_k, right))``, so it has the bracket ``[k, end)`` too unless ``k``
     is its first or last word."""
     spans: list[Span] = []
@@ -206,7 +206,7 @@ def score_baselines(
     include_whole_sentence: bool = False,
 ) -> dict[str, RunSummary]:
     """``baseline name -> RunSummary`` on the given gold sentences (``names`` from
-    :data:`ALL_BASELINES`; the default is Table 2's four)."""
+    `ALL_BASELINES`; the default is Table 2's four)."""
     lengths = [len(sentence.words) for sentence in sentences]
     gold = [sentence.tree for sentence in sentences]
     spans = [sentence.labelled_spans for sentence in sentences]

@@ -60,7 +60,7 @@ def load_gold(
 ) -> GoldSet:
     """A split treernn knows or, for any other value, a gold tree file.
 
-    Splits (see :func:`treernn.parsing.wsj.load_split`): ``wsj10`` and ``wsj_test`` from the full
+    Splits (see `treernn.parsing.wsj.load_split`): ``wsj10`` and ``wsj_test`` from the full
     WSJ in ``wsj_dir``; ``sample`` and ``sample10`` from the nltk sample below ``data_dir``."""
     _check_punctuation(punctuation)
     name = str(gold)
@@ -124,7 +124,7 @@ def align(
 ) -> list[Tree]:
     """The predicted trees of ``tree_file`` over the gold sentences' word positions, in order.
 
-    Raises :class:`TreeAlignmentError` naming both counts when the numbers of trees differ, and
+    Raises `TreeAlignmentError` naming both counts when the numbers of trees differ, and
     naming the line and both word lists when a tree's words differ from its gold sentence.
     """
     _check_punctuation(punctuation)

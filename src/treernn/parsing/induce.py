@@ -1,22 +1,22 @@
-"""Trees from a model's tree signal: the one place a :class:`~treernn.encoders.base.TreeSignal`
+"""Trees from a model's tree signal: the one place a `treernn.encoders.base.TreeSignal`
 becomes trees.
 
-:func:`trees_from_signal` dispatches on the signal's kind:
+`trees_from_signal` dispatches on the signal's kind:
 
 - ``"distances"`` (ON-LSTM, Sec. 5.2, Eq. 15): per layer, the distances read at each sentence's
-  leaves give a greedy tree (:func:`treernn.parsing.trees.greedy_tree`: split before the largest
+  leaves give a greedy tree (`treernn.parsing.trees.greedy_tree`: split before the largest
   distance, recursively). A large distance at a token means the gate erased much of the memory
   there, i.e. a constituent ended before it.
 - ``"attention"`` (Ordered Memory, Algorithm 2): one tree per sentence from the argmax slot of
-  each step's pointer (:mod:`treernn.parsing.om_trees`), restricted to the leaves.
+  each step's pointer (`treernn.parsing.om_trees`), restricted to the leaves.
 
 ``leaf_positions`` say where each sentence's leaves sit among the tokens the model read: logic
 formulas are read with their brackets but scored over the other tokens; the language model reads
 ``<eos> w_1 ... w_n <eos>`` and is scored over the words. With ``bracket_distances="drop"`` a leaf
 keeps the distance read at the leaf itself; ``"max"`` gives it the largest distance over the tokens
-since the previous leaf (see :func:`leaf_distances`).
+since the previous leaf (see `leaf_distances`).
 
-Language-model sentences (ON-LSTM paper, Sec. 5.2): :func:`sentence_signals` reads each sentence
+Language-model sentences (ON-LSTM paper, Sec. 5.2): `sentence_signals` reads each sentence
 as in language modelling (eval mode, a fresh zero state, ``<eos>`` on both sides, as the authors'
 ``test_phrase_grammar.py`` does, REFERENCE.md) and keeps each sentence's own row of the signal.
 Sentences are batched with right padding and the padding mask (padding changes no real step),
@@ -90,7 +90,7 @@ def trees_from_signal(
     leaf_positions[i]: positions of the scored leaves of row ``rows[i]`` among the tokens read.
     mask: (B, T) the padding mask of the tokens read (needed for ``"attention"``; positions count
         real tokens only).
-    bracket_distances: ``"drop"`` or ``"max"`` for distances (see :func:`leaf_distances`); an
+    bracket_distances: ``"drop"`` or ``"max"`` for distances (see `leaf_distances`); an
         attention tree is always restricted to the leaves.
     Distances give one tree per layer; attention gives one tree per sentence (one layer).
     """
@@ -131,8 +131,8 @@ def sentence_signals(
     names: Sequence[str] | None = None,
 ) -> list[TreeSignal]:
     """The tree signal of each sentence of token ids (without ``<eos>``), read as
-    ``<eos> w_1 ... w_n <eos>``: a one-row :class:`TreeSignal` over those n + 2 tokens, on the CPU
-    as float (the words are positions 1..n, see :func:`trees_from_sentence_signals`).
+    ``<eos> w_1 ... w_n <eos>``: a one-row `TreeSignal` over those n + 2 tokens, on the CPU
+    as float (the words are positions 1..n, see `trees_from_sentence_signals`).
 
     Every sentence needs at least one word. ``names`` (e.g. ``wsj_0001.mrg:3``) identify sentences
     in error messages. ``embedding`` and ``encoder`` are put in eval mode for the call and restored
@@ -187,7 +187,7 @@ def sentence_signals(
 
 
 def trees_from_sentence_signals(signals: Sequence[TreeSignal]) -> list[list[Tree]]:
-    """Trees per layer, ``trees[layer][sentence]``, from :func:`sentence_signals`' output: each
+    """Trees per layer, ``trees[layer][sentence]``, from `sentence_signals`' output: each
     sentence's tree over its words (the ``<eos>`` on both sides dropped)."""
     per_sentence = [
         trees_from_signal(signal, [range(1, signal.values.size(2) - 1)]) for signal in signals
@@ -207,7 +207,7 @@ def induce_distances(
 ) -> list[Tensor]:
     """Per-sentence syntactic distances of the words only: a list of ``(L, n_words)`` CPU float
     tensors; the distance of ``w_i`` is the one computed while reading ``w_i`` itself (the
-    authors' ``distance[layer][1:-1]``). See :func:`sentence_signals` for the arguments."""
+    authors' ``distance[layer][1:-1]``). See `sentence_signals` for the arguments."""
     if encoder.tree_signal_kind != "distances":
         raise NoDistancesError(
             f"{type(encoder).__name__} has no syntactic distances "

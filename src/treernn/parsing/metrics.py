@@ -2,11 +2,11 @@
 
 Two F1 scores, both over the filtered words (ON-LSTM paper, Table 2; see REFERENCE.md):
 
-- **corpus F1** (:func:`corpus_f1`, what the paper reports): EVALB's unlabeled bracket scoring
+- **corpus F1** (`corpus_f1`, what the paper reports): EVALB's unlabeled bracket scoring
   summed over the corpus. Every internal node is a bracket, the whole-sentence bracket included;
   single words are not. Brackets match as a multiset per sentence; precision = matched / predicted,
   recall = matched / gold, F1 = 2PR / (P + R), all over corpus totals.
-- **sentence-averaged F1** (:func:`sentence_f1`, printed by the authors'
+- **sentence-averaged F1** (`sentence_f1`, printed by the authors'
   ``test_phrase_grammar.py``): per sentence over the set of spans without the whole-sentence span,
   averaged over sentences. Edge cases as the authors' script: a sentence whose gold tree has no
   span below the root (one or two words, or a flat gold tree) scores 1.0 only if the predicted tree
@@ -71,7 +71,7 @@ def bracket_counts(predicted: Tree, gold: Tree) -> BracketCounts:
 
 
 def counts_from_spans(predicted_spans: list[Span], gold_spans: list[Span]) -> BracketCounts:
-    """:func:`bracket_counts` from the two trees' :func:`tree_spans` (whole sentence first)."""
+    """`bracket_counts` from the two trees' `tree_spans` (whole sentence first)."""
     if predicted_spans and gold_spans and predicted_spans[0] != gold_spans[0]:
         raise ValueError(
             f"the predicted tree spans words {predicted_spans[0]} but the gold tree {gold_spans[0]}"
@@ -94,7 +94,7 @@ def sum_counts(counts: Iterable[BracketCounts]) -> BracketCounts:
 
 
 def sentence_f1_one(predicted: Tree, gold: Tree, *, include_whole_sentence: bool = False) -> float:
-    """The authors' per-sentence F1 over span sets (see :func:`sentence_f1_from_spans`)."""
+    """The authors' per-sentence F1 over span sets (see `sentence_f1_from_spans`)."""
     return sentence_f1_from_spans(
         tree_spans(predicted), tree_spans(gold), include_whole_sentence=include_whole_sentence
     )
@@ -103,7 +103,7 @@ def sentence_f1_one(predicted: Tree, gold: Tree, *, include_whole_sentence: bool
 def sentence_f1_from_spans(
     predicted_spans: list[Span], gold_spans: list[Span], *, include_whole_sentence: bool = False
 ) -> float:
-    """:func:`sentence_f1_one` from the two trees' :func:`tree_spans` (whole sentence first).
+    """`sentence_f1_one` from the two trees' `tree_spans` (whole sentence first).
 
     Sets of spans, without the whole-sentence span unless ``include_whole_sentence``. As the
     authors' script: with no gold span, recall is 1 and precision is 1 only if the prediction has
@@ -182,7 +182,7 @@ def score_trees(
     include_whole_sentence: bool = False,
 ) -> ParseScores:
     """All Table 2 scores of ``predicted`` against ``gold`` (one tree per sentence in each);
-    ``include_whole_sentence`` is passed on to :func:`sentence_f1_from_spans`."""
+    ``include_whole_sentence`` is passed on to `sentence_f1_from_spans`."""
     if len(predicted) != len(gold):
         raise ValueError(f"{len(predicted)} predicted trees for {len(gold)} gold trees")
     return score_spans(
@@ -195,7 +195,7 @@ def score_trees(
 
 
 def mean_depth_from_spans(spans: Sequence[Span]) -> float:
-    """The mean number of brackets above a word, from a tree's :func:`tree_spans`: a word's depth
+    """The mean number of brackets above a word, from a tree's `tree_spans`: a word's depth
     is the number of brackets covering it, so the depths sum to the brackets' total width."""
     if not spans:
         return 0.0  # a one-word sentence
@@ -211,7 +211,7 @@ def score_spans(
     *,
     include_whole_sentence: bool = False,
 ) -> ParseScores:
-    """:func:`score_trees` from each tree's :func:`tree_spans` (the whole sentence first): what the
+    """`score_trees` from each tree's `tree_spans` (the whole sentence first): what the
     scoreboard calls, so that gold spans are computed once and baselines never build trees."""
     if len(predicted_spans) != len(gold_spans):
         raise ValueError(f"{len(predicted_spans)} predicted trees for {len(gold_spans)} gold trees")
@@ -264,7 +264,7 @@ def score_spans(
 
 
 def _sentence_f1_sets(predicted_set: set[Span], gold_set: set[Span]) -> float:
-    """The body of :func:`sentence_f1_from_spans` on span sets already without the root."""
+    """The body of `sentence_f1_from_spans` on span sets already without the root."""
     if not gold_set:
         return 0.0 if predicted_set else 1.0
     overlap = len(predicted_set & gold_set)

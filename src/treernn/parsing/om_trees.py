@@ -10,7 +10,7 @@ tree. With split depths ``[N, N-1, N-2]`` (three words, each pushing) the tree i
 with ``[N, N-1, N-1]`` it is ``((0, 1), 2)``.
 
 Trees are nested tuples of positions (see CONTRIBUTING.md); score them against gold trees with
-:mod:`treernn.parsing.metrics` (``corpus_f1``, ``score_trees``).
+`treernn.parsing.metrics` (``corpus_f1``, ``score_trees``).
 """
 
 from __future__ import annotations
@@ -100,11 +100,11 @@ def induce_trees(
 ) -> list[Tree]:
     """Trees for a batch from the attention (B, T, N) and the padding mask (B, T); the attention is
     ``values[0]`` of Ordered Memory's ``TreeSignal("attention", ...)`` (see
-    :func:`treernn.parsing.induce.trees_from_signal`, the entry point for any tree signal).
+    `treernn.parsing.induce.trees_from_signal`, the entry point for any tree signal).
 
     Positions count the real tokens of each row (left or right padding alike). ``keep`` (one
     container of positions per row) restricts each tree to those positions, see
-    :func:`keep_positions`; a row with no token gives the empty tree ``()``.
+    `keep_positions`; a row with no token gives the empty tree ``()``.
     """
     attention = attention.detach().float().cpu()
     if mask is None:
@@ -129,7 +129,7 @@ def positions_without(
     tokens: Tensor, mask: Tensor | None, drop_ids: Collection[int]
 ) -> list[set[int]]:
     """Per row, the positions (counting real tokens only) whose id is not in ``drop_ids``: the
-    ``keep`` of :func:`induce_trees` for logic formulas, whose brackets the model reads but the
+    ``keep`` of `induce_trees` for logic formulas, whose brackets the model reads but the
     gold trees do not contain."""
     tokens = tokens.detach().cpu()
     rows = (

@@ -1,6 +1,6 @@
 """The unsupervised-parsing scoreboard: any system's trees and the trivial baselines scored against
 one gold set by one exact protocol, as text, markdown or JSON. The gold sets and the alignment of
-a tree file to them are :mod:`treernn.parsing.gold_sets`' (importable from here too).
+a tree file to them are `treernn.parsing.gold_sets`' (importable from here too).
 
 Typical use (what a command line wraps)::
 
@@ -9,7 +9,7 @@ Typical use (what a command line wraps)::
     board = evaluate({"my system": predicted}, gold)
     print(to_text(board))                                      # to_markdown / to_json
 
-Protocol (ON-LSTM Table 2; details in REFERENCE.md), see :class:`Protocol` for the options:
+Protocol (ON-LSTM Table 2; details in REFERENCE.md), see `Protocol` for the options:
 
 - Words: keep a word only if its POS tag is a word tag (punctuation, traces, ``$``, ``#``, brackets
   and quotes dropped), lower-case it, replace digit runs by ``N``. ``punctuation="keep"`` keeps
@@ -22,20 +22,20 @@ Protocol (ON-LSTM Table 2; details in REFERENCE.md), see :class:`Protocol` for t
 - per-label recall: the fraction of gold constituents of a label (two or more words) that are
   predicted brackets. depth: the mean number of brackets above a word, averaged over sentences.
 - Baselines: left- and right-branching, random (mean, std and max over seeds 0-4) and balanced in
-  both conventions (see :mod:`treernn.parsing.baselines`).
+  both conventions (see `treernn.parsing.baselines`).
 
-Aligning predictions with gold (:func:`align`): tree ``i`` of the file goes with gold sentence
+Aligning predictions with gold (`align`): tree ``i`` of the file goes with gold sentence
 ``i``. Words are compared after lower-casing and turning digit runs into ``N`` (case-insensitive,
 so ``N`` and ``1988`` agree). A predicted tree with POS preterminals is filtered by tag, as the
 gold; one without is filtered against its gold sentence: a token of
-:data:`~treernn.parsing.treefile.PUNCTUATION_TOKENS` is dropped unless it is the gold word expected
+`treernn.parsing.treefile.PUNCTUATION_TOKENS` is dropped unless it is the gold word expected
 next. Predicted unary brackets are collapsed, like the gold's.
 
-Gold files (:func:`read_gold_file`): a tree file in any format of :mod:`treernn.parsing.treefile`.
+Gold files (`read_gold_file`): a tree file in any format of `treernn.parsing.treefile`.
 With POS preterminals it is filtered exactly as the WSJ; without them (the words are taken to be
 the sentence) only the tokens of ``PUNCTUATION_TOKENS`` are dropped, nothing under
 ``punctuation="keep"``. Labels, where the file has them, give the per-label recall. A gold tree
-left without words is skipped (listed in :attr:`GoldSet.skipped`); the predicted file has no line
+left without words is skipped (listed in `GoldSet.skipped`); the predicted file has no line
 for it.
 """
 
@@ -229,7 +229,7 @@ def evaluate(
 ) -> Scoreboard:
     """Score each system's trees (``{name: trees}``, one tree list, or None for baselines only)
     and the protocol's baselines against ``gold``. Trees are over the gold words' positions (from
-    :func:`align`, or a treernn model's induced trees)."""
+    `align`, or a treernn model's induced trees)."""
     systems: Mapping[str, Sequence[Tree]]
     if predicted is None:
         systems = {}
@@ -248,7 +248,7 @@ def evaluate_runs(
     protocol: Protocol | None = None,
     descriptions: Mapping[str, str] | None = None,
 ) -> Scoreboard:
-    """:func:`evaluate` with several runs per system (``{name: [trees of run 1, ...]}``, e.g. one
+    """`evaluate` with several runs per system (``{name: [trees of run 1, ...]}``, e.g. one
     checkpoint per seed): the row gives the mean, std and max over runs, like the random
     baseline's over seeds."""
     protocol = protocol or Protocol()
@@ -398,7 +398,7 @@ def model_trees(task: Any, gold: GoldSet, batch_size: int = 64) -> tuple[list[li
     """``trees[layer][sentence]`` of a treernn language model (a task with ``embedding``,
     ``encoder`` with a tree signal, and ``vocab``) over the gold sentences, each read alone
     as ``<eos> w_1 .. w_n <eos>``, and the fraction of their words it reads as ``<unk>``. The
-    trees come from the tree signal (:func:`treernn.parsing.induce.trees_from_signal`): a greedy
+    trees come from the tree signal (`treernn.parsing.induce.trees_from_signal`): a greedy
     tree per layer from syntactic distances, one tree from Ordered Memory's attention."""
     vocab = task.vocab
     ids = [vocab.encode(sentence.words) for sentence in gold.sentences]

@@ -19,11 +19,11 @@ numbers as ``N``); otherwise ``bracketed``. A right-branching tree of upper-case
 A labelled file has POS tags when every word of the file is the only child of a labelled bracket
 (``(DT the)``); those words carry the tag, and the scoreboard filters words by tag as it does the
 WSJ. Blank lines are skipped (line numbers in messages count them). Unary brackets and brackets
-over one word are kept in :class:`RawTree`; :func:`prepare` collapses them, so a tree is the set of
+over one word are kept in `RawTree`; `prepare` collapses them, so a tree is the set of
 its spans of two or more words.
 
 Everything here walks trees with explicit stacks: trees thousands of levels deep (ListOps) need no
-recursion limit. A malformed line raises one :class:`TreeFileError` that names the file, the line
+recursion limit. A malformed line raises one `TreeFileError` that names the file, the line
 and what is wrong.
 """
 
@@ -137,7 +137,7 @@ def read_trees(path: str | Path, format: str = "auto") -> TreeFile:
 
 
 def parse_tree_lines(lines: Iterable[str], format: str = "auto", path: str = "<trees>") -> TreeFile:
-    """:func:`read_trees` on lines already in memory (``path`` only names them in messages)."""
+    """`read_trees` on lines already in memory (``path`` only names them in messages)."""
     numbered = [(number, line.strip()) for number, line in enumerate(lines, 1) if line.strip()]
     if not numbered:
         raise TreeFileError(path, None, "the file has no tree (every line is blank)")
@@ -337,7 +337,7 @@ def prepare(raw: RawTree, keep: Sequence[bool] | None = None) -> PreparedTree | 
 
 
 def normalise(word: str) -> str:
-    """:func:`treernn.parsing.wsj.normalise_word` (lower case, digit runs -> ``N``), cached."""
+    """`treernn.parsing.wsj.normalise_word` (lower case, digit runs -> ``N``), cached."""
     return _normalise(word)
 
 
@@ -430,8 +430,8 @@ def write_trees(
     words: Sequence[Sequence[str]],
     format: str = "bracketed",
 ) -> Path:
-    """Write one tree per line (see :func:`format_tree`); the file reads back with
-    :func:`read_trees` to the same trees. Returns the path written."""
+    """Write one tree per line (see `format_tree`); the file reads back with
+    `read_trees` to the same trees. Returns the path written."""
     if len(trees) != len(words):
         raise ValueError(f"{len(trees)} trees for {len(words)} word lists")
     target = Path(path).expanduser()

@@ -22,7 +22,7 @@ Tree: TypeAlias = int | tuple["Tree", ...]
 Span: TypeAlias = tuple[int, int]
 #: how a leaf's distance is read where tokens that are not leaves (ListOps' closing brackets, the
 #: sentence's <eos>) lie between leaves: "drop" reads it at the leaf, "max" takes the largest
-#: since the previous leaf (:func:`treernn.parsing.induce.leaf_distances`)
+#: since the previous leaf (`treernn.parsing.induce.leaf_distances`)
 BracketDistances: TypeAlias = Literal["drop", "max"]
 BRACKET_DISTANCES = ("drop", "max")
 

@@ -130,7 +130,7 @@ def base_label(label: str) -> str:
 
 
 def is_word_tag(tag: str, keep_punctuation: bool = False) -> bool:
-    """Whether a leaf with this POS tag is a word: a tag of :data:`WORD_TAGS`, or with
+    """Whether a leaf with this POS tag is a word: a tag of `WORD_TAGS`, or with
     ``keep_punctuation`` any tag but the trace tag ``-NONE-``."""
     return tag != TRACE_TAG if keep_punctuation else tag in WORD_TAGS
 
@@ -141,7 +141,7 @@ def prepare_tree(
     """Filter, normalise and clean one ``nltk.Tree``; None when no word is left.
 
     Returns ``(words, tree, labelled_spans)``. A preterminal is a node whose children are strings;
-    it is a word when :func:`is_word_tag` says so for its label.
+    it is a word when `is_word_tag` says so for its label.
     """
     words: list[str] = []
     labelled: list[tuple[str, int, int]] = []
@@ -303,7 +303,7 @@ def load_split(
     keep_punctuation: bool = False,
 ) -> list[GoldSentence]:
     """The prepared sentences of ``split`` from the full WSJ (``wsj_dir``) or the sample
-    (below ``data_dir``); ``keep_punctuation`` as in :func:`read_treebank`."""
+    (below ``data_dir``); ``keep_punctuation`` as in `read_treebank`."""
     if split not in SPLITS.get(treebank, ()):
         splits = " and ".join(repr(name) for name in SPLITS.get(treebank, ()))
         raise TreebankError(

@@ -1,2 +1,2 @@
-"""Results across runs: the papers' numbers (:mod:`~treernn.reporting.paper`, data only) and the
-comparison tables of ``python -m treernn report table`` (:mod:`~treernn.reporting.table`)."""
+"""Results across runs: the papers' numbers (`treernn.reporting.paper`, data only) and the
+comparison tables of ``python -m treernn report table`` (`treernn.reporting.table`)."""

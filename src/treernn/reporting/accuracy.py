@@ -1,7 +1,7 @@
 """Accuracy per length (logic, ListOps): the text table, ``test_results.json`` and a plot like
 ON-LSTM's Fig. 3 (test accuracy against number of operators, trained on <= 6 operators).
 
-Used by the :class:`~treernn.callbacks.accuracy_report.AccuracyReport` callback after testing and
+Used by the `treernn.callbacks.accuracy_report.AccuracyReport` callback after testing and
 by ``python -m treernn report accuracy`` / ``report table``, which draw several runs' files in one
 figure with the same functions.
 """

@@ -1,9 +1,9 @@
 """Every claim of the three papers on one scoreboard: ``python -m treernn report claims``.
 
 The ten comparisons that the ON-LSTM, Ordered Memory and Top-down Tree LSTM papers make
-(:data:`CLAIMS`) are decided from the table sweeps given (``python train.py -m table=<name>``;
+(`CLAIMS`) are decided from the table sweeps given (``python train.py -m table=<name>``;
 each run's config names its table in ``table_name``). Runs are read as ``report table`` reads
-them (:func:`treernn.reporting.run_records.load_runs`: finished runs only, metrics as its columns,
+them (`treernn.reporting.run_records.load_runs`: finished runs only, metrics as its columns,
 accuracies and F1 in %), one sweep directory at a time.
 
 A claim holds one or more comparisons "A is better than B on a table's metric". For each:
@@ -19,10 +19,10 @@ A claim holds one or more comparisons "A is better than B on a table's metric". 
   can only turn shown / not shown into **undecided (gap closing)**: the straight line through
   the gap at the largest complete smaller budget of the same comparison and the gap at the
   budget T (without a smaller budget: the gap at T with the slope of the validation gap over the
-  last quarter of T) reaches 0 by 2T (:func:`gap_check`). A sweep below its table's declared
+  last quarter of T) reaches 0 by 2T (`gap_check`). A sweep below its table's declared
   budget is a **smoke check**, not a verdict. Validation still improving at the end is printed,
   with each model's rise and its standard error over seeds, as information
-  (:func:`rise_at_end`).
+  (`rise_at_end`).
 
 A comparison may name several tables, in order of preference (ON-LSTM against LSTM on logic:
 ``logic_onlstm``, at the ON-LSTM paper's width, then ``logic``); it reads the first that has a
@@ -295,7 +295,7 @@ def improvement_at_end(runs: Sequence[Run]) -> tuple[str, float, float] | None:
 
 
 def rise_at_end(runs: Sequence[Run]) -> tuple[str, float, float, list[float]] | None:
-    """:func:`improvement_at_end` with each seed's own rise: its value at the last validation
+    """`improvement_at_end` with each seed's own rise: its value at the last validation
     minus its value at the validation whose mean was the best before (the rises' mean is the
     means' difference), over the seeds that have both; the spread of the rises over seeds says
     whether the climb is more than noise."""
@@ -396,7 +396,7 @@ def _sides(comparison: Comparison, runs: Sequence[Run]) -> tuple[list[Run], list
 
 
 def choose_sweep(comparison: Comparison, candidates: Sequence[Sweep]) -> Sweep:
-    """Of a table's sweeps (ranked by :func:`load_sweeps`), the first that has finished runs of
+    """Of a table's sweeps (ranked by `load_sweeps`), the first that has finished runs of
     both models compared, so that each comparison reads the largest budget that ran both (a long
     re-run of two of a table's models leaves the others' comparisons on the sweep that ran them);
     the first sweep where none has both (the outcome then says which model is missing)."""
@@ -626,7 +626,7 @@ def _updates(budget: int | None) -> str:
 def _terms(runs: Sequence[Run]) -> dict[str, list[str]]:
     """What a sweep's runs were told beyond their table's config and which job each is: each
     override but the model, the sweep's name and those no table row is made of
-    (:data:`~treernn.reporting.run_records.IGNORED_OVERRIDES`: seed, split, Hydra's, paths), with
+    (`treernn.reporting.run_records.IGNORED_OVERRIDES`: seed, split, Hydra's, paths), with
     its values over the runs."""
     terms: dict[str, set[str]] = {}
     for run in runs:
@@ -668,8 +668,8 @@ class Sweep:
 
     def joined(self, other: Sweep, table: str) -> Sweep:
         """This sweep and ``other``, of the same table and budget, read as one: a comparison may
-        take one model's runs from each. Only on the same terms (:func:`_terms`) and with no job
-        run in both; else a :class:`UserError` that says which."""
+        take one model's runs from each. Only on the same terms (`_terms`) and with no job
+        run in both; else a `UserError` that says which."""
         here, there = _terms(self.runs), _terms(other.runs)
         if here != there:
             differ = sorted(key for key in {*here, *there} if here.get(key) != there.get(key))
@@ -705,10 +705,10 @@ def load_sweeps(
     """Table name -> its sweeps (their finished runs), in the order a comparison prefers them:
     those whose jobs have all finished first, each group by budget (``trainer.max_steps``),
     largest first. ``results/tables/*/*`` holds a table's short and long budgets: a comparison
-    reads the first that ran both its models (:func:`choose_sweep`), so a long sweep still
+    reads the first that ran both its models (`choose_sweep`), so a long sweep still
     running (archived every few minutes into ``results/``) does not hide a complete shorter one.
     A sweep without a finished job yet is left out, with a line appended to ``notes``. Sweeps of
-    one table with the same budget are read as one (:meth:`Sweep.joined`: a model run later beside
+    one table with the same budget are read as one (`Sweep.joined`: a model run later beside
     a finished sweep, on its overrides), or are an error; so is having no finished run at all."""
     found: dict[str, list[Sweep]] = {}
     empty = []

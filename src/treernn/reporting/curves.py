@@ -2,7 +2,7 @@
 
 Where a table's claim does not show at its budget, the curves say whether a model is still
 improving and at what rate. Each finished run's csv logger file (``csv/**/metrics.csv``) gives a
-validation metric by update; runs are grouped into rows as in :mod:`treernn.reporting.table` (the
+validation metric by update; runs are grouped into rows as in `treernn.reporting.table` (the
 overrides that differ, seed aside; a systematic-generalisation partition is part of the row here,
 since each partition validates on its own data), and each logged update gets the mean, sample std
 and max over the row's runs. Accuracies are printed in %, as in the tables.

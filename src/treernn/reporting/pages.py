@@ -2,13 +2,13 @@
 
 From ``results/tables/<table>/<sweep>/`` (the claims' sweeps, committed job by job) it writes:
 
-- ``docs/results/index.md``: the claims table of :mod:`treernn.reporting.claims` over the kept
+- ``docs/results/index.md``: the claims table of `treernn.reporting.claims` over the kept
   sweeps, and a link to each sweep's page;
 - ``docs/results/<table>/<sweep>.md``: the sweep's command, its comparison table
-  (:mod:`treernn.reporting.table`) and its learning curves (:mod:`treernn.reporting.curves`),
+  (`treernn.reporting.table`) and its learning curves (`treernn.reporting.curves`),
   with the figures the sweep wrote (``table.png``, ``curves.png``) copied beside it;
-- the README's excerpt, a short claims table between the markers :data:`START` and
-  :data:`END`, rewritten in place;
+- the README's excerpt, a short claims table between the markers `START` and
+  `END`, rewritten in place;
 - ``docs/reference/commands.md``: every command's options, from its argparse parser.
 
 Only complete sweeps are read: those whose every job (as many as their ``multirun.yaml`` makes)
@@ -208,7 +208,7 @@ def results_index(kept: list[KeptSweep], claims: str) -> str:
 
 
 def replace_excerpt(readme: str, excerpt: str) -> str:
-    """``readme`` with the text between :data:`START` and :data:`END` replaced by ``excerpt``."""
+    """``readme`` with the text between `START` and `END` replaced by ``excerpt``."""
     if readme.count(START) != 1 or readme.count(END) != 1:
         raise UserError(
             f"the README needs one line '{START}' and one '{END}' around the claims excerpt"
@@ -243,7 +243,7 @@ def _subparsers(parser) -> dict:
 
 def commands_page() -> str:
     """``docs/reference/commands.md``: every ``python -m treernn`` command and subcommand with
-    its options, as its argparse parser prints them (:func:`treernn.commands.build_parser`)."""
+    its options, as its argparse parser prints them (`treernn.commands.build_parser`)."""
     from treernn.commands import COMMANDS, build_parser
 
     lines = [

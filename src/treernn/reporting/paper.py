@@ -2,7 +2,7 @@
 lines of the accuracy-by-length plot.
 
 One entry per table of a paper: ``{paper kind: {model: {column: Reported}}}``. Columns use the
-report's keys (:mod:`treernn.reporting.table`): ``ops<k>`` test accuracy (%) on pairs with k
+report's keys (`treernn.reporting.table`): ``ops<k>`` test accuracy (%) on pairs with k
 operators, ``ops7-12`` their mean over the unseen lengths, ``sysgen_<A|B|C>`` accuracy (%) on a
 systematic-generalisation partition, ``acc`` test accuracy (%), ``parse_f1/layer<k>`` corpus
 (EVALB) parse F1 (%) of the k-th layer's induced trees, ``val_ppl`` / ``ppl`` perplexity. A
@@ -104,7 +104,7 @@ PAPER_RESULTS: dict[str, dict[str, dict[str, Reported]]] = {
 PAPERS = tuple(PAPER_RESULTS)
 
 #: Ordered Memory Table 1 at 7..12 operators, {"<model> (paper)": {operators: accuracy %}}:
-#: the dashed lines of :func:`treernn.reporting.accuracy.plot_accuracy_by_length`
+#: the dashed lines of `treernn.reporting.accuracy.plot_accuracy_by_length`
 PAPER_LENGTH_ACCURACY: dict[str, dict[int, float]] = {
     f"{model} (paper)": {
         int(key.removeprefix("ops")): cell.mean

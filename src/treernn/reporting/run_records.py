@@ -1,5 +1,5 @@
 """Reading finished runs for the comparison tables: what a run directory holds (see
-:mod:`treernn.reporting.table`), read into one :class:`Run` per finished job, with the runs that did
+`treernn.reporting.table`), read into one `Run` per finished job, with the runs that did
 not finish set aside with the reason."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ model over its seeds, beside the paper's ON-LSTM and LSTM.
 
 Runs that logged the syneval callback's metrics (``test/syneval/<case>`` over all pairs and
 ``test/syneval_known/<case>`` over the pairs with no word outside the model's vocabulary) give, per
-Table 3 row (:data:`treernn.evaluation.syneval.TABLE3`, the paper's order) and per model, the mean
+Table 3 row (`treernn.evaluation.syneval.TABLE3`, the paper's order) and per model, the mean
 ± sample std over seeds of both; the group rows are the unweighted means over each group's rows,
 as the paper reads its table. The paper's numbers are its Table 3 (fractions there, % here).
 """

@@ -1,16 +1,16 @@
 """The papers' comparison tables from finished runs: ``python -m treernn report table``.
 
 A run directory (``python train.py``, or one job of ``python train.py -m``) holds
-``.hydra/{config,overrides}.yaml``, ``status.json`` (:mod:`treernn.lifecycle.records`),
+``.hydra/{config,overrides}.yaml``, ``status.json`` (`treernn.lifecycle.records`),
 ``metrics.json`` (the final metrics; ``csv/metrics.csv`` where it is missing), ``tree_f1.json``
 (parse F1 of a logic / ListOps model's induced trees and of the trivial trees of the same sentences)
 and, after ``python -m treernn report tree-f1`` or ``python -m treernn parse``,
 ``tree_f1_{val,test}.json`` / ``parse_eval.json`` with the trivial-tree baselines.
 
-:func:`load_runs` reads them (runs that did not finish are set aside with the reason);
-:func:`build_table` groups the runs into rows by the overrides that differ between them, seed
+`load_runs` reads them (runs that did not finish are set aside with the reason);
+`build_table` groups the runs into rows by the overrides that differ between them, seed
 aside, and gives each column's mean, sample std and max over the row's runs, with the paper's
-numbers (:mod:`treernn.reporting.paper`) as extra rows. Columns (``Column.key``):
+numbers (`treernn.reporting.paper`) as extra rows. Columns (``Column.key``):
 
 - ``ops<k>``: test accuracy (%) at k operators (logic); ``ops7-12``: a run's mean over 7..12;
   other ``acc/<bucket>``: accuracy (%) per length bucket (ListOps, SST); ``acc``: test accuracy;
@@ -23,9 +23,9 @@ numbers (:mod:`treernn.reporting.paper`) as extra rows. Columns (``Column.key``)
   test-time scoreboard; the trivial trees are rows of their own, the same number in each layer;
 - ``val_ppl``, ``ppl``: perplexity (language models); any other ``test/<name>`` as ``<name>``.
 
-This module builds the table; reading the runs is :mod:`treernn.reporting.run_records`, writing it
-out (Markdown, CSV, figure) :mod:`treernn.reporting.table_output`, and sending it to wandb
-:mod:`treernn.reporting.table_wandb`.
+This module builds the table; reading the runs is `treernn.reporting.run_records`, writing it
+out (Markdown, CSV, figure) `treernn.reporting.table_output`, and sending it to wandb
+`treernn.reporting.table_wandb`.
 """
 
 from __future__ import annotations

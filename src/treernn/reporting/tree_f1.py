@@ -1,5 +1,5 @@
 """The induced-tree F1 table: one row per layer (or trivial-tree baseline), printed after testing
-by :class:`~treernn.callbacks.tree_f1.TreeF1Callback` and by
+by `treernn.callbacks.tree_f1.TreeF1Callback` and by
 ``python -m treernn report tree-f1``."""
 
 from __future__ import annotations

@@ -1,28 +1,28 @@
 """What every task shares: the embed -> encode step and the optimiser set-up.
 
-Each encoder declares which view of the data it reads (see :class:`~treernn.encoders.base.Encoder`);
-the batch hands out that view's inputs (:class:`~treernn.data.batch.EncoderInputs`: tokens, mask,
+Each encoder declares which view of the data it reads (see `treernn.encoders.base.Encoder`);
+the batch hands out that view's inputs (`treernn.data.batch.EncoderInputs`: tokens, mask,
 extra keywords such as ``tree=``, and for language models the words to predict);
-:meth:`Task.encode_batch` runs the encoder on them and returns an
-:class:`~treernn.data.batch.EncodedBatch`. :meth:`Task.encoder_inputs` is the only place a task
+`Task.encode_batch` runs the encoder on them and returns an
+`treernn.data.batch.EncodedBatch`. `Task.encoder_inputs` is the only place a task
 looks at the encoder's view, so a task holds its loss, metrics and optimiser and nothing that
 depends on which encoder it runs.
 
 Optimiser: ``optimizer`` and ``scheduler`` are partials from the task config (a task passes its
 own default optimiser). Every parameter group remembers the learning rate it was built with as
-``base_lr``, so a task can rescale the rate per step (:meth:`Task.scale_learning_rate`, the
+``base_lr``, so a task can rescale the rate per step (`Task.scale_learning_rate`, the
 language model's seq_len / bptt). A ``ReduceLROnPlateau`` scheduler steps on ``monitor`` at the
 end of each epoch in which a validation ran (patience counts such epochs): where the trainer
 validates every N updates (``trainer.val_check_interval=N``, ``check_val_every_n_epoch=null``)
 and N is longer than an epoch, an epoch that ends without a new validation does not step it
 again on the old value, and an epoch before the first validation does not step it at all.
 
-Divergence: :meth:`Task.chance_levels` names what a model that predicts the uniform distribution
+Divergence: `Task.chance_levels` names what a model that predicts the uniform distribution
 over the task's outputs scores (ln V nats per word, ln C per example);
-:class:`~treernn.callbacks.divergence.DivergenceMonitor` stops a run that is clearly worse.
+`treernn.callbacks.divergence.DivergenceMonitor` stops a run that is clearly worse.
 
 Validation vs test: the task tells its encoder which kind of evaluation runs
-(:meth:`~treernn.encoders.base.Encoder.set_eval_stage`: ``"validation"`` for the validation loop,
+(`treernn.encoders.base.Encoder.set_eval_stage`: ``"validation"`` for the validation loop,
 ``"test"`` after it and for the test loop); Ordered Memory, whose eval mode uses more memory slots
 at test time than in validation, is the encoder that acts on it.
 """
@@ -58,7 +58,7 @@ def build_encoder(factory: EncoderFactory, **sizes: Any) -> Encoder:
 
 
 def check_encoder_keywords(encoder_class: type, keywords: dict[str, Any]) -> None:
-    """Raise :class:`ConfigValueError` for a keyword ``encoder_class`` does not take, or for a
+    """Raise `ConfigValueError` for a keyword ``encoder_class`` does not take, or for a
     required one that ``keywords`` lacks."""
     parameters = dict(inspect.signature(encoder_class.__init__).parameters)
     parameters.pop("self", None)
@@ -89,7 +89,7 @@ class Task(pl.LightningModule):
     """Base class of the tasks: embed -> encode, and ``configure_optimizers``.
 
     Subclasses build ``embedding``, ``encoder`` (and ``input_dropout`` unless they override
-    :meth:`embed`) and call ``super().__init__`` with their optimiser settings.
+    `embed`) and call ``super().__init__`` with their optimiser settings.
     """
 
     embedding: nn.Embedding
@@ -142,7 +142,7 @@ class Task(pl.LightningModule):
         metric key: a loss in nats (``train/loss``: ln V for V words, ln C for C classes) or a
         perplexity (``val/ppl``: V). Every listed metric is one where higher is worse; a
         training run clearly above these levels has diverged (see
-        :class:`~treernn.callbacks.divergence.DivergenceMonitor`). None listed by default."""
+        `treernn.callbacks.divergence.DivergenceMonitor`). None listed by default."""
         return {}
 
     # ----------------------------------------------------------------- validation vs test
@@ -167,7 +167,7 @@ class Task(pl.LightningModule):
             loop.epoch_loop.update_lr_schedulers("epoch", update_plateau_schedulers=True)
 
     def _tell_encoders(self, stage: EvalStage) -> None:
-        """Every :class:`Encoder` inside the task hears which evaluation runs (a task built around
+        """Every `Encoder` inside the task hears which evaluation runs (a task built around
         a plain ``nn.Module`` has none to tell)."""
         for module in self.modules():
             if isinstance(module, Encoder):

@@ -7,13 +7,13 @@ classifier reads ``[u; v; u * v; |u - v|]`` (ON-LSTM Sec. 5.4, Ordered Memory Se
 ``Dropout -> Linear(F, H) -> ELU -> Dropout -> Linear(H, C)`` with ``mlp_layers`` hidden layers
 (Ordered Memory: one hidden layer for logic, none for ListOps).
 
-The encoder reads the view of the batch it declares (:mod:`treernn.data.batch`): gold-tree
-encoders the trees' leaves with a :class:`~treernn.encoders.tree_batch.TreeBatch`, sequence
+The encoder reads the view of the batch it declares (`treernn.data.batch`): gold-tree
+encoders the trees' leaves with a `treernn.encoders.tree_batch.TreeBatch`, sequence
 encoders the token view (with brackets for logic). Evaluation steps return the
-:class:`~treernn.data.batch.EncodedBatch` for callbacks that read the encoder's output (induced
+`treernn.data.batch.EncodedBatch` for callbacks that read the encoder's output (induced
 trees). Metrics: ``{stage}/loss``, ``{stage}/acc``, and at test
 time accuracy per evaluation group and length bucket (``test/acc``, ``test/acc/ops7``,
-``test/sysgen_A/acc``, ...) from one :class:`GroupedAccuracy` that reduces across processes.
+``test/sysgen_A/acc``, ...) from one `GroupedAccuracy` that reduces across processes.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class ClassificationTask(Task):
 
     def chance_levels(self) -> dict[str, float]:
         """A uniform guess over the C classes: ln C per example (training loss only: see
-        :class:`~treernn.callbacks.divergence.DivergenceMonitor` for why not the validation's)."""
+        `treernn.callbacks.divergence.DivergenceMonitor` for why not the validation's)."""
         return {"train/loss": math.log(self.hparams.num_classes)}
 
     # ----------------------------------------------------------------- model

@@ -3,7 +3,7 @@
 The same module trains a tree language model (TreeLSTM / LdTreeLSTM, encoders reading the
 ``"dependency_tree"`` view) or a sequential LSTM language model on the same sentences (the
 ``"tokens"`` view): the batch hands out the view's inputs and the words it predicts
-(:class:`~treernn.data.dependency.DependencyBatch`). The tree model predicts the words in
+(`treernn.data.dependency.DependencyBatch`). The tree model predicts the words in
 breadth-first order, P(S|T) = prod_t P(w_t | D(w_t))
 (Eq. 1); the sequential model predicts them left to right from a begin-of-sentence token (the ROOT
 token). Neither predicts an end-of-sentence token, so both perplexities are over the same words.

@@ -3,9 +3,9 @@
 Embedding -> embedding dropout (whole words) -> locked dropout -> encoder -> locked dropout -> tied
 decoder. Loss = cross-entropy + activation regularisation (AR) + temporal activation regularisation
 (TAR). The hidden state is carried across BPTT segments and detached; the learning rate of each step
-is scaled by seq_len / bptt. NT-ASGD lives in :mod:`treernn.callbacks.ntasgd`.
+is scaled by seq_len / bptt. NT-ASGD lives in `treernn.callbacks.ntasgd`.
 
-:meth:`LanguageModelTask.sentence_tree_signals` reads whole sentences the way unsupervised parsing
+`LanguageModelTask.sentence_tree_signals` reads whole sentences the way unsupervised parsing
 does (ON-LSTM Sec. 5.2), for the tree-F1 callback and the evaluation commands.
 """
 
@@ -83,7 +83,7 @@ def portable_state(state: Any) -> Any:
 
 
 def restored_state(state: Any) -> Any:
-    """The inverse of :func:`portable_state`."""
+    """The inverse of `portable_state`."""
     if isinstance(state, dict) and "dataclass" in state:
         module, _, name = str(state["dataclass"]).partition(":")
         what = "its carried state names the dataclass"
@@ -192,8 +192,8 @@ class LanguageModelTask(Task):
     ) -> list[TreeSignal]:
         """The tree signal of each sentence of token ids (no ``<eos>``), read in eval mode with a
         fresh state as ``<eos> w_1 ... w_n <eos>`` (ON-LSTM Sec. 5.2): one one-row signal per
-        sentence, see :func:`treernn.parsing.induce.sentence_signals`. Raises
-        :class:`~treernn.parsing.induce.NoDistancesError` for an encoder without a tree signal."""
+        sentence, see `treernn.parsing.induce.sentence_signals`. Raises
+        `treernn.parsing.induce.NoDistancesError` for an encoder without a tree signal."""
         if self.vocab is None or "<eos>" not in self.vocab:
             raise ValueError("reading sentences needs a vocabulary with <eos> (task=ptb)")
         eos = self.vocab.eos_index

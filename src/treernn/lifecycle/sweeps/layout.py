@@ -5,12 +5,12 @@ refuses.
 Resuming: a sweep has a name (``sweep_id=<name>``; without one, its start time). Running the same
 ``-m`` command with the same ``sweep_id`` again (or ``python -m treernn sweep resume <sweep dir>``)
 continues it in the same directories with the same job numbers: each job reads its own record
-first (:func:`treernn.lifecycle.plan.plan_sweep_job`) and is skipped if it finished, resumed from
+first (`treernn.lifecycle.plan.plan_sweep_job`) and is skipped if it finished, resumed from
 its newest checkpoint if it was interrupted (a signal, a requeue, a killed process), and run again
 from the start if it failed. A command that would change the sweep (other overrides) is refused
 with one line naming the difference. This works whatever launches the jobs (basic, joblib,
 submitit), since every job decides for itself. A sweep's files are data: a job directory holding
-a symbolic link is refused (:func:`refuse_links`).
+a symbolic link is refused (`refuse_links`).
 
 The sweep directory (``hydra.sweep.dir``) names the task and model, so a sweep over
 ``model=lstm,onlstm`` puts its jobs in one directory per model; they share the last part of the
@@ -40,7 +40,7 @@ from treernn.lifecycle.records import (
 )
 
 #: job states that a resumed sweep continues from the newest checkpoint ("extended": a job that
-#: ``sweep extend`` copied from a sweep of a smaller budget, :mod:`treernn.lifecycle.sweeps.extend`)
+#: ``sweep extend`` copied from a sweep of a smaller budget, `treernn.lifecycle.sweeps.extend`)
 RESUMABLE = (RunState.INTERRUPTED, RunState.REQUEUED, RunState.RUNNING, RunState.EXTENDED)
 #: what a job produced that a run from the start must not find
 ATTEMPT_FILES = ("checkpoints", "csv", "metrics.json", "parse_eval.json")
@@ -240,7 +240,7 @@ def override_lines(job_dir: Path, record: dict[str, Any]) -> list[str]:
 
 
 def overrides_line(job_dir: Path, record: dict[str, Any]) -> str:
-    """:func:`override_lines` on one line (in a listing, a damaged overrides file says so)."""
+    """`override_lines` on one line (in a listing, a damaged overrides file says so)."""
     try:
         return " ".join(override_lines(job_dir, record))
     except DamagedRecord as error:
@@ -259,7 +259,7 @@ def sweep_size(sweep_dir: Path) -> int | None:
 
 
 def jobs_in(config: DictConfig) -> int | None:
-    """:func:`sweep_size` of a multirun's config (``multirun.yaml``, or the one being launched)."""
+    """`sweep_size` of a multirun's config (``multirun.yaml``, or the one being launched)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 

@@ -3,10 +3,10 @@
 
 At the start, before any job runs: the launcher's settings, links in the sweep's directories, and
 a command that would change a resumed sweep are refused; a joblib sweep gets its stop file.
-:func:`treernn.lifecycle.entry.main` records a failed job in its ``status.json`` and lets the
-sweep go on, returning :func:`sweep_value` (NaN for an Optuna trial that failed). At the end this
+`treernn.lifecycle.entry.main` records a failed job in its ``status.json`` and lets the
+sweep go on, returning `sweep_value` (NaN for an Optuna trial that failed). At the end this
 callback reads those records: when at least one job finished it prints the papers' comparison
-table of the sweep and writes ``table.{md,csv,png}`` (:mod:`treernn.reporting.table`) and the
+table of the sweep and writes ``table.{md,csv,png}`` (`treernn.reporting.table`) and the
 learning curves ``curves.{md,png}`` into the sweep directory; then one line per job that did not
 finish, and a non-zero exit if any did not.
 """
@@ -80,7 +80,7 @@ def report_sweep(job_dirs: list[Path], out_dir: Path) -> bool:
 
 # ----------------------------------------------------------------------------- stopping
 #: launchers whose jobs run in worker processes of the launching one (a Ctrl-C of the sweep
-#: reaches them through its stop file: :mod:`treernn.lifecycle.signals`)
+#: reaches them through its stop file: `treernn.lifecycle.signals`)
 WORKER_LAUNCHERS = ("hydra_plugins.hydra_joblib_launcher.",)
 
 
@@ -93,7 +93,7 @@ def _no_idle_workers(config: DictConfig) -> None:
     """No more joblib workers than jobs: a worker that never gets one waits for work through the
     whole sweep, where Ctrl-C of the sweep's process group reaches it as KeyboardInterrupt,
     joblib takes its pool for broken and kills the busy workers before they save (a worker that
-    has run a job ignores SIGINT afterwards: :func:`treernn.lifecycle.signals.guard_idle_worker`).
+    has run a job ignores SIGINT afterwards: `treernn.lifecycle.signals.guard_idle_worker`).
     The launcher is built from this config after this callback."""
     n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs")
     size = jobs_in(config)
