@@ -17,10 +17,8 @@ writing them atomically.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import io
-import os
 import pickle
 import re
 import zipfile
@@ -37,10 +35,10 @@ from omegaconf import DictConfig, OmegaConf
 from treernn.config_checks import DESCRIPTIVE_KEYS
 from treernn.errors import CheckpointError
 from treernn.files import atomic_write
+from treernn.trust import TRUSTED_ENV, UntrustedClass, import_trusted, user_prefixes
 
 #: module prefixes whose classes a stored config may name as ``_target_``
 TRUSTED_PREFIXES = ("treernn.", "torch.optim.", "lightning.pytorch.")
-TRUSTED_ENV = "TREERNN_TRUSTED_MODULES"
 
 
 # ----------------------------------------------------------------------------- reading
@@ -169,13 +167,11 @@ def require_task(info: CheckpointInfo, kind: type, command: str, hint: str) -> N
     """A command given a checkpoint of a task it cannot use: one line naming what it needs.
     ``kind``: the task class the command works with (a subclass is fine)."""
     target = info.config.get("task", {}).get("module", {}).get("_target_", "")
-    module_name, _, name = str(target).rpartition(".")
-    found = None
-    if str(target).startswith(trusted_prefixes()):
-        try:
-            found = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError, ValueError):
-            found = None
+    name = str(target).rpartition(".")[2]
+    try:
+        found = import_trusted(target, trusted_prefixes())
+    except UntrustedClass:
+        found = None
     if not (inspect.isclass(found) and issubclass(found, kind)):
         raise CheckpointError(
             f"{command}: checkpoint {info.path} is a task={info.task_name} "
@@ -185,8 +181,7 @@ def require_task(info: CheckpointInfo, kind: type, command: str, hint: str) -> N
 
 # ----------------------------------------------------------------------------- stored configs
 def trusted_prefixes() -> tuple[str, ...]:
-    extra = [p.strip() for p in os.environ.get(TRUSTED_ENV, "").split(",") if p.strip()]
-    return TRUSTED_PREFIXES + tuple(p if p.endswith(".") else p + "." for p in extra)
+    return TRUSTED_PREFIXES + user_prefixes()
 
 
 def _targets(node: Any, key: str = "") -> Iterator[tuple[str, Any]]:
@@ -212,23 +207,18 @@ def trusted_class(target: Any, what: str, source: str) -> type:
     """The class a checkpoint names by import path, refused (with one line saying why, nothing
     built) unless it is a class of a trusted package that exists in this version of the code."""
     prefixes = trusted_prefixes()
-    if not isinstance(target, str) or not target.startswith(prefixes):
-        raise CheckpointError(
-            f"{source}: {what}={target!r}, which is not a class of "
-            f"{', '.join(p.rstrip('.') for p in prefixes)}; refused (nothing was built). If "
-            f"it is a model of your own package, trust it with {TRUSTED_ENV}=<package>"
-        )
-    module_name, _, name = target.rpartition(".")
     try:
-        value = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError):
-        raise CheckpointError(
-            f"{source}: {what}={target}, which does not exist in this version of the code; use "
-            "a checkpoint written by this version"
-        ) from None
-    if not inspect.isclass(value):
-        raise CheckpointError(f"{source}: {what}={target}, which is not a class; refused")
-    return value
+        return import_trusted(target, prefixes)
+    except UntrustedClass as refused:
+        reason = {
+            "untrusted": f"{what}={target!r}, which is not a class of "
+            f"{', '.join(p.rstrip('.') for p in prefixes)}; refused (nothing was built). If it "
+            f"is a model of your own package, trust it with {TRUSTED_ENV}=<package>",
+            "missing": f"{what}={target}, which does not exist in this version of the code; use "
+            "a checkpoint written by this version",
+            "not a class": f"{what}={target}, which is not a class; refused",
+        }[refused.why]
+        raise CheckpointError(f"{source}: {reason}") from None
 
 
 # ----------------------------------------------------------------------------- rebuilding

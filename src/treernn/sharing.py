@@ -31,10 +31,8 @@ read, with the model's present weights): it is what ``save_pretrained`` and ``pu
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +40,7 @@ from typing import Any
 
 from treernn.errors import CheckpointError
 from treernn.kernels.choices import RECORD, RUN_RECORD
+from treernn.trust import UntrustedClass, import_trusted, user_prefixes
 
 FORMAT = "treernn-model"
 #: the export format this code writes and reads; a newer one is refused
@@ -50,7 +49,6 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 VOCAB_FILE = "vocab.txt"
 CARD_FILE = "README.md"
-TRUSTED_ENV = "TREERNN_TRUSTED_MODULES"
 #: every file an export may hold: what ``from_pretrained`` downloads from a Hub repository
 EXPORT_FILES = [CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE, CARD_FILE, RECORD]
 
@@ -384,7 +382,7 @@ def load_export(path: str | Path, kind: str | None = None, command: str = "load"
 
     task_class = _trusted(config["task"]["class"], ("treernn.tasks.",), Task, path)
     encoder_class = _trusted(
-        config["encoder"]["class"], ("treernn.encoders.", *_trusted_modules()), Encoder, path
+        config["encoder"]["class"], ("treernn.encoders.", *user_prefixes()), Encoder, path
     )
     task_arguments = dict(config["task"].get("arguments", {}))
     encoder_arguments = dict(config["encoder"].get("arguments", {}))
@@ -443,26 +441,23 @@ def read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def _trusted_modules() -> tuple[str, ...]:
-    extra = [p.strip() for p in os.environ.get(TRUSTED_ENV, "").split(",") if p.strip()]
-    return tuple(p if p.endswith(".") else p + "." for p in extra)
-
-
 def _trusted(target: Any, prefixes: tuple[str, ...], base: type, path: Path) -> type:
     """The class an export names, if it is a ``base`` subclass under ``prefixes``; else one
-    line, and nothing is imported."""
-    if not isinstance(target, str) or not target.startswith(prefixes):
-        raise CheckpointError(
-            f"exported model {path} names the class {target!r}, which is not one of "
-            f"{', '.join(p.rstrip('.') for p in prefixes)}; refused (nothing was built)"
-        )
-    module_name, _, name = target.rpartition(".")
+    line, and nothing outside ``prefixes`` is imported."""
     try:
-        found = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError):
-        raise CheckpointError(
-            f"exported model {path} names {target}, which does not exist in this version of treernn"
-        ) from None
+        found = import_trusted(target, prefixes)
+    except UntrustedClass as refused:
+        if refused.why == "untrusted":
+            raise CheckpointError(
+                f"exported model {path} names the class {target!r}, which is not one of "
+                f"{', '.join(p.rstrip('.') for p in prefixes)}; refused (nothing was built)"
+            ) from None
+        if refused.why == "missing":
+            raise CheckpointError(
+                f"exported model {path} names {target}, which does not exist in this version of "
+                "treernn"
+            ) from None
+        found = None
     if not (inspect.isclass(found) and issubclass(found, base)):
         raise CheckpointError(
             f"exported model {path} names {target}, which is not a {base.__name__}; refused"
