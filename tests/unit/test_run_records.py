@@ -17,7 +17,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader
 
-from treernn import checkpoints
+from treernn import checkpoints, files
 from treernn.callbacks.checkpoint import LastCheckpoint
 from treernn.callbacks.divergence import DivergenceMonitor
 from treernn.errors import DivergedError, StorageError, UserError
@@ -37,7 +37,7 @@ def test_atomic_write_on_a_full_disk_keeps_the_old_file_and_leaves_no_partial_on
     target = tmp_path / "last.ckpt"
     checkpoints.AtomicCheckpointIO().save_checkpoint({"x": torch.ones(3)}, target)
     before = target.read_bytes()
-    monkeypatch.setattr(checkpoints.os, "fsync", _no_room)
+    monkeypatch.setattr(files.os, "fsync", _no_room)
     with pytest.raises(StorageError, match="cannot write .*last.ckpt: No space left on device"):
         checkpoints.AtomicCheckpointIO().save_checkpoint({"x": torch.zeros(3)}, target)
     assert target.read_bytes() == before
@@ -46,7 +46,7 @@ def test_atomic_write_on_a_full_disk_keeps_the_old_file_and_leaves_no_partial_on
 
 def test_status_is_rewritten_in_place_when_the_disk_is_full(tmp_path, monkeypatch):
     records.write_status(tmp_path, status="running", stage="fit")
-    monkeypatch.setattr(checkpoints.os, "fsync", _no_room)
+    monkeypatch.setattr(files.os, "fsync", _no_room)
     records.write_status(tmp_path, status="failed", error="No space left on device")
     assert records.read_status(tmp_path)["status"] == "failed"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]
