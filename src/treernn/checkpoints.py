@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from treernn.config_checks import DESCRIPTIVE_KEYS
 from treernn.errors import CheckpointError
-from treernn.files import atomic_write
+from treernn.files import CHECKPOINT_EXPANSION, RefusedFile, atomic_write, check_zip_expansion
 from treernn.trust import TRUSTED_ENV, UntrustedClass, import_trusted, user_prefixes
 
 #: module prefixes whose classes a stored config may name as ``_target_``
@@ -58,8 +58,12 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
 def load_data(path: str | Path, mmap: bool = False) -> Any:
     """``torch.load(path, weights_only=True)``: tensors and plain containers only."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        check_zip_expansion(path, CHECKPOINT_EXPANSION)
+    except RefusedFile as refused:
+        raise CheckpointError(f"checkpoint {path} refused: {refused.what}") from None
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:

@@ -43,7 +43,16 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from treernn.errors import UserError
-from treernn.files import atomic_write, is_full_disk
+from treernn.files import (
+    CHECKPOINT_EXPANSION,
+    GB,
+    MB,
+    RefusedFile,
+    atomic_write,
+    check_zip_expansion,
+    is_full_disk,
+    read_limited,
+)
 
 log = logging.getLogger("treernn")
 
@@ -86,11 +95,26 @@ class DamagedRecord(UserError):
         self.path = Path(path)
 
 
+#: the most bytes a record of each kind may hold (a file larger is refused unread)
+LIMITS = {
+    STATUS_FILE: 4 * MB,
+    METRICS_FILE: 16 * MB,
+    "metrics.csv": 1 * GB,
+    "multirun.yaml": 16 * MB,
+    "overrides.yaml": 1 * MB,
+}
+OTHER_LIMIT = 16 * MB
+
+
 def read_text(path: str | Path, todo: str = FIX_RUN) -> str:
-    """A text file's contents; a file that is not UTF-8 text is a `DamagedRecord`
-    (FileNotFoundError passes through: callers decide what a missing file means)."""
+    """A text file's contents; a file that is not UTF-8 text, a link, a FIFO or device, or one
+    larger than its kind may be (`LIMITS`) is a `DamagedRecord` (FileNotFoundError passes
+    through: callers decide what a missing file means)."""
     path = Path(path)
-    data = path.read_bytes()
+    try:
+        data = read_limited(path, LIMITS.get(path.name, OTHER_LIMIT))
+    except RefusedFile as refused:
+        raise DamagedRecord(path, refused.what, todo) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -268,13 +292,14 @@ def peek_global_step(path: str | Path) -> int | None:
     file that is not a whole treernn checkpoint: `treernn.checkpoints.inspect_checkpoint`
     says what is wrong with it where a run needs it."""
     try:
+        check_zip_expansion(path, CHECKPOINT_EXPANSION)
         with zipfile.ZipFile(path) as archive:
             names = [name for name in archive.namelist() if name.endswith("/data.pkl")]
             if len(names) != 1:
                 return None
             with archive.open(names[0]) as handle:
                 top = _StructureOnly(handle).load()
-    except (OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError):
+    except (OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError, RefusedFile):
         return None
     if not isinstance(top, dict) or "treernn" not in top:
         return None
