@@ -116,31 +116,76 @@ def load(
     ``last.ckpt`` records, else ``last.ckpt``) or an exported model directory (``config.json``,
     ``model.safetensors``, ``vocab.txt``; nothing in it is run). ``kind``: when given, a model of
     another kind is refused with one line before anything is built, naming ``command`` and what
-    it needs (``hint``; default: the kind's usual run).
+    it needs (``hint``; default: the kind's usual run). Loading reads the model's files and never
+    writes into its folder.
     """
-    import torch
+    return _load(Path(path), device, kind, command, hint, None)
 
+
+def _load(
+    source: Path,
+    device: str | None,
+    kind: Kind | None,
+    command: str,
+    hint: str | None,
+    links_within: Path | None,
+) -> Model:
     from treernn.kernels import choices
 
-    source = Path(path)
     if not source.exists():
         raise CheckpointError(f"{source} does not exist: give a checkpoint, run or export path")
-    if source.is_dir() and sharing.is_export(source):
-        exported = sharing.load_export(source, kind=kind, command=command)
+    device = _device(device)
+    export_choices: dict[str, str] = {}
+    if sharing.is_export(source):
+        exported = sharing.load_export(
+            source, kind=kind, command=command, links_within=links_within
+        )
         module, config, found_kind, meta = exported.module, None, exported.kind, exported.meta
         checkpoint, export_config = None, exported.config
-        # the kernels' choices the run recorded, kept with the export (read only)
-        choices.attach(source, sweep_dir=source, write=False)
+        export_choices = exported.choices
+        # the kernels' choices the run recorded, kept with the export; new ones go to the
+        # user's cache, never into the export's folder
+        choices.attach_loaded(exported.choices, exported.key)
     else:
         checkpoint, export_config = checkpoint_of(source), None
         module, config, found_kind = _from_checkpoint(checkpoint, kind, command, hint)
         meta = sharing.meta_from_config(config)
         folder = checkpoint.resolve().parent
         choices.attach(folder.parent if folder.name == "checkpoints" else folder, write=False)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     module = module.to(device).eval()
     model_class = MODEL_CLASSES[found_kind]
-    return model_class(module, found_kind, meta, source, config, checkpoint, export_config)
+    model = model_class(module, found_kind, meta, source, config, checkpoint, export_config)
+    model.export_choices = export_choices
+    return model
+
+
+def _device(device: str | None) -> Any:
+    """The device asked for, checked before anything is built: one line for a device this
+    torch cannot use (``cuda`` on a build without CUDA, a GPU index that does not exist)."""
+    import torch
+
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        found = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ConfigValueError(f"device={device!r}: {error}; use 'cpu' or 'cuda'") from None
+    if found.type == "cuda":
+        if not torch.cuda.is_available():
+            why = (
+                "this torch was built without CUDA"
+                if torch.version.cuda is None
+                else ("no CUDA device is visible")
+            )
+            raise ConfigValueError(f"device={device!r}: {why}; use device='cpu'")
+        if found.index is not None and found.index >= torch.cuda.device_count():
+            raise ConfigValueError(
+                f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA devices "
+                f"(0 to {torch.cuda.device_count() - 1})"
+            )
+    elif found.type not in ("cpu", "meta") and found.type != "mps":
+        raise ConfigValueError(f"device={device!r}: use 'cpu' or 'cuda'")
+    return found
 
 
 def checkpoint_of(path: Path) -> Path:
@@ -219,6 +264,8 @@ class Model(HubMixin):
         self.source = source
         self.config = config
         self.export_config = export_config
+        #: the kernels' choices an export's run recorded (kept when it is saved again)
+        self.export_choices: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return (
@@ -255,25 +302,37 @@ class Model(HubMixin):
 
     # ------------------------------------------------------------------ the Hub's methods
     # huggingface_hub's ModelHubMixin gives save_pretrained, from_pretrained and push_to_hub
-    # (push_to_hub saves into a temporary directory and uploads it); its two hooks below write
-    # and read the export format. What the mixin does on its own is kept from touching it:
-    # - it writes its own config.json (the constructor's JSON-able arguments, or config=) only
-    #   where the hook wrote none, and a README.md only where there is none: _save_pretrained
-    #   writes both, so a saved directory is exactly an export (config= is not used);
-    # - before the hook it deletes any config.json in the directory: save_pretrained checks
-    #   first that the directory is absent, empty or an export, never another's;
-    # - from_pretrained reads config.json itself and hands the values under the constructor's
-    #   parameter names (kind, meta, config) to _from_pretrained: they are not used, the export
-    #   is read and checked by treernn.sharing as treernn.load reads it.
+    # (push_to_hub saves into a temporary directory and uploads it). save_pretrained is
+    # treernn's own: the mixin's deletes the directory's config.json before its hook writes and
+    # writes into the directory itself, so a failed save would damage the export it replaces;
+    # treernn.sharing.save writes a new folder beside it and renames it into place. The mixin's
+    # config.json and model card are never written: the export format decides both.
+    # from_pretrained reads config.json itself and hands the values under the constructor's
+    # parameter names (kind, meta, config) to _from_pretrained: they are not used, the export is
+    # read and checked by treernn.export_format as treernn.load reads it.
 
-    def save_pretrained(self, save_directory: str | Path, **options: Any) -> Any:
+    def save_pretrained(
+        self,
+        save_directory: str | Path,
+        *,
+        repo_id: str | None = None,
+        push_to_hub: bool = False,
+        config: Any = None,
+        model_card_kwargs: Any = None,
+        **push_to_hub_kwargs: Any,
+    ) -> Any:
         """Write the model to ``save_directory`` as ``python -m treernn export`` does (weights as
-        safetensors, ``config.json``, ``vocab.txt``, the model card; `treernn.sharing.save`).
-        The directory may be new, empty or an export, whose files are replaced.
-        ``push_to_hub=True, repo_id=...``: push it too. Needs ``pip install "treernn[hub]"``."""
+        safetensors, ``config.json``, ``vocab.txt``, the model card; `treernn.sharing.save`),
+        whole or not at all. The directory may be new, empty or an export, which is replaced.
+        ``push_to_hub=True, repo_id=...``: push it too (``config`` and ``model_card_kwargs``, which
+        the mixin's ``push_to_hub`` passes, are not used: the export format writes both).
+        Needs ``pip install "treernn[hub]"``."""
         require("save_pretrained")
-        sharing.check_target(Path(save_directory))
-        return super().save_pretrained(save_directory, **options)
+        sharing.save(self, save_directory)
+        if push_to_hub:
+            repo_id = repo_id or Path(save_directory).name
+            return self.push_to_hub(repo_id=repo_id, **push_to_hub_kwargs)
+        return None
 
     def _save_pretrained(self, save_directory: Path) -> None:
         sharing.save(self, save_directory)
@@ -291,6 +350,7 @@ class Model(HubMixin):
         if where.is_dir():
             # the mixin json-loads config.json before the hook runs: refuse what is not an
             # export, or an export of a newer format, in treernn.load's one line first
+            sharing.check_links(where)
             sharing.read_config(where)
         elif where.exists() or where.is_absolute() or name.startswith((".", "~")):
             # the mixin would send a path that is not a directory to the Hub as a repository id
@@ -319,7 +379,7 @@ class Model(HubMixin):
     ) -> Model:
         # proxies and resume_download: what huggingface_hub before 1.0 also passes; kind, meta
         # and config: config.json's values, which the mixin passes (see above) and load rereads
-        folder = Path(model_id)
+        folder, links_within = Path(model_id), None
         if not folder.is_dir():
             older = {"proxies": proxies, "resume_download": resume_download}
             folder = download(
@@ -332,9 +392,11 @@ class Model(HubMixin):
                 token=token,
                 **{name: value for name, value in older.items() if value is not None},
             )
-            sharing.read_config(folder)
+            # huggingface_hub's cache: snapshots/<revision>/<file> link to the repository's blobs
+            links_within = folder.parent.parent
         wanted = next((name for name, model in MODEL_CLASSES.items() if model is cls), None)
-        return load(folder, device, kind=wanted, command=f"{cls.__name__}.from_pretrained")
+        command = f"{cls.__name__}.from_pretrained"
+        return _load(folder, device, wanted, command, None, links_within)
 
     def _unsupported(self, method: str) -> UnsupportedMethodError:
         return UnsupportedMethodError(

@@ -40,6 +40,12 @@ class StorageError(UserError, OSError):
     file and what was kept."""
 
 
+class OutputError(UserError, OSError):
+    """A result or a model cannot be written where the user asked (a read-only folder, a path
+    under a file, a folder that is not empty); the message names the path and what to give
+    instead."""
+
+
 class RunInterrupted(Exception):
     """A signal (Ctrl-C, SIGTERM from ``kill``, ``scancel`` or a preemption) stopped the run.
 

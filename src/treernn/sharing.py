@@ -33,24 +33,40 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from treernn.errors import CheckpointError
-from treernn.kernels.choices import RECORD, RUN_RECORD
+from treernn import export_format as fmt
+from treernn.errors import CheckpointError, OutputError, UserError
+from treernn.export_format import (
+    CARD_FILE,
+    CHOICES_FILE,
+    CONFIG_FILE,
+    EXPORT_FILES,
+    FORMAT,
+    FORMAT_VERSION,
+    VOCAB_FILE,
+    WEIGHTS_FILE,
+    check_links,
+    read_config,
+    refused,
+)
+from treernn.files import MB, full_disk_error, is_full_disk, read_limited
 from treernn.trust import UntrustedClass, import_trusted, user_prefixes
 
-FORMAT = "treernn-model"
-#: the export format this code writes and reads; a newer one is refused
-FORMAT_VERSION = 1
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-VOCAB_FILE = "vocab.txt"
-CARD_FILE = "README.md"
-#: every file an export may hold: what ``from_pretrained`` downloads from a Hub repository
-EXPORT_FILES = [CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE, CARD_FILE, RECORD]
+__all__ = [
+    "EXPORT_FILES",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "check_links",
+    "export",
+    "load_export",
+    "read_config",
+    "save",
+]
 
 #: the DataModule class of a run -> the dataset name its reader is known by
 DATASETS = {
@@ -83,6 +99,10 @@ class Exported:
     kind: str
     meta: dict[str, Any]
     config: dict[str, Any]
+    #: the kernels' choices its run recorded (``kernel_choices.json``)
+    choices: dict[str, str]
+    #: names its contents: the SHA-256 of ``config.json``, which records the other files' hashes
+    key: str
 
 
 # ----------------------------------------------------------------------------- metadata
@@ -106,25 +126,20 @@ def meta_from_config(cfg: Any) -> dict[str, Any]:
 
 
 def is_export(path: str | Path) -> bool:
-    """Whether ``path`` is a directory written by `export`."""
-    config = Path(path) / CONFIG_FILE
-    if not config.is_file():
-        return False
-    try:
-        return json.loads(config.read_text(encoding="utf-8")).get("format") == FORMAT
-    except (ValueError, AttributeError):
-        return False
+    """Whether ``path`` is meant as an exported model: a directory with a ``config.json`` (a run
+    directory keeps its config in ``.hydra/``); `load_export` says what is wrong with it."""
+    path = Path(path)
+    return path.is_dir() and os.path.lexists(path / CONFIG_FILE)
 
 
 # ----------------------------------------------------------------------------- writing
 def export(model: Any, out: str | Path, commit: str | None = None) -> Path:
     """Write ``model`` (a `treernn.api.Model` loaded from a checkpoint) to the directory
-    ``out`` (module docstring); returns it."""
+    ``out``, which must be new or empty (module docstring); returns it."""
     if model.config is None or model.checkpoint is None:
         raise CheckpointError(f"{model.source} is an export already: copy its directory")
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise CheckpointError(f"{out} is not empty: export into a new directory")
+    _check_target(out, replace_export=False)
     config, vocab_tokens, choices = _from_checkpoint(model, commit)
     _write(model.module.to("cpu"), config, vocab_tokens, choices, out)
     return out
@@ -133,36 +148,51 @@ def export(model: Any, out: str | Path, commit: str | None = None) -> Path:
 def save(model: Any, out: str | Path) -> Path:
     """Write any loaded ``model`` to ``out`` as `export` does: one loaded from a checkpoint
     exactly as ``export`` writes it; one loaded from an export with that export's config, its
-    kernels' choices and the model's present weights. An export's files already in ``out`` are
-    replaced: check ``out`` with `check_target` first."""
+    kernels' choices and the model's present weights. ``out`` may be new, empty or an export,
+    which is replaced whole (never written into: a link in it is removed, never followed)."""
     out = Path(out)
+    _check_target(out, replace_export=True)
     if model.checkpoint is None:
-        config = dict(model.export_config, format_version=FORMAT_VERSION)
+        config = {key: value for key, value in model.export_config.items() if key != "files"}
+        config["format_version"] = FORMAT_VERSION
         vocab_tokens = _tokens(model.module.vocab)
-        choices = Path(model.source) / RECORD
+        choices = _choices_record(model.export_choices)
     else:
         config, vocab_tokens, choices = _from_checkpoint(model, None)
     _write(model.module, config, vocab_tokens, choices, out)
     return out
 
 
-def check_target(out: Path) -> None:
+def check_target(out: str | Path) -> None:
     """``out`` is absent, an empty directory or an export, else one line: saving replaces an
-    export's files, never another directory's."""
+    export, never another directory."""
+    _check_target(Path(out), replace_export=True)
+
+
+def _check_target(out: Path, replace_export: bool) -> None:
+    if out.is_symlink():
+        raise OutputError(f"{out} is a symbolic link: save into a directory of its own")
     if out.exists() and not out.is_dir():
-        raise CheckpointError(f"{out} is a file: save into a directory")
-    if out.is_dir() and any(out.iterdir()) and not is_export(out):
-        raise CheckpointError(
-            f"{out} holds files and is not an exported model (no {CONFIG_FILE} of format "
+        raise OutputError(f"{out} is a file: save into a new directory")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not replace_export:
+        raise OutputError(f"{out} is not empty: export into a new directory")
+    try:
+        read_config(out)
+    except CheckpointError:
+        raise OutputError(
+            f"{out} holds files and is not an exported model (no readable {CONFIG_FILE} of format "
             f"{FORMAT!r}): save into a new or empty directory, or over an export"
-        )
+        ) from None
 
 
 def _from_checkpoint(
     model: Any, commit: str | None
-) -> tuple[dict[str, Any], list[str], Path | None]:
+) -> tuple[dict[str, Any], list[str], bytes | None]:
     """The ``config.json`` of a model loaded from a checkpoint, its vocabulary's tokens and
-    where its run keeps the kernels' choices (None for a checkpoint outside a run)."""
+    the kernels' choices its run recorded (None for a checkpoint outside a run, or a run that
+    recorded none)."""
     from treernn import __version__
     from treernn.checkpoints import constructor_config
 
@@ -202,29 +232,113 @@ def _from_checkpoint(
         "provenance": provenance,
     }
     # the kernels' choices the run made: a loaded export computes as the run did
-    return config, vocab_tokens, run_dir / RUN_RECORD if run_dir is not None else None
+    return config, vocab_tokens, _run_choices(run_dir)
+
+
+def _run_choices(run_dir: Path | None) -> bytes | None:
+    """A run's record of the kernels' choices, as an export keeps it; None where it has none."""
+    from treernn.kernels.choices import RUN_RECORD, read_record
+
+    if run_dir is None or not os.path.lexists(run_dir / RUN_RECORD):
+        return None
+    return _choices_record(read_record(run_dir / RUN_RECORD).get("choices", {}))
+
+
+def _choices_record(choices: dict[str, str]) -> bytes | None:
+    from treernn.kernels.choices import RECORD_FORMAT
+
+    if not choices:
+        return None
+    record = {"format": RECORD_FORMAT, "choices": dict(sorted(choices.items()))}
+    return (json.dumps(record, indent=1) + "\n").encode()
 
 
 def _write(
-    module: Any, config: dict[str, Any], vocab_tokens: list[str], choices: Path | None, out: Path
+    module: Any, config: dict[str, Any], vocab_tokens: list[str], choices: bytes | None, out: Path
 ) -> None:
-    """The export's files in ``out``; ``choices``: the kernels' choices to keep, where that file
-    exists (else an earlier export's are removed: the directory holds this model alone)."""
+    """The export's files, written whole or not at all: into a temporary folder beside ``out``,
+    ``config.json`` last with every other file's size and SHA-256, then renamed into place (an
+    export that was there is moved aside first and removed after). ``choices``: the kernels'
+    choices to keep (``kernel_choices.json``), where the run made any."""
     from safetensors.torch import save_model
 
-    out.mkdir(parents=True, exist_ok=True)
-    # safetensors copies every tensor to the CPU as it writes: the model stays where it is
-    save_model(module, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
-    (out / WEIGHTS_FILE).chmod(0o644)  # safetensors writes it readable by its owner only
-    (out / VOCAB_FILE).write_text("".join(f"{token}\n" for token in vocab_tokens), "utf-8")
-    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    (out / CARD_FILE).write_text(model_card(config), encoding="utf-8")
-    kept = out / RECORD
-    if choices is not None and choices.is_file():
-        if not (kept.exists() and kept.samefile(choices)):
-            shutil.copyfile(choices, kept)
-    else:
-        kept.unlink(missing_ok=True)
+    out = Path(os.path.abspath(out))
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        # safetensors copies every tensor to the CPU as it writes: the model stays where it is
+        save_model(module, str(partial / WEIGHTS_FILE), metadata={"format": "pt"})
+        _canonical_header(partial / WEIGHTS_FILE)
+        files = {
+            VOCAB_FILE: "".join(f"{token}\n" for token in vocab_tokens).encode(),
+            CARD_FILE: model_card(config).encode(),
+        }
+        if choices is not None:
+            files[CHOICES_FILE] = choices
+        for name, data in files.items():
+            _write_synced(partial / name, data)
+        config = dict(config)
+        config["files"] = {
+            name: fmt.file_record(partial / name) for name in sorted([WEIGHTS_FILE, *files])
+        }
+        _write_synced(partial / CONFIG_FILE, (json.dumps(config, indent=2) + "\n").encode())
+        _move_into_place(partial, out)
+    except BaseException as error:
+        shutil.rmtree(partial, ignore_errors=True)
+        if is_full_disk(error):
+            raise full_disk_error(out, error, "nothing was written") from None
+        if isinstance(error, OSError):
+            raise OutputError(
+                f"cannot write the exported model {out}: {error.strerror or error}; nothing was "
+                "written. Give --out a folder you can write"
+            ) from None
+        raise
+
+
+def _canonical_header(path: Path) -> None:
+    """Rewrite a safetensors file's header with its keys sorted: safetensors writes the
+    metadata map (a tied weight's alias beside ``format``) in an order that changes from one
+    process to the next, and ``config.json`` records the file's hash, so that two exports of one
+    model would differ. The tensors' offsets count from the end of the header and do not change;
+    the header is padded with spaces to 8 bytes, as safetensors pads it."""
+    import struct
+
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.dumps(json.loads(data[8 : 8 + length]), sort_keys=True, separators=(",", ":"))
+    encoded = header.encode()
+    encoded += b" " * (-len(encoded) % 8)
+    path.unlink()  # safetensors writes it readable by its owner only; rewritten as 0o644
+    _write_synced(path, struct.pack("<Q", len(encoded)) + encoded + data[8 + length :])
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "xb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _move_into_place(partial: Path, out: Path) -> None:
+    """Rename the written folder to ``out``: an empty folder there is removed first; an export
+    there is moved aside, and removed once the new one is in place (``shutil.rmtree`` removes a
+    link, never what it points to)."""
+    aside = None
+    if out.is_dir() and any(out.iterdir()):
+        aside = out.with_name(f".{out.name}.replaced-{os.getpid()}")
+        os.rename(out, aside)
+    elif out.is_dir():
+        out.rmdir()
+    try:
+        os.rename(partial, out)
+    except BaseException:
+        if aside is not None:
+            os.rename(aside, out)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _stored_task_kwargs(checkpoint: Path) -> dict[str, Any]:
@@ -314,9 +428,11 @@ def _provenance(run_dir: Path | None, checkpoint: Path, commit: str | None) -> d
 
 
 def _json(path: Path) -> dict[str, Any] | None:
+    """A run's record for the card, where it is a readable JSON object (else None: the card
+    says less)."""
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        value = json.loads(read_limited(path, 16 * MB).decode("utf-8"))
+    except (OSError, ValueError, UserError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -362,83 +478,179 @@ def model_card(config: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- reading
-def load_export(path: str | Path, kind: str | None = None, command: str = "load") -> Exported:
-    """The model of an export directory, built from classes of treernn only (module docstring);
-    ``kind``: refuse another kind of model before building it."""
+def load_export(
+    path: str | Path,
+    kind: str | None = None,
+    command: str = "load",
+    links_within: Path | None = None,
+) -> Exported:
+    """The model of an export directory, read as data and built from classes of treernn only
+    (module docstring); ``kind``: refuse another kind of model before building it;
+    ``links_within``: a Hub cache's repository folder, whose snapshot's files are links into it
+    (any other link is refused)."""
+    import hashlib
+
     import torch
-    from safetensors import SafetensorError
-    from safetensors.torch import load_model
 
     path = Path(path)
+    follow = links_within is not None
+    fmt.check_links(path, links_within)
+    raw_config = fmt.read_file(path, CONFIG_FILE, follow)
     config = read_config(path)
-    found_kind = config.get("kind")
+    fmt.check_whole(path, config, follow)
+    found_kind = config["kind"]
     if kind is not None and found_kind != kind:
         raise CheckpointError(
             f"{command}: {path} is an exported {str(found_kind).replace('_', ' ')}; {command} "
             f"needs a {kind.replace('_', ' ')}"
         )
+    task_class, encoder_class = _classes(path, config)
+    task_arguments = dict(config["task"]["arguments"])
+    encoder_arguments = dict(config["encoder"]["arguments"])
+    for where, arguments in (("task", task_arguments), ("encoder", encoder_arguments)):
+        _refuse_targets(arguments, f"its {where} arguments", f"exported model {path}")
+    _check_arguments(path, task_class, task_arguments, "task", ("encoder", "vocab"))
+    _check_arguments(path, encoder_class, encoder_arguments, "encoder", ())
+    tokens = fmt.read_vocabulary(path, config, follow)
+    tensors = fmt.read_header(path, follow)
+    choices = fmt.read_choices(path, follow)
+
+    def build() -> Any:
+        from treernn.data.vocab import Vocabulary
+
+        vocab = tokens if config["vocabulary"]["form"] == "list" else Vocabulary(tokens, ())
+
+        def encoder(**sizes: Any) -> Any:
+            return encoder_class(**encoder_arguments, **sizes)
+
+        return task_class(encoder=encoder, vocab=vocab, **task_arguments)
+
+    # on the meta device first: nothing is allocated, so a config that asks for more than the
+    # weights hold is refused before it costs any memory
+    try:
+        with torch.device("meta"):
+            planned = build()
+    except (TypeError, ValueError, UserError) as error:  # arguments from a file, not our code
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise refused(
+            path, f"its {CONFIG_FILE} does not describe a model that builds ({first})"
+        ) from None
+    _check_weights(path, planned, tensors)
+    torch.set_flush_denormal(bool(config["flush_denormal"]))
+    module = build()
+    _load_weights(path, module, follow)
+    return Exported(
+        module.eval(),
+        str(found_kind),
+        dict(config["meta"]),
+        config,
+        choices,
+        hashlib.sha256(raw_config).hexdigest(),
+    )
+
+
+def _classes(path: Path, config: dict[str, Any]) -> tuple[type, type]:
+    """The task and encoder classes an export names: treernn's own (or trusted) classes that
+    exist in this version, the task the one its kind is built from."""
     from treernn.encoders.base import Encoder
     from treernn.tasks.base import Task
 
     task_class = _trusted(config["task"]["class"], ("treernn.tasks.",), Task, path)
+    kind = config["kind"]
+    expected = fmt.KIND_TASKS[kind]
+    wanted = import_trusted(expected, ("treernn.tasks.",))
+    if not issubclass(task_class, wanted):
+        raise refused(
+            path,
+            f"{CONFIG_FILE} says kind {kind!r}, but its task {config['task']['class']} is not "
+            f"a {expected.rpartition('.')[2]}",
+        )
     encoder_class = _trusted(
         config["encoder"]["class"], ("treernn.encoders.", *user_prefixes()), Encoder, path
     )
-    task_arguments = dict(config["task"].get("arguments", {}))
-    encoder_arguments = dict(config["encoder"].get("arguments", {}))
-    for where, arguments in (("task", task_arguments), ("encoder", encoder_arguments)):
-        _refuse_targets(arguments, f"its {where} arguments", f"exported model {path}")
-    vocab = _read_vocabulary(path, config.get("vocabulary", {}))
-    torch.set_flush_denormal(bool(config.get("flush_denormal", True)))
+    return task_class, encoder_class
 
-    def encoder(**sizes: Any) -> Any:
-        return encoder_class(**encoder_arguments, **sizes)
 
-    module = task_class(encoder=encoder, vocab=vocab, **task_arguments)
-    weights = path / WEIGHTS_FILE
-    if not weights.is_file():
-        raise CheckpointError(f"exported model {path} has no {WEIGHTS_FILE}")
+def _check_arguments(
+    path: Path, cls: type, arguments: dict[str, Any], where: str, given: tuple[str, ...]
+) -> None:
+    """The arguments an export gives a constructor are ones it takes, and none it takes from
+    elsewhere (``given``)."""
+    parameters = inspect.signature(cls.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    unknown = sorted(set(arguments) - set(parameters) | set(arguments) & set(given))
+    if unknown:
+        raise refused(
+            path,
+            f"{CONFIG_FILE}: {where}.arguments {', '.join(map(repr, unknown))} "
+            f"{'is' if len(unknown) == 1 else 'are'} not an argument {cls.__name__} takes",
+        )
+
+
+#: torch dtypes -> safetensors' names
+_DTYPE_NAMES = {
+    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
+    "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
+}  # fmt: skip
+
+
+def _check_weights(path: Path, planned: Any, tensors: dict[str, fmt.Tensor]) -> None:
+    """The weights' header holds every tensor of the model the config describes (``planned``,
+    built on the meta device), with its shape and dtype, and nothing else; a tensor shared by two
+    names (tied weights) is stored once."""
+    state = planned.state_dict(keep_vars=True)
+    stored_once: dict[int, list[str]] = {}
+    for name, value in state.items():
+        stored_once.setdefault(id(value), []).append(name)
+    unexpected = sorted(set(tensors) - set(state))
+    if unexpected:
+        raise refused(
+            path,
+            f"{WEIGHTS_FILE} holds {', '.join(unexpected[:3])}, which the model its "
+            f"{CONFIG_FILE} describes does not have",
+        )
+    for names in stored_once.values():
+        present = [name for name in names if name in tensors]
+        if not present:
+            raise refused(
+                path,
+                f"{WEIGHTS_FILE} has no {names[0]}, which the model its {CONFIG_FILE} "
+                "describes needs",
+            )
+        value = state[names[0]]
+        wanted_dtype = _DTYPE_NAMES.get(str(value.dtype).removeprefix("torch."), str(value.dtype))
+        for name in present:
+            tensor = tensors[name]
+            if tensor.shape != tuple(value.shape):
+                raise refused(
+                    path,
+                    f"{WEIGHTS_FILE}: {name} has shape {list(tensor.shape)}, but the model its "
+                    f"{CONFIG_FILE} describes needs {list(value.shape)}",
+                )
+            if tensor.dtype != wanted_dtype:
+                raise refused(
+                    path,
+                    f"{WEIGHTS_FILE}: {name} is stored as {tensor.dtype}, but the model holds "
+                    f"{wanted_dtype}",
+                )
+
+
+def _load_weights(path: Path, module: Any, follow: bool) -> None:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_model
+
     try:
-        missing, unexpected = load_model(module, str(weights), strict=False, device="cpu")
+        missing, unexpected = load_model(module, str(path / WEIGHTS_FILE), strict=False)
     except (SafetensorError, OSError, RuntimeError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(
-            f"exported model {path}: {WEIGHTS_FILE} cannot be read ({first})"
-        ) from None
+        raise refused(path, f"{WEIGHTS_FILE} cannot be read ({first})") from None
     if missing or unexpected:
-        raise CheckpointError(
-            f"exported model {path}: {WEIGHTS_FILE} does not fit its config (missing "
-            f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})"
+        raise refused(
+            path,
+            f"{WEIGHTS_FILE} does not fit its config (missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(unexpected)[:3]})",
         )
-    return Exported(module.eval(), str(found_kind), dict(config.get("meta", {})), config)
-
-
-def read_config(path: Path) -> dict[str, Any]:
-    """The ``config.json`` of the export directory ``path``; one line where it cannot be read,
-    is not an export's or has a format version newer than this code reads."""
-    try:
-        config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise CheckpointError(
-            f"exported model {path}: {CONFIG_FILE} cannot be read ({error})"
-        ) from None
-    if not isinstance(config, dict) or config.get("format") != FORMAT:
-        raise CheckpointError(
-            f"{path} is not an exported treernn model: its {CONFIG_FILE} is not of format "
-            f"{FORMAT!r}"
-        )
-    version = config.get("format_version")
-    if not isinstance(version, int):
-        raise CheckpointError(f"exported model {path}: {CONFIG_FILE} has no format_version")
-    if version > FORMAT_VERSION:
-        raise CheckpointError(
-            f"exported model {path} has format version {version}; this treernn reads versions up "
-            f"to {FORMAT_VERSION}: upgrade treernn"
-        )
-    for key in ("task", "encoder", "kind"):
-        if key not in config:
-            raise CheckpointError(f"exported model {path}: {CONFIG_FILE} has no {key!r}")
-    return config
 
 
 def _trusted(target: Any, prefixes: tuple[str, ...], base: type, path: Path) -> type:
@@ -446,13 +658,13 @@ def _trusted(target: Any, prefixes: tuple[str, ...], base: type, path: Path) -> 
     line, and nothing outside ``prefixes`` is imported."""
     try:
         found = import_trusted(target, prefixes)
-    except UntrustedClass as refused:
-        if refused.why == "untrusted":
+    except UntrustedClass as refusal:
+        if refusal.why == "untrusted":
             raise CheckpointError(
                 f"exported model {path} names the class {target!r}, which is not one of "
                 f"{', '.join(p.rstrip('.') for p in prefixes)}; refused (nothing was built)"
             ) from None
-        if refused.why == "missing":
+        if refusal.why == "missing":
             raise CheckpointError(
                 f"exported model {path} names {target}, which does not exist in this version of "
                 "treernn"
@@ -463,16 +675,3 @@ def _trusted(target: Any, prefixes: tuple[str, ...], base: type, path: Path) -> 
             f"exported model {path} names {target}, which is not a {base.__name__}; refused"
         )
     return found
-
-
-def _read_vocabulary(path: Path, spec: dict[str, Any]) -> Any:
-    from treernn.data.vocab import Vocabulary
-
-    file = path / VOCAB_FILE
-    if not file.is_file():
-        raise CheckpointError(f"exported model {path} has no {VOCAB_FILE}")
-    text = file.read_text(encoding="utf-8")
-    tokens = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
-    if spec.get("form", "vocabulary") == "list":
-        return tokens
-    return Vocabulary.from_state_dict({"itos": tokens})

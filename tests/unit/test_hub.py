@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 import treernn
-from tests.fixtures.exports import EXPORT_FILES, export_contents
+from tests.fixtures.exports import EXPORT_FILES, export_contents, record_files
 from treernn import sharing
 from treernn.api import Classifier, LanguageModel, Model
-from treernn.errors import CheckpointError
+from treernn.errors import CheckpointError, OutputError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "exported_onlstm_lm"
 SENTENCES = json.loads((FIXTURE.parent / "exported_onlstm_lm_expected.json").read_text())[
@@ -54,6 +54,10 @@ def answers(model: Model) -> dict:
     }
 
 
+#: a run's record of one kernel choice, as an export keeps it
+RECORD = '{"format": 1, "choices": {"a product | of aten mkl": "aten"}}\n'
+
+
 def copy_fixture(tmp_path: Path) -> Path:
     target = tmp_path / "export"
     shutil.copytree(FIXTURE, target)
@@ -69,7 +73,7 @@ def test_save_pretrained_writes_the_export_format(model, tmp_path):
     for name in ("config.json", "model.safetensors", "vocab.txt"):
         assert written[name] == kept[name], name
     config = json.loads((saved / "config.json").read_text())
-    assert config["format"] == "treernn-model" and config["format_version"] == 1
+    assert config["format"] == "treernn-model" and config["format_version"] == 2
     # the model card is the export's (the fixture's copy was reformatted by ruff since)
     assert (saved / "README.md").read_text() == sharing.model_card(config)
 
@@ -95,24 +99,28 @@ def test_saving_over_an_export_replaces_its_files(model, tmp_path):
     model.save_pretrained(saved)
     before = export_contents(saved)
     # another model's kernel choices: the fixture's model has none, so they go
-    (saved / "kernel_choices.json").write_text('{"format": 1}\n')
+    (saved / "kernel_choices.json").write_text(RECORD)
+    record_files(saved)
     model.save_pretrained(saved)
     assert export_contents(saved) == before
     assert not (saved / "kernel_choices.json").exists()
     # a model saved over the directory it was loaded from keeps the choices it was loaded with
-    (saved / "kernel_choices.json").write_text('{"format": 1}\n')
+    (saved / "kernel_choices.json").write_text(RECORD)
+    record_files(saved)
     Model.from_pretrained(saved, device="cpu").save_pretrained(saved)
-    assert export_contents(saved) == before
-    assert (saved / "kernel_choices.json").read_text() == '{"format": 1}\n'
+    same = ["README.md", "model.safetensors", "vocab.txt"]  # config.json records the choices too
+    assert export_contents(saved, same) == {name: before[name] for name in same}
+    assert json.loads((saved / "kernel_choices.json").read_text()) == json.loads(RECORD)
 
 
 @needs_hub
 def test_the_kernels_choices_travel_with_the_model(tmp_path):
     source = copy_fixture(tmp_path)
-    record = '{"format": 1, "choices": {}}\n'
-    (source / "kernel_choices.json").write_text(record)
+    (source / "kernel_choices.json").write_text(RECORD)
+    record_files(source)
     treernn.load(source, device="cpu").save_pretrained(tmp_path / "saved")
-    assert (tmp_path / "saved" / "kernel_choices.json").read_text() == record
+    saved = json.loads((tmp_path / "saved" / "kernel_choices.json").read_text())
+    assert saved == json.loads(RECORD)
 
 
 @needs_hub
@@ -135,13 +143,13 @@ def test_a_hub_repository_in_the_cache_loads_offline(model, tmp_path):
 def test_a_newer_format_is_refused_with_treernn_loads_line(tmp_path):
     path = copy_fixture(tmp_path)
     config = json.loads((path / "config.json").read_text())
-    (path / "config.json").write_text(json.dumps(dict(config, format_version=2)))
+    (path / "config.json").write_text(json.dumps(dict(config, format_version=3)))
     with pytest.raises(CheckpointError) as from_load:
         treernn.load(path, device="cpu")
     with pytest.raises(CheckpointError) as from_hub:
         Model.from_pretrained(path, device="cpu")
     assert str(from_hub.value) == str(from_load.value)
-    assert "has format version 2; this treernn reads versions up to 1" in str(from_hub.value)
+    assert "has format version 3; this treernn reads versions up to 2" in str(from_hub.value)
     assert "\n" not in str(from_hub.value)
 
 
@@ -150,7 +158,7 @@ def test_from_pretrained_reads_exports_only(tmp_path):
     with pytest.raises(CheckpointError, match="is not an exported treernn model"):
         (tmp_path / "config.json").write_text('{"model_type": "bert"}')
         Model.from_pretrained(tmp_path)
-    with pytest.raises(CheckpointError, match="config.json cannot be read"):
+    with pytest.raises(CheckpointError, match="config.json is not valid JSON"):
         (tmp_path / "config.json").write_text("{")
         Model.from_pretrained(tmp_path)
     # a path that is no directory is not sent to the Hub as a repository id
@@ -171,12 +179,12 @@ def test_save_pretrained_never_touches_a_directory_that_is_not_an_export(model, 
     project = tmp_path / "project"
     project.mkdir()
     (project / "config.json").write_text('{"mine": true}')
-    with pytest.raises(CheckpointError, match="holds files and is not an exported model"):
+    with pytest.raises(OutputError, match="holds files and is not an exported model"):
         model.save_pretrained(project)
     assert sorted(path.name for path in project.iterdir()) == ["config.json"]
     assert (project / "config.json").read_text() == '{"mine": true}'
     (tmp_path / "file").write_text("")
-    with pytest.raises(CheckpointError, match="is a file: save into a directory"):
+    with pytest.raises(OutputError, match="is a file: save into a new directory"):
         model.save_pretrained(tmp_path / "file")
 
 

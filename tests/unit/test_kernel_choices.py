@@ -202,13 +202,15 @@ def test_a_probe_ends_by_its_deadline_and_the_run_takes_the_default(tmp_path, ma
 
 
 def test_real_probes_of_many_shapes_cost_a_run_its_budget_at_most(tmp_path, monkeypatch) -> None:
-    """The real GEMM probes of twenty shapes, each of which takes milliseconds a product: the run
-    spends about its budget probing, whatever the machine's load, and takes the default after."""
-    monkeypatch.setenv(choices.BUDGET_ENV, "1.5")
+    """The real GEMM probes of sixty shapes, each of which takes milliseconds a product: the run
+    spends about its budget probing, whatever the machine's load, and takes the default after.
+    (Twenty shapes under a budget of 1.5 s, as this test had it, took 1.4 s on an Intel Xeon with
+    AMX, so no shape was left to take the default.)"""
+    monkeypatch.setenv(choices.BUDGET_ENV, "0.5")
     choices.attach(tmp_path / "run")
     start = time.perf_counter()
-    chosen = [gemm.resolve("auto", 256, 512, 1024 + 16 * i, CPU, torch.float32) for i in range(20)]
-    assert time.perf_counter() - start < 1.5 + choices.PROBE_BUDGET + 0.5
+    chosen = [gemm.resolve("auto", 256, 512, 1024 + 16 * i, CPU, torch.float32) for i in range(60)]
+    assert time.perf_counter() - start < 0.5 + choices.PROBE_BUDGET + 0.5
     how = _record(tmp_path / "run")["how"].values()
     assert any(text.startswith("default") for text in how)
     assert chosen[-1] == "aten"

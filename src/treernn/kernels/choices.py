@@ -16,6 +16,15 @@ of the run. When a kernel asks for one, `choose` looks, in this order, at
    ``~/.cache/treernn``: runs on one machine share their choices, whatever the load was when a
    probe ran; a probe taken under load is kept and marked so, under ``"taken under load"``);
 
+A model loaded outside a run (`treernn.load`) reads the choices its run recorded and never writes
+into its folder: an export's ``kernel_choices.json`` (read and checked by
+`treernn.export_format`) comes first, then the choices kept for that model in the user's cache
+(``$TREERNN_CACHE_DIR/models/<the export's key>.json``, `attach_loaded`), where new ones go.
+
+Records are data: each is read as a regular file, never through a link, within `RECORD_LIMIT`
+bytes; a run's or a sweep's record that cannot be read is one line (`read_record`), the
+machine's cache is read past with a warning (it is rewritten whole on its next change).
+
 and only then probes, under an exclusive lock on the machine's cache (a second process waits
 for the first one's choice rather than probe the same shape beside it), and writes the choice
 to all three. The run's record is written by the process that writes the run directory (rank
@@ -43,7 +52,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from treernn.errors import ConfigValueError
+from treernn.errors import ConfigValueError, DataError
+from treernn.files import MB, RefusedFile, read_limited
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +61,10 @@ log = logging.getLogger(__name__)
 RECORD = "kernel_choices.json"
 RUN_RECORD = Path(".hydra") / RECORD
 RECORD_FORMAT = 1
+#: the most bytes a record of choices (a run's, a sweep's, the machine's) may hold
+RECORD_LIMIT = 4 * MB
+#: where the choices of loaded exports are kept, in ``$TREERNN_CACHE_DIR``
+MODELS_DIR = "models"
 #: the machine's cache, in ``$TREERNN_CACHE_DIR``
 MACHINE_FILE = "gemm_backends.json"
 #: the machine cache's map of choices probed under load to the load seen
@@ -95,6 +109,8 @@ class _State:
         self.probes: list[_Probe] = []
         #: the choices this process used since it attached, name -> (choice, how it was made)
         self.used: dict[str, tuple[str, str]] = {}
+        #: choices read before the records (a loaded export's), name -> choice
+        self.preset: dict[str, str] = {}
         #: locks this process holds, path -> open handle
         self.held: dict[Path, object] = {}
 
@@ -128,13 +144,14 @@ def attach(
     _STATE.reads = list(dict.fromkeys(path for path in reads if path is not None))
     _STATE.writes = [path for path in (run, sweep) if path is not None] if write else []
     _STATE.shared = [sweep] if sweep is not None else []
+    _STATE.preset = {}
     _STATE.attached = True
     _STATE.spent, _STATE.said_spent = 0.0, False
     _STATE.used = {}
     for forget in _FORGET:
         forget()
     switches = {name: os.environ.get(name) for name in SWITCHES}
-    recorded = _read(run).get("switches")
+    recorded = read_record(run).get("switches")
     if isinstance(recorded, dict) and recorded != switches:
         changed = ", ".join(
             f"{name}={recorded.get(name)!r} then, {switches[name]!r} now"
@@ -151,10 +168,35 @@ def attach(
         _update(run, lambda record: record.setdefault("switches", switches))
 
 
+def attach_loaded(recorded: dict[str, str], key: str | None) -> None:
+    """A model loaded outside a run (`treernn.load` of an export): the choices its run recorded
+    (``recorded``) are used first, then those kept for this model in the user's cache (``key``:
+    what names the model's contents; None keeps nothing), then the machine's; new ones are kept
+    in the user's cache, never in the model's folder. Probes are bounded as outside a run."""
+    detach()
+    kept = model_file(key) if key is not None else None
+    _STATE.preset = dict(recorded)
+    _STATE.reads = [kept] if kept is not None else []
+    _STATE.writes = [kept] if kept is not None else []
+    _STATE.shared = [kept] if kept is not None else []
+
+
+def model_file(key: str) -> Path:
+    """Where the choices made for a loaded model named by ``key`` are kept."""
+    return machine_file().parent / MODELS_DIR / f"{key}.json"
+
+
+def check_run_record(run_dir: Path | str) -> None:
+    """A run's record of choices, where it has one, can be read (one line where it cannot): a
+    resume or ``mode=test`` checks it before it records anything."""
+    read_record(Path(run_dir) / RUN_RECORD)
+
+
 def detach() -> None:
     """No run: choices come from the machine's cache and probes only (tests, a notebook, a
     benchmark), each probe within `PROBE_BUDGET`, with no budget for all of them."""
     _STATE.reads, _STATE.writes, _STATE.shared, _STATE.used = [], [], [], {}
+    _STATE.preset = {}
     _STATE.spent, _STATE.attached = 0.0, False
     for forget in _FORGET:
         forget()
@@ -219,13 +261,16 @@ def choose(
     # record has one writer (its directory is locked while the run runs)
     with _locked([*_STATE.shared, machine]):
         how = ""
-        for path in _STATE.reads:
+        value = _STATE.preset.get(named)
+        if value in usable:
+            how = "recorded with the model"
+        for path in [] if how else _STATE.reads:
             value = _recorded(path).get(named)
             if value in usable:
                 how = f"recorded in {path}"
                 break
-        else:
-            stored = _read(machine)
+        if not how:
+            stored = _read_cache(machine)
             value = stored.get(machine_name)
             if value in usable:
                 how = f"kept in {machine}"
@@ -306,14 +351,45 @@ def _add_choice(record: dict, name: str, value: str, how: str) -> None:
 
 def _recorded(path: Path) -> dict:
     """The choices in a run's or a sweep's record."""
-    found = _read(path).get("choices")
+    found = read_record(path).get("choices")
     return found if isinstance(found, dict) else {}
 
 
-def _read(path: Path) -> dict:
+def read_record(path: Path) -> dict:
+    """A run's, a sweep's or a loaded model's record of choices; ``{}`` where there is none.
+    One that is not a regular file, is larger than `RECORD_LIMIT` or is not a JSON object is one
+    line (`treernn.errors.DataError`): the run's numbers depend on it."""
     try:
-        stored = json.loads(path.read_text())
-    except (OSError, ValueError):
+        stored = json.loads(read_limited(path, RECORD_LIMIT).decode("utf-8"))
+    except FileNotFoundError:
+        return {}
+    except RefusedFile as refused:
+        raise DataError(f"{path}: {refused.what}; {_FIX_RECORD}") from None
+    except (OSError, ValueError) as error:
+        raise DataError(
+            f"{path}: not a record of kernel choices ({error}); {_FIX_RECORD}"
+        ) from None
+    if not isinstance(stored, dict) or not isinstance(stored.get("choices", {}), dict):
+        raise DataError(f"{path}: not a record of kernel choices (a JSON object); {_FIX_RECORD}")
+    return stored
+
+
+#: what to do about a record of choices that cannot be read
+_FIX_RECORD = (
+    "restore it from a copy, or remove it to choose again (the numbers may then differ in their "
+    "last digits from the run's)"
+)
+
+
+def _read_cache(path: Path) -> dict:
+    """The machine's cache of choices; one that cannot be read is passed over with a warning
+    (the next choice rewrites it whole)."""
+    try:
+        stored = json.loads(read_limited(path, RECORD_LIMIT).decode("utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, RefusedFile) as error:
+        log.warning("the kernels' cache %s cannot be read (%s); choosing without it", path, error)
         return {}
     return stored if isinstance(stored, dict) else {}
 
@@ -321,7 +397,7 @@ def _read(path: Path) -> dict:
 def _update(path: Path, change: Callable[[dict], object]) -> None:
     """Read ``path``, ``change`` it and write it back (a temporary file beside it, then a
     rename)."""
-    stored = _read(path)
+    stored = _read_cache(path) if path == machine_file() else read_record(path)
     change(stored)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
