@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from treernn.errors import CheckpointError
-from treernn.files import GB, MB, RefusedFile, read_limited
+from treernn.files import GB, MB, RefusedFile, file_kind, read_limited
 
 log = logging.getLogger("treernn")
 
@@ -189,7 +189,7 @@ def _size_and_hash(folder: Path, name: str, follow_links: bool) -> tuple[int, st
     path = folder / name
     info = os.stat(path) if follow_links else os.lstat(path)
     if not stat.S_ISREG(info.st_mode):
-        raise refused(folder, f"{name} is not a regular file")
+        raise refused(folder, f"{name} is {file_kind(info.st_mode)}, not a regular file")
     if info.st_size > LIMITS[name]:
         raise refused(folder, f"{name} is larger than a file of its kind may be")
     return sha256_of(path, follow_links)
@@ -250,11 +250,11 @@ def _expect(folder: Path, value: Any, kind: type | tuple[type, ...], where: str)
     return value
 
 
-def read_config(folder: str | Path) -> dict[str, Any]:
+def read_config(folder: str | Path, follow_links: bool = False) -> dict[str, Any]:
     """The ``config.json`` of an export, checked against the format: one line where it cannot be
     read, is not an export's, has a newer format version, or a key of the wrong kind."""
     folder = Path(folder)
-    text = utf8(folder, CONFIG_FILE, read_file(folder, CONFIG_FILE))
+    text = utf8(folder, CONFIG_FILE, read_file(folder, CONFIG_FILE, follow_links))
     config = parse_json(folder, CONFIG_FILE, text)
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise CheckpointError(
@@ -369,7 +369,9 @@ def read_header(folder: Path, follow_links: bool = False) -> dict[str, Tensor]:
     with os.fdopen(descriptor, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
-            raise refused(folder, f"{WEIGHTS_FILE} is not a regular file")
+            raise refused(
+                folder, f"{WEIGHTS_FILE} is {file_kind(info.st_mode)}, not a regular file"
+            )
         size = info.st_size
         start = handle.read(8)
         if len(start) < 8:

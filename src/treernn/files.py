@@ -77,7 +77,8 @@ class RefusedFile(UserError):
         self.what = what
 
 
-def _kind_of(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of mode ``mode`` is, in words (``a FIFO (named pipe)``)."""
     for test, name in (
         (stat.S_ISLNK, "a symbolic link"),
         (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -114,12 +115,12 @@ def read_limited(path: str | Path, limit: int, follow_links: bool = False) -> by
         if error.errno == errno.ELOOP:  # O_NOFOLLOW met a link as the last component
             raise RefusedFile(path, "is a symbolic link; a file is read only as itself") from None
         if error.errno in (errno.ENXIO, errno.EISDIR):  # a socket, a directory
-            raise RefusedFile(path, f"is {_kind_of(os.lstat(path).st_mode)}") from None
+            raise RefusedFile(path, f"is {file_kind(os.lstat(path).st_mode)}") from None
         raise
     try:
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
-            raise RefusedFile(path, f"is {_kind_of(info.st_mode)}, not a regular file")
+            raise RefusedFile(path, f"is {file_kind(info.st_mode)}, not a regular file")
         if info.st_size > limit:
             raise RefusedFile(
                 path,
@@ -141,7 +142,7 @@ def check_regular(path: str | Path, follow_links: bool = False) -> os.stat_resul
     path = Path(path)
     info = path.stat() if follow_links else path.lstat()
     if not stat.S_ISREG(info.st_mode):
-        raise RefusedFile(path, f"is {_kind_of(info.st_mode)}, not a regular file")
+        raise RefusedFile(path, f"is {file_kind(info.st_mode)}, not a regular file")
     return info
 
 

@@ -178,8 +178,8 @@ def _check_target(out: Path, replace_export: bool) -> None:
         return
     if not replace_export:
         raise OutputError(f"{out} is not empty: export into a new directory")
-    try:
-        read_config(out)
+    try:  # read only: an export whose files are links is replaced whole, never written through
+        read_config(out, follow_links=True)
     except CheckpointError:
         raise OutputError(
             f"{out} holds files and is not an exported model (no readable {CONFIG_FILE} of format "
@@ -530,7 +530,7 @@ def load_export(
     try:
         with torch.device("meta"):
             planned = build()
-    except (TypeError, ValueError, UserError) as error:  # arguments from a file, not our code
+    except (TypeError, ValueError, RuntimeError, UserError) as error:  # arguments from a file
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise refused(
             path, f"its {CONFIG_FILE} does not describe a model that builds ({first})"
