@@ -271,3 +271,58 @@ def test_a_finished_job_whose_record_was_cut_short_is_named_and_never_trained_ag
     assert "job 0: finished before, skipped" in resumed.stdout + resumed.stderr
     assert sorted(path.name for path in (job / "checkpoints").iterdir()) == checkpoints
     assert (job / "status.json").read_bytes() == record[: len(record) // 2]
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder``, byte for byte (its lock files aside: a resume takes them)."""
+    files = [path for path in folder.rglob("*") if path.is_file() and path.name != ".lock"]
+    return {str(path.relative_to(folder)): path.read_bytes() for path in files}
+
+
+def test_a_restored_sweeps_recorded_logging_and_directories_are_never_used(tmp_path):
+    """A sweep handed over whose multirun.yaml records Hydra settings naming an outside file or
+    folder: a log handler appending to (or, with mode w, replacing) an outside file, job and
+    .hydra directories put outside. ``sweep resume`` refuses each in one line before Hydra
+    starts: the outside file stays byte-identical, the outside folder holds only it, and the
+    sweep's files are as they were. Without them in its overrides the same sweep resumes."""
+    args = ["-m", *LOGIC, "seed=1", f"paths.log_dir={tmp_path / 'outputs'}", "sweep_id=h"]
+    assert run_cli(args).returncode == 0
+    sweep_dir = _sweep_dir(tmp_path / "outputs", "h")
+    records.write_status(sweep_dir / "0", status="failed", error="RuntimeError: a crash")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.log"
+    victim.write_text("the victim's own lines\n")
+    saved = (sweep_dir / "multirun.yaml").read_text()
+    for setting in (
+        f"hydra.job_logging.handlers.file.filename={victim}",
+        f"+hydra.job_logging.handlers.w={{class:logging.FileHandler,filename:{victim},mode:w}}",
+        "hydra.sweep.subdir=../../..",
+        f"hydra.output_subdir={outside}/.hydra",
+        f"hydra.sweep.dir={outside}",
+    ):
+        config = OmegaConf.create(saved)
+        config.hydra.overrides.hydra.append(setting)
+        OmegaConf.save(config, sweep_dir / "multirun.yaml")
+        before = _tree(sweep_dir)
+        resumed = treernn_cli("sweep", "resume", str(sweep_dir))
+        one_line_error(resumed, f"records the Hydra setting {setting!r}", "not by its record")
+        assert victim.read_text() == "the victim's own lines\n"
+        assert sorted(path.name for path in outside.iterdir()) == ["victim.log"]
+        assert _tree(sweep_dir) == before
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["outputs", "outside"]
+    # the same settings in the record's composed config (its hydra: node) and in the job's
+    # .hydra/hydra.yaml are never read: Hydra composes the resumed sweep from this checkout's
+    # conf/ and the overrides passed on
+    for path in (sweep_dir / "multirun.yaml", sweep_dir / "0" / ".hydra" / "hydra.yaml"):
+        config = OmegaConf.create(saved if path.name == "multirun.yaml" else path.read_text())
+        config.hydra.job_logging.handlers.file.update(filename=str(victim), mode="w")
+        config.hydra.output_subdir = str(outside / ".hydra")
+        config.hydra.sweep.subdir = "../../.."
+        OmegaConf.save(config, path)
+    resumed = treernn_cli("sweep", "resume", str(sweep_dir))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert records.read_status(sweep_dir / "0")["status"] == "finished"
+    assert "job 0: failed: RuntimeError: a crash" in (sweep_dir / "0" / "train.log").read_text()
+    assert victim.read_text() == "the victim's own lines\n"
+    assert sorted(path.name for path in outside.iterdir()) == ["victim.log"]

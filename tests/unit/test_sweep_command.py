@@ -4,9 +4,14 @@ tests/integration/test_sweeps.py, in the slow tier)."""
 
 from __future__ import annotations
 
+import json
+import math
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
 
 from treernn.commands import main as treernn_main
@@ -234,3 +239,310 @@ def test_archive_unfinished_keeps_a_running_job_with_its_newest_and_best_checkpo
     assert treernn_main(["sweep", "archive", "--unfinished", str(sweep), str(copy)]) == 0
     assert not (copy / "1" / "checkpoints").exists()
     assert (copy / "1" / "metrics.json").read_text() == '{"test/acc": 0.6}'
+
+
+# ----------------------------------------------------------------------------- a record is data
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def _record(sweep: Path, hydra: list[str] | None = None, task: list[str] | None = None) -> None:
+    """Add ``hydra`` and ``task`` overrides to the sweep's multirun.yaml, as an archive handed
+    over could record them."""
+    saved = OmegaConf.load(sweep / "multirun.yaml")
+    saved.hydra.overrides.hydra = [*saved.hydra.overrides.hydra, *(hydra or [])]
+    saved.hydra.overrides.task = [*saved.hydra.overrides.task, *(task or [])]
+    OmegaConf.save(saved, sweep / "multirun.yaml")
+
+
+#: recorded Hydra settings that name files, directories, classes or handlers: where the resumed
+#: sweep would log, put its jobs and .hydra records, what it would build
+LAYOUT_SETTINGS = [
+    "hydra.job_logging.handlers.file.filename={outside}/victim.log",
+    "hydra.job_logging.handlers.file.mode=w",
+    "+hydra.job_logging.handlers.evil={{class:subprocess.Popen,args:[touch,{outside}/mark]}}",
+    "+hydra.job_logging.handlers.z={{class:zipfile.ZipFile,file:{outside}/victim.log,mode:w}}",
+    "+hydra.hydra_logging.handlers.f={{class:logging.FileHandler,filename:{outside}/h.log}}",
+    "hydra/job_logging=disabled",
+    "hydra.run.dir={outside}",
+    "hydra.sweep.dir={outside}",
+    "hydra.sweep.subdir=../../..",
+    "hydra.output_subdir={outside}/.hydra",
+    "hydra.job.chdir=true",
+    "hydra.launcher.submitit_folder={outside}",
+    "hydra.launcher.temp_folder={outside}",
+    "+hydra.launcher.additional_parameters.output={outside}/slurm.out",
+    "hydra.sweeper.storage=sqlite:///{outside}/optuna.db",
+    "hydra={{job_logging:{{root:{{level:INFO}}}}}}",
+    "task@hydra.job_logging=logic",
+    "hydra.launcher.n_jobs=1,2",
+    "hydra.mode=RUN",
+]
+
+
+@pytest.mark.parametrize("setting", LAYOUT_SETTINGS)
+@pytest.mark.parametrize("where", ["hydra", "task"])
+def test_resume_refuses_recorded_hydra_settings_that_decide_where_the_sweep_writes(
+    tmp_path, capsys, setting, where
+):
+    """In the record's Hydra overrides, or moved among its task overrides (Hydra reads a
+    ``hydra.`` key there the same): one line naming the setting, nothing written."""
+    sweep = make_sweep(tmp_path)
+    _checkout(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    line = setting.format(outside=outside)
+    _record(sweep, **{where: [line]})
+    before = {path: path.read_bytes() for path in sweep.rglob("*") if path.is_file()}
+    assert treernn_main(["sweep", "resume", "--dry-run", str(sweep)]) == 1
+    error = _error_line(capsys)
+    assert error.startswith(f"error: {sweep / 'multirun.yaml'} records the Hydra setting ")
+    assert repr(line) in error
+    assert "decided by the sweep, its directory and this checkout's conf/, not by its record" in (
+        error
+    )
+    assert not list(outside.iterdir())
+    assert {path: path.read_bytes() for path in sweep.rglob("*") if path.is_file()} == before
+
+
+def test_a_recorded_interpolation_in_a_path_setting_is_one_line(tmp_path, capsys):
+    """``hydra.sweep.subdir=${hydra.job.num}``: resolved in this process, it was a
+    MissingMandatoryValue traceback."""
+    sweep = make_sweep(tmp_path)
+    _checkout(tmp_path)
+    _record(sweep, hydra=["hydra.sweep.subdir=${hydra.job.num}"])
+    saved = OmegaConf.load(sweep / "multirun.yaml")
+    saved.hydra.job = {"num": "???"}
+    OmegaConf.save(saved, sweep / "multirun.yaml")
+    assert treernn_main(["sweep", "resume", "--dry-run", str(sweep)]) == 1
+    error = _error_line(capsys)
+    assert "records the Hydra setting 'hydra.sweep.subdir=${hydra.job.num}'" in error
+    assert "(its value is an interpolation)" in error
+    # sweep status reads the record without resolving it
+    assert treernn_main(["sweep", "status", str(sweep)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"2 jobs in {sweep}: 1 failed, 1 finished"
+
+
+def test_a_recorded_working_directory_that_is_not_a_path_is_one_line(tmp_path, capsys):
+    sweep = make_sweep(tmp_path)
+    _checkout(tmp_path)
+    saved = OmegaConf.load(sweep / "multirun.yaml")
+    saved.hydra.runtime.cwd = "${hydra.job.num}"
+    OmegaConf.save(saved, sweep / "multirun.yaml")
+    assert treernn_main(["sweep", "resume", "--dry-run", str(sweep)]) == 1
+    assert _error_line(capsys) == (
+        f"error: {sweep / 'multirun.yaml'}: hydra.runtime.cwd is '${{hydra.job.num}}', not the "
+        "directory the sweep was started in (an absolute path); restore it from a copy of the "
+        "sweep (python -m treernn sweep archive keeps one)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        # Hydra's --experimental-rerun unpickles the file it names: code in an archive's file
+        ("--experimental-rerun=outputs/evil.pickle", "not an override Hydra reads"),
+        ("--config-dir=/tmp/evil", "not an override Hydra reads"),
+        ("-cd=/tmp/evil", "not an override Hydra reads"),
+        ("seed=" + "[" * 40 + "]" * 40, "not an override Hydra reads"),
+        ("paths.output_dir={outside}", "names where a job writes"),
+        ("callbacks.model_checkpoint.dirpath={outside}", "names where a job writes"),
+        ("+task.callbacks.tree_f1.output_dir={outside}", "names where a job writes"),
+        ("trainer.default_root_dir={outside}", "names where a job writes"),
+        ("hydra.sweeper.params.paths.output_dir='{outside}'", "names where a job writes"),
+        ("hydra.sweeper.params.model='../../evil'", "would load code or configs"),
+        ("hydra.sweeper.params.hydra.run.dir='{outside}'", "a swept parameter that is a Hydra"),
+    ],
+)
+def test_resume_refuses_recorded_flags_and_keys_that_name_where_jobs_write(
+    tmp_path, capsys, line, why
+):
+    sweep = make_sweep(tmp_path)
+    _checkout(tmp_path)
+    outside = tmp_path / "outside"
+    line = line.format(outside=outside)
+    _record(sweep, hydra=[line] if line.startswith(("-", "hydra")) else [], task=[line])
+    assert treernn_main(["sweep", "resume", "--dry-run", str(sweep)]) == 1
+    error = _error_line(capsys)
+    assert f"{sweep / 'multirun.yaml'} records" in error and why in error, error
+    assert repr(line[:200]) in error
+
+
+def test_resume_passes_on_the_launchers_and_sweepers_numbers(tmp_path, capsys):
+    """What a resume passes on: the launcher and sweeper chosen, jobs at once, a SLURM job's
+    resources, the swept parameters; and the layout keys that place the sweep itself
+    (paths.log_dir: checked against the resumed directory when the sweep starts)."""
+    sweep = make_sweep(tmp_path)
+    _checkout(tmp_path)
+    hydra = [
+        "hydra.mode=MULTIRUN",
+        "hydra/launcher=slurm",
+        "hydra.launcher.partition=gpu",
+        "hydra.launcher.timeout_min=60",
+        "hydra.launcher.cpus_per_task=8",
+        "hydra.sweeper.params.seed='1,2,3'",
+    ]
+    _record(sweep, hydra=hydra, task=[f"paths.log_dir={tmp_path}"])
+    assert treernn_main(["sweep", "resume", "--dry-run", str(sweep)]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"cd {tmp_path} && python {entry_script()} -m hydra.launcher.n_jobs=2 "
+        f"{' '.join(hydra)} table=logic seed=1,2 paths.log_dir={tmp_path} sweep_id=mine"
+    )
+
+
+def test_restore_refuses_an_archive_whose_record_a_resume_would_refuse(tmp_path, capsys):
+    """Nothing of it is copied: the sweep directory is not even made."""
+    copy = make_sweep(tmp_path / "handed")
+    outside = tmp_path / "outside"
+    _record(copy, hydra=[f"hydra.job_logging.handlers.file.filename={outside}/victim.log"])
+    sweep = tmp_path / "outputs" / "mine"
+    assert treernn_main(["sweep", "restore", str(copy), str(sweep)]) == 1
+    assert "records the Hydra setting 'hydra.job_logging.handlers" in _error_line(capsys)
+    assert not sweep.exists() and not outside.exists()
+
+
+def test_extend_refuses_a_recorded_hydra_setting_before_copying_a_job(tmp_path, capsys):
+    sweep = make_sweep(tmp_path)
+    _checkout(tmp_path)
+    _record(sweep, hydra=["hydra.sweep.subdir=../../.."])
+    args = ["sweep", "extend", str(sweep), "trainer.max_steps=100", "--name", "longer", "--no-run"]
+    assert treernn_main(args) == 1
+    assert "records the Hydra setting 'hydra.sweep.subdir=../../..'" in _error_line(capsys)
+    assert not (sweep.parent / "longer").exists()
+
+
+# ----------------------------------------------------------------------------- a record's size
+@pytest.mark.parametrize(
+    ("params", "task", "jobs"),
+    [
+        ({}, ["seed=range(0,10,3)"], 4),
+        ({}, ["seed=range(10,0,-3)"], 4),
+        ({}, ["seed=range(5)"], 5),
+        ({}, ["seed=range(3,3)"], 0),
+        ({}, ["x=range(0,1,0.1)"], 10),  # Hydra's decimal steps: 0.0 ... 0.9
+        ({}, ["x=range(0.5,2.0,0.5)"], 3),
+        ({}, ["seed=shuffle(range(1,4))"], 3),
+        ({}, ["seed=sort(range(1,4),reverse=true)"], 3),
+        ({"model": "onlstm,lstm", "seed": "range(1,4)"}, ["model=a,b,c", "x=choice(1,2)"], 18),
+        ({"seed": "1,2"}, ["model=glob(*)"], None),  # the config group's files decide
+    ],
+)
+def test_a_sweeps_size_is_counted_without_listing_its_values(tmp_path, params, task, jobs):
+    """Worked out by hand, and (where Hydra can list them) the number of values Hydra lists."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from treernn.lifecycle.sweeps.layout import sweep_size
+
+    sweeper = {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"}
+    saved = {"hydra": {"sweeper": {**sweeper, "params": params}, "overrides": {"task": task}}}
+    OmegaConf.save(OmegaConf.create(saved), tmp_path / "multirun.yaml")
+    assert sweep_size(tmp_path) == jobs
+    if jobs is not None and not params:
+        listed = OverridesParser.create().parse_overrides(task)
+        assert math.prod(len(list(item.sweep_string_iterator())) for item in listed) == jobs
+
+
+def _huge(sweep: Path, kind: str) -> str:
+    """A record of 10^12 jobs: one range, or the product of the table's params."""
+    saved = OmegaConf.load(sweep / "multirun.yaml")
+    saved.hydra.sweeper = {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"}
+    if kind == "range":
+        saved.hydra.overrides.task = ["table=logic", "seed=range(0,1000000000000)"]
+        named = "'seed=range(0,1000000000000)': 1,000,000,000,000 values"
+    else:
+        saved.hydra.sweeper.params = {key: "range(0,1000)" for key in ("a", "b", "c", "d")}
+        saved.hydra.overrides.task = ["table=logic"]
+        named = "'a=range(0,1000)': 1,000 values, 'b=range(0,1000)': 1,000 values, 'c=range"
+    OmegaConf.save(saved, sweep / "multirun.yaml")
+    return named
+
+
+#: runs ``sweep status <argv[1]>`` as its child, under an address-space limit (so that a
+#: regression fails with MemoryError instead of filling this machine's memory), and prints the
+#: child's exit status, seconds and peak memory (KB): the child's alone, whatever else this test
+#: run has started
+MEASURED = """
+import json, resource, subprocess, sys, time
+def limit():
+    resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+started = time.monotonic()
+done = subprocess.run([sys.executable, "-m", "treernn", "sweep", "status", sys.argv[1]],
+                      capture_output=True, text=True, timeout=120, preexec_fn=limit)
+took = time.monotonic() - started
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(json.dumps([done.returncode, done.stderr, took, peak]))
+"""
+
+
+def _measured_status(sweep: Path) -> tuple[int, str, float, int]:
+    measured = subprocess.run(
+        [sys.executable, "-c", MEASURED, str(sweep)], capture_output=True, text=True, timeout=180
+    )
+    assert measured.returncode == 0, measured.stderr[-2000:]
+    return tuple(json.loads(measured.stdout))
+
+
+@pytest.mark.parametrize("kind", ["range", "product"])
+def test_a_record_of_a_trillion_jobs_is_refused_quickly_in_little_memory(tmp_path, kind):
+    """``sweep status`` listed every value of the range (MemoryError); the product it counted,
+    and a resume's Hydra sweeper listed it. The peak memory is the ``sweep status`` process's."""
+    sweep = make_sweep(tmp_path)
+    named = _huge(sweep, kind)
+    returncode, stderr, took, peak_kb = _measured_status(sweep)
+    assert returncode == 1, stderr[-2000:]
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert stderr.startswith(
+        f"error: {sweep / 'multirun.yaml'}: its command makes 1,000,000,000,000 jobs ({named}"
+    ), stderr
+    assert "more than a sweep may make (100,000)" in stderr
+    assert took < 30 and peak_kb < 256 * 1024, (took, peak_kb)
+
+
+@pytest.mark.parametrize("kind", ["range", "product"])
+def test_resume_and_archive_refuse_a_record_of_a_trillion_jobs(tmp_path, capsys, kind):
+    sweep = make_sweep(tmp_path)
+    _checkout(tmp_path)
+    _huge(sweep, kind)
+    assert treernn_main(["sweep", "resume", "--dry-run", str(sweep)]) == 1
+    assert "its command makes 1,000,000,000,000 jobs" in _error_line(capsys)
+    assert treernn_main(["sweep", "archive", str(sweep), str(tmp_path / "copy")]) == 1
+    assert "its command makes 1,000,000,000,000 jobs" in _error_line(capsys)
+    assert not (tmp_path / "copy").exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "why"),
+    [
+        ("seed=range(0,5,0)", "its step is 0"),
+        ("x=range(0,inf)", "it has no finite end"),
+        ("x=range(0.0,1.0,0.0)", "its step is 0"),
+    ],
+)
+def test_a_recorded_range_hydra_could_not_list_is_one_line(tmp_path, override, why):
+    """Hydra lists ``range(0,inf)`` until memory runs out (so does a regression here: in a
+    process of its own, with its memory limited); a step of 0 is its traceback."""
+    sweep = make_sweep(tmp_path)
+    _record(sweep, task=[override])
+    returncode, stderr, _, _ = _measured_status(sweep)
+    assert returncode == 1 and len(stderr.strip().splitlines()) == 1, stderr[-2000:]
+    assert stderr.startswith(f"error: {sweep / 'multirun.yaml'}: {override!r} is not a range ")
+    assert f"is not a range Hydra can list: {why}; refused before listing them" in stderr
+
+
+def test_a_record_with_more_overrides_than_a_command_has_is_refused(tmp_path, capsys):
+    sweep = make_sweep(tmp_path)
+    _record(sweep, task=[f"+x{number}=1" for number in range(1001)])
+    assert treernn_main(["sweep", "status", str(sweep)]) == 1
+    assert "hydra.overrides.task holds 1004 overrides, more than a sweep's command has" in (
+        _error_line(capsys)
+    )
+    sweep = make_sweep(tmp_path / "long")
+    _record(sweep, task=["seed=" + ",".join(map(str, range(5000)))])
+    assert treernn_main(["sweep", "status", str(sweep)]) == 1
+    assert "hydra.overrides.task holds an override of 23894 characters ('seed=0,1,2" in (
+        _error_line(capsys)
+    )

@@ -19,6 +19,15 @@ the same directories with the same numbers. At the end the sweep's table is prin
 its jobs. The same happens when you run the original ``-m`` command again with
 ``sweep_id=<name>``.
 
+A sweep's record is data (an archive may come from anyone): of its recorded Hydra settings,
+``resume`` (and ``restore``, ``extend``) passes on only the launcher's and the sweeper's choice
+and numbers (`treernn.lifecycle.sweeps.layout.PASSED_ON`). A recorded setting that names files,
+directories, classes or handlers (logging, the run and sweep directories, where ``.hydra`` goes,
+callbacks, the launcher's set-up and folders), a key that names where a job writes, and a flag of
+Hydra's command line are refused in one line before anything is written: where a sweep writes is
+decided by its directory and this checkout's ``conf/``. So is a record of more than
+`treernn.lifecycle.sweeps.layout.MAX_JOBS` jobs, counted without listing them.
+
 ``archive`` copies what a sweep's finished jobs produced, without their checkpoints and wandb
 files, into ``<copy dir>`` (a few hundred KB a job, the same layout as the sweep's): what
 ``report table``, ``report curves`` and ``report claims`` read, and what a resumed sweep needs to
@@ -56,7 +65,14 @@ from treernn.lifecycle.records import (
     read_yaml,
 )
 from treernn.lifecycle.sweeps.archive import archive_sweep, restore_sweep
-from treernn.lifecycle.sweeps.layout import job_dirs, refuse_links, saved_multirun
+from treernn.lifecycle.sweeps.layout import (
+    check_passed_on,
+    job_dirs,
+    recorded_cwd,
+    recorded_overrides,
+    refuse_links,
+    saved_multirun,
+)
 
 RESUME_ENV = "TREERNN_RESUME_SWEEP_DIR"
 
@@ -98,13 +114,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def resume_command(sweep_dir: Path) -> tuple[Path, list[str]]:
-    """The directory and the ``train.py`` arguments that continue a sweep."""
+    """The directory and the ``train.py`` arguments that continue a sweep: its recorded
+    overrides as written (never resolved), under the sweep's name."""
     config = saved_multirun(sweep_dir)
-    task = [str(item) for item in config.hydra.overrides.task]
-    task = [item for item in task if item.split("=", 1)[0].lstrip("+~") != "sweep_id"]
-    hydra = [str(item) for item in config.hydra.overrides.get("hydra", [])]
-    cwd = Path(str(config.hydra.runtime.cwd))
-    return cwd, ["-m", *hydra, *task, f"sweep_id={sweep_dir.resolve().name}"]
+    task = [item for item in recorded_overrides(config, "task") if not _names_sweep(item)]
+    hydra = recorded_overrides(config, "hydra")
+    name = f"sweep_id={sweep_dir.resolve().name}"
+    return recorded_cwd(config, sweep_dir), ["-m", *hydra, *task, name]
+
+
+def _names_sweep(item: str) -> bool:
+    return item.split("=", 1)[0].lstrip("+~") == "sweep_id"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,7 +156,9 @@ def _launch(cwd: Path, arguments: list[str], sweep_dir: Path, dry_run: bool) -> 
     ``results/``): what it records is data. The script is this checkout's own, never one found in
     the recorded directory, which must be a treernn checkout (its ``train.py`` and ``conf/``:
     where the sweep's relative paths, ``outputs/`` and ``data/``, lie); and recorded overrides
-    that would load configs or objects from elsewhere are refused (`_check_overrides`)."""
+    that would load configs or objects from elsewhere, Hydra settings that decide where the sweep
+    writes, and keys that name where a job writes, are refused
+    (`treernn.lifecycle.sweeps.layout.check_passed_on`)."""
     script = entry_script()
     checkout = script.name == "train.py"  # else an installed treernn's treernn-train
     if checkout and not ((cwd / "train.py").is_file() and (cwd / "conf" / "config.yaml").is_file()):
@@ -150,7 +172,7 @@ def _launch(cwd: Path, arguments: list[str], sweep_dir: Path, dry_run: bool) -> 
             f"the sweep was started in {cwd}, which does not exist here; run its command from "
             f"the directory that holds outputs/: treernn-train {' '.join(arguments)}"
         )
-    _check_overrides(arguments, sweep_dir)
+    check_passed_on(arguments[1:], sweep_dir / "multirun.yaml")  # after -m
     refuse_links(sweep_dir, "sweep resume")
     shown = "train.py" if script.parent == cwd.resolve() else str(script)
     print(f"cd {cwd} && {'python ' if checkout else ''}{shown} {' '.join(arguments)}", flush=True)
@@ -177,27 +199,6 @@ def entry_script() -> Path:
         f"sweep resume runs this treernn's train.py or treernn-train, and neither {script} nor "
         f"{installed} exists; reinstall treernn (pip install treernn) or run from a clone"
     )
-
-
-#: what a recorded override may not say: objects to build (``_target_``), other places to read
-#: configs from, callbacks and set-up commands of Hydra, the job's environment
-CODE_KEYS = ("_target_", "searchpath", "hydra.callbacks", "hydra.job.env_", "hydra.launcher.setup")
-
-
-def _check_overrides(arguments: list[str], sweep_dir: Path) -> None:
-    """Refuse a recorded override that could run code from outside this project: one naming an
-    object to build or a config search path, or choosing a config file by a path that leaves
-    ``conf/`` (``model=../../elsewhere/evil``)."""
-    for argument in arguments:
-        key, _, value = argument.partition("=")
-        group = "." not in key  # model=..., hydra/launcher=...: a config file is chosen
-        leaves = group and ("/.." in f"/{value}" or value.startswith(("/", "~")))
-        if any(code in argument for code in CODE_KEYS) or leaves:
-            raise UserError(
-                f"{sweep_dir}/multirun.yaml records the override {argument!r}, which would load "
-                "code or configs from outside this project; a sweep handed to you is data. If "
-                "you trust it, run its command yourself: python train.py -m ..."
-            )
 
 
 def _status(sweep_dir: Path, exit_code: bool = False) -> int:

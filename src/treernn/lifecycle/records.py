@@ -187,10 +187,20 @@ def read_overrides(path: str | Path) -> list[str]:
     return value
 
 
+#: the most overrides a sweep's recorded command may hold in each of its lists, and the longest
+#: one (the tables' commands hold a dozen short lines): a record beyond them is refused unparsed,
+#: since Hydra's parser takes seconds and hundreds of MB for an override of 100,000 values
+MAX_RECORDED_OVERRIDES = 1000
+MAX_OVERRIDE_CHARS = 10_000
+
+
 def read_multirun(sweep_dir: str | Path) -> Any:
     """A sweep's ``multirun.yaml`` as a DictConfig, checked to hold what a sweep's command is
-    made of (``hydra.overrides.task``, and ``.hydra`` where it has one: lists). A directory without
-    one is not a sweep (a `treernn.errors.UserError`)."""
+    made of (``hydra.overrides.task``, and ``.hydra`` where it has one: lists of at most
+    `MAX_RECORDED_OVERRIDES` strings of at most `MAX_OVERRIDE_CHARS` characters). A directory
+    without one is not a sweep (a `treernn.errors.UserError`). Nothing in it is resolved here:
+    a recorded override that holds ``${...}`` is text (read it with
+    ``OmegaConf.to_container(..., resolve=False)``)."""
 
     path = Path(sweep_dir) / "multirun.yaml"
     if not path.is_file():
@@ -199,7 +209,10 @@ def read_multirun(sweep_dir: str | Path) -> Any:
             "python train.py -m printed (outputs/multirun/... or outputs/tables/...)"
         )
     todo = "restore it from a copy of the sweep (python -m treernn sweep archive keeps one)"
-    value = read_yaml(path, todo)
+    try:
+        value = read_yaml(path, todo)
+    except RecursionError:  # YAML nested thousands deep: no sweep's config is
+        raise DamagedRecord(path, "nested too deeply to be a sweep's config", todo) from None
     overrides = (value or {}).get("hydra", {}).get("overrides") if isinstance(value, dict) else None
     if not isinstance(overrides, dict):
         raise DamagedRecord(path, "has no hydra.overrides (the sweep's command)", todo)
@@ -207,6 +220,22 @@ def read_multirun(sweep_dir: str | Path) -> Any:
         lines = overrides.get(part, [] if part == "hydra" else None)
         if not isinstance(lines, list) or not all(isinstance(item, str) for item in lines):
             raise DamagedRecord(path, f"hydra.overrides.{part} is not a list of overrides", todo)
+        if len(lines) > MAX_RECORDED_OVERRIDES:
+            raise DamagedRecord(
+                path,
+                f"hydra.overrides.{part} holds {len(lines)} overrides, more than a sweep's "
+                f"command has ({MAX_RECORDED_OVERRIDES} at most)",
+                todo,
+            )
+        for item in lines:
+            if len(item) > MAX_OVERRIDE_CHARS:
+                raise DamagedRecord(
+                    path,
+                    f"hydra.overrides.{part} holds an override of {len(item)} characters "
+                    f"({item[:40]!r}...), longer than a sweep's command has "
+                    f"({MAX_OVERRIDE_CHARS} at most)",
+                    todo,
+                )
     return OmegaConf.create(value)
 
 

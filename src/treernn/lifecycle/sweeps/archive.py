@@ -1,8 +1,9 @@
 """Keeping a sweep and handing it on: ``sweep archive`` copies a sweep's records and results
 without its weights (a finished job's checkpoints are left out; an unfinished one keeps its
 newest and best checkpoints, with ``--unfinished``), and ``sweep restore`` copies back what a
-sweep directory lacks. An archive is data: links and names that leave the target are refused
-before anything is copied, and nothing in it runs.
+sweep directory lacks. An archive is data: links, names that leave the target, and a recorded
+command that a resumed sweep would refuse (`treernn.lifecycle.sweeps.layout.check_passed_on`) are
+refused before anything is copied, and nothing in it runs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from pathlib import Path
 from treernn.errors import UserError
 from treernn.lifecycle import runs
 from treernn.lifecycle.records import DAMAGED, RunState, status_for_listing
-from treernn.lifecycle.sweeps.layout import job_dirs, refuse_links, saved_multirun
+from treernn.lifecycle.sweeps.layout import (
+    check_passed_on,
+    job_dirs,
+    recorded_overrides,
+    refuse_links,
+    saved_multirun,
+)
 
 #: what an archive leaves out: weights (checkpoints, SLURM's requeue checkpoints), wandb's own
 #: files (synced from the run directory), and the run's lock
@@ -121,8 +128,12 @@ def _keep_checkpoint(
 
 def restore_sweep(copy_dir: Path, sweep_dir: Path) -> int:
     """Copy what ``sweep_dir`` lacks from ``copy_dir``: regular files and directories only, each
-    checked before anything is copied (a link, or a name that leaves the target, is refused)."""
-    saved_multirun(copy_dir)
+    checked before anything is copied (a link, or a name that leaves the target, is refused), and
+    the sweep's recorded command checked as a resume checks it (`check_passed_on`): a restored
+    sweep is resumed next, and a record that decides where it writes is refused before it lands."""
+    config = saved_multirun(copy_dir)
+    lines = [*recorded_overrides(config, "hydra"), *recorded_overrides(config, "task")]
+    check_passed_on(lines, copy_dir / "multirun.yaml")
     check_copy_target(copy_dir, sweep_dir, "restore")
     refuse_links(copy_dir, "sweep restore")
     for path in copy_dir.rglob("*"):

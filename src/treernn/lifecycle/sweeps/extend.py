@@ -181,8 +181,10 @@ def _new_multirun(saved: Path, target: Path, budget: dict[str, Any], name: str) 
     """The old sweep's ``multirun.yaml`` with the new budget and name (Hydra writes its own when
     the sweep starts; this one lets ``sweep status`` and ``sweep resume`` read the new sweep
     before that)."""
+    from treernn.lifecycle.sweeps.layout import recorded_overrides
+
     config = read_multirun(saved.parent)
-    task = [str(item) for item in OmegaConf.select(config, "hydra.overrides.task") or []]
+    task = recorded_overrides(config, "task")
     OmegaConf.update(config, "hydra.overrides.task", _with_budget(task, budget, name))
     for key, value in budget.items():
         OmegaConf.update(config, key, value, force_add=True)
@@ -195,7 +197,13 @@ def _new_multirun(saved: Path, target: Path, budget: dict[str, Any], name: str) 
 def extend(sweep_dirs: list[Path], budget_overrides: list[str], name: str) -> Extension:
     """Prepare the new sweep ``name`` from ``sweep_dirs`` (a sweep's directory, or each of its
     directories where it keeps one per model); see the module's docstring."""
-    from treernn.lifecycle.sweeps.layout import saved_multirun, sweep_size
+    from treernn.lifecycle.sweeps.layout import (
+        check_passed_on,
+        recorded_cwd,
+        recorded_overrides,
+        saved_multirun,
+        sweep_size,
+    )
 
     budget = parse_budget(budget_overrides)
     if not name or "/" in name or name.startswith("."):
@@ -218,12 +226,10 @@ def extend(sweep_dirs: list[Path], budget_overrides: list[str], name: str) -> Ex
             "model's jobs in a directory of its own (multirun/<task>/<model>/<name>): give them "
             "all, and let every job start before extending"
         )
-    task = [str(item) for item in config.hydra.overrides.task]
-    arguments = [
-        "-m",
-        *(str(item) for item in config.hydra.overrides.hydra),
-        *_with_budget(task, budget, name),
-    ]
+    task = recorded_overrides(config, "task")
+    arguments = ["-m", *recorded_overrides(config, "hydra"), *_with_budget(task, budget, name)]
+    check_passed_on(arguments[1:], main / "multirun.yaml")  # before anything is copied
+    cwd = recorded_cwd(config, main)
     infos = {}
     for job_dir in jobs:
         target = job_dir.parent.parent / name
@@ -254,6 +260,6 @@ def extend(sweep_dirs: list[Path], budget_overrides: list[str], name: str) -> Ex
     return Extension(
         sweep_dirs=sorted({job_dir.parent.parent / name for job_dir in jobs}),
         sweep_dir=main.parent / name,
-        cwd=Path(str(config.hydra.runtime.cwd)),
+        cwd=cwd,
         arguments=arguments,
     )

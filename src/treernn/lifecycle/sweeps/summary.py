@@ -122,6 +122,7 @@ class SweepSummary(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             check_launcher(config)
+            jobs_in(config)  # a command of more than MAX_JOBS jobs, before Hydra lists them
             for path in [Path(config.hydra.sweep.dir), *sweep_job_dirs(config)]:
                 refuse_links(path, "sweep")  # before Hydra opens a job's train.log
             check_same_sweep(config)
