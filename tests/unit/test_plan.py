@@ -612,3 +612,36 @@ def test_a_refused_resume_of_a_requeued_run_leaves_its_own_record_as_it_was(
     line = refused(cfg, monkeypatch, capsys)
     assert "seed=141 differs from the checkpoint's seed=7" in line
     assert contents(own) == before
+
+
+def test_data_that_does_not_fit_the_checkpoint_leaves_the_run_as_it_was(
+    tmp_path, monkeypatch, capsys
+):
+    """The data's sizes are known only once it is read: a resume whose data gives the task
+    another vocabulary size is refused before its attempt is recorded in the run it resumes (the
+    executor recorded it first, then refused it naming no setting)."""
+    from treernn.lifecycle import entry, execute
+
+    cfg = compose_config(tmp_path, "ckpt_path=last", "task.datamodule.train_limit=50")
+    run_dir = interrupted_run(tmp_path, compose_config(tmp_path), epochs_done=1, step=2)
+    kwargs = logic_kwargs()
+    kwargs["vocab"].add("xor")
+    kwargs["vocab_size"] = len(kwargs["vocab"])
+
+    class Data:
+        def task_kwargs(self):
+            return kwargs
+
+    monkeypatch.setattr(execute, "prepared_datamodule", lambda *args, **kwargs: Data())
+    before = contents(run_dir)
+    with pytest.raises(SystemExit) as ended:
+        entry.main(cfg)
+    assert ended.value.code == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"error: resuming {run_dir / 'checkpoints' / 'last.ckpt'}: the data gives the model "
+        "other sizes than its checkpoint was trained with (vocab_size 11 (checkpoint 10)); give "
+        "the run's data settings (task.datamodule.*; these differ: task.datamodule.train_limit "
+        "(checkpoint None, now 50)), or start a new run"
+    )
+    assert contents(run_dir) == before
