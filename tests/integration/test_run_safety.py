@@ -123,12 +123,20 @@ def test_optimizer_override_on_resume_takes_effect(tmp_path):
 
 
 def test_architecture_override_on_resume_is_refused(tmp_path):
+    """Refused by the plan: the run it names is left byte for byte as it was (the refusal came
+    after the attempt was recorded there, and marked the finished run failed)."""
     assert _cli(tmp_path, "trainer.max_epochs=1").returncode == 0
     (first,) = _runs(tmp_path)
+    before = {path: path.read_bytes() for path in first.rglob("*") if path.is_file()}
     result = _cli(
-        tmp_path, f"ckpt_path={first / 'checkpoints' / 'last.ckpt'}", "model.hidden_size=50"
+        tmp_path,
+        f"ckpt_path={first / 'checkpoints' / 'last.ckpt'}",
+        "model.hidden_size=50",
+        "trainer.max_epochs=2",
     )
     _one_line_error(result, "model.hidden_size (checkpoint 40, now 50)")
+    assert {path: path.read_bytes() for path in first.rglob("*") if path.is_file()} == before
+    assert _runs(tmp_path) == [first]  # and no directory of its own is left
 
 
 @pytest.mark.parametrize("clip", ["0.25", "null"])

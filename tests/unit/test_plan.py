@@ -5,6 +5,7 @@ given as it was."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import ReadonlyConfigError
 
+from treernn.checkpoints import build_task, serialise_task_kwargs
+from treernn.data.vocab import Vocabulary
 from treernn.errors import CheckpointError
 from treernn.lifecycle import locks, records
 from treernn.lifecycle.identity import process_identity
@@ -47,17 +50,46 @@ def stored_config(cfg, **changes) -> dict:
     return OmegaConf.to_container(stored)
 
 
+def logic_kwargs() -> dict:
+    """The logic task's data arguments as its DataModule gives them, with a small vocabulary (no
+    data is read)."""
+    vocab = Vocabulary(["a", "b", "c", "not", "and", "or", "(", ")"])
+    return {
+        "vocab_size": len(vocab),
+        "num_classes": 7,
+        "vocab": vocab,
+        "pad_index": vocab.pad_index,
+        "num_sentences": 2,
+        "label_names": ["#", "=", "<", ">", "^", "|", "v"],
+        "bucket_names": [f"ops{n}" for n in range(13)],
+        "group_names": ["length"],
+    }
+
+
 def save_checkpoint(path: Path, config: dict, step: int, epochs_done: int = 1) -> Path:
-    """A checkpoint as far as the planner reads it (no weights)."""
+    """A checkpoint as far as the planner reads it: the weights of the task ``config`` builds
+    (zeros; built on the meta device, then made), its optimizer's and scheduler's state, and
+    what `treernn.checkpoints.RunInfo` adds."""
     path.parent.mkdir(parents=True, exist_ok=True)
     progress = {"fit_loop": {"epoch_progress": {"current": {"processed": epochs_done}}}}
+    kwargs = logic_kwargs()
+    with torch.device("meta"):
+        task = build_task(OmegaConf.create(config), kwargs)
+    optimizer = torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
     torch.save(
         {
             "global_step": step,
             "epoch": max(epochs_done - 1, 0),
             "loops": progress,
-            "state_dict": {"w": torch.zeros(2)},
-            "treernn": {"config": config, "wandb_id": None},
+            "state_dict": {key: torch.zeros(v.shape) for key, v in task.state_dict().items()},
+            "optimizer_states": [optimizer.state_dict()],
+            "lr_schedulers": [scheduler.state_dict()],
+            "treernn": {
+                "config": config,
+                "task_kwargs": serialise_task_kwargs(kwargs),
+                "wandb_id": None,
+            },
         },
         path,
     )
@@ -162,7 +194,7 @@ def test_a_requeued_job_resumes_in_its_own_directory_from_its_newest_checkpoint(
     cfg = compose_config(tmp_path, run="slurm-7-0")
     own = make_run(tmp_path, "slurm-7-0", "2026-01-01T00:00:00", status=RunState.REQUEUED)
     save_checkpoint(own / "checkpoints" / "last.ckpt", stored_config(cfg), step=2)
-    requeue = save_checkpoint(own / "hpc_ckpt_1.ckpt", stored_config(cfg), step=5)
+    requeue = save_checkpoint(own / "hpc_ckpt_1.ckpt", stored_config(cfg), step=3)
     plan = plan_of(cfg)
     assert (plan.action, plan.checkpoint, plan.run_dir) == ("resume", requeue, own)
     assert not plan.continues_elsewhere and plan.info.run_dir is None
@@ -353,3 +385,263 @@ def test_ckpt_path_last_continues_the_run_whose_newest_checkpoint_is_a_requeue_s
     plan = plan_of(cfg)
     assert (plan.action, plan.checkpoint, plan.run_dir) == ("resume", newest, old)
     assert plan.config.paths.output_dir == str(old)
+
+
+# ----------------------------------------------------------------------------- refusals
+# Each refusal of a resume was decided by the executor after it had recorded the attempt in the
+# run it resumed: a finished run read "failed" afterwards and left the report's tables. Now the
+# planner decides each from the checkpoint's record; the run entry (plan, execute, conclude) is
+# run here with the data loader replaced by one that fails, so a refusal that came after the data
+# (or no refusal) fails the test.
+def contents(root: Path) -> dict[str, bytes]:
+    """Every file below ``root`` (hidden ones too) and its bytes."""
+    return {
+        str(path.relative_to(root)): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def finished_run(tmp_path: Path, cfg, **changes) -> tuple[Path, Path]:
+    """A finished run of ``cfg`` (3 steps, 1 epoch) as the report reads it, and its last.ckpt;
+    ``changes``: how the config it was trained with differs from ``cfg``."""
+    run_dir = make_run(
+        tmp_path, "done", "2026-01-01T00:00:00", status=RunState.FINISHED, stage="fit+test"
+    )
+    stored = stored_config(cfg, **changes)
+    OmegaConf.save(OmegaConf.create(stored), run_dir / ".hydra" / "config.yaml")
+    (run_dir / "metrics.json").write_text('{"test/acc": 0.75, "val/acc": 0.7}')
+    (run_dir / "train.log").write_text("final metrics\n")
+    (run_dir / locks.LOCK_FILE).touch()
+    path = save_checkpoint(run_dir / "checkpoints" / "last.ckpt", stored, step=3, epochs_done=1)
+    return run_dir, path
+
+
+def interrupted_run(tmp_path: Path, cfg, epochs_done: int, step: int, **record) -> Path:
+    """An interrupted run of ``cfg`` with its last.ckpt after ``epochs_done`` epochs."""
+    record = {"status": RunState.INTERRUPTED, "stage": "fit", **record}
+    run_dir = make_run(tmp_path, "cut", "2026-01-01T00:00:00", **record)
+    (run_dir / locks.LOCK_FILE).touch()
+    save_checkpoint(run_dir / "checkpoints" / "last.ckpt", stored_config(cfg), step, epochs_done)
+    return run_dir
+
+
+def refused(cfg, monkeypatch, capsys) -> str:
+    """The one line ``python train.py`` prints for ``cfg`` where its plan refuses it (exit
+    status 1), with nothing read from the data."""
+    from treernn.lifecycle import entry, execute
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data was loaded: the refusal came after the attempt began")
+
+    monkeypatch.setattr(execute, "prepared_datamodule", no_data)
+    with pytest.raises(SystemExit) as ended:
+        entry.main(cfg)
+    assert ended.value.code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def test_a_differing_seed_leaves_the_finished_run_as_it_was_and_in_the_report(
+    tmp_path, monkeypatch, capsys
+):
+    from treernn.reporting.run_records import load_runs
+
+    cfg = compose_config(tmp_path, "seed=2", "trainer.max_steps=6")  # a budget left to train
+    run_dir, path = finished_run(tmp_path, cfg, **{"seed": 141, "trainer.max_steps": 3})
+    with open_dict(cfg):
+        cfg.ckpt_path = str(path)
+    before = contents(run_dir)
+    line = refused(cfg, monkeypatch, capsys)
+    assert line == (
+        f"error: resuming {path}: seed=2 differs from the checkpoint's seed=141, but a resumed "
+        "run continues the checkpoint's random state; drop the seed override (or give "
+        "seed=141), or start a new run"
+    )
+    assert contents(run_dir) == before
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["done"]  # no directory added
+    listed, left_out = load_runs([tmp_path / "outputs"])
+    assert [run.path for run in listed] == [run_dir] and left_out == []
+
+
+def test_a_model_of_other_shapes_is_refused_before_the_run_is_touched(
+    tmp_path, monkeypatch, capsys
+):
+    cfg = compose_config(tmp_path, "ckpt_path=last", "model.hidden_size=50")
+    run_dir = interrupted_run(tmp_path, compose_config(tmp_path), epochs_done=1, step=2)
+    before = contents(run_dir)
+    line = refused(cfg, monkeypatch, capsys)
+    path = run_dir / "checkpoints" / "last.ckpt"
+    assert line == (
+        f"error: resuming {path}: the model built from this config does not match the "
+        "checkpoint's weights; these settings differ: model.hidden_size (checkpoint 100, now "
+        "50). Drop these overrides, or start a new run"
+    )
+    assert contents(run_dir) == before
+
+
+def test_a_budget_below_what_an_interrupted_run_trained_is_refused_by_the_plan(
+    tmp_path, monkeypatch, capsys
+):
+    """Lightning answered this one with a traceback ("You restored a checkpoint with
+    current_epoch=5, but you have set Trainer(max_epochs=3)"), also where the run's record names
+    a pid that an unrelated process holds now (the run was killed; its record still reads
+    "running"): that process has another start time, so the run is not live."""
+    unrelated = subprocess.Popen(["sleep", "60"])
+    try:
+        identity = process_identity(unrelated.pid)
+        identity["pid_start"] -= 1  # the killed run's process started earlier
+        cfg = compose_config(tmp_path, "ckpt_path=last", "trainer.max_epochs=3")
+        run_dir = interrupted_run(
+            tmp_path,
+            cfg,
+            epochs_done=5,
+            step=2,
+            **{**identity, "status": RunState.RUNNING},
+        )
+        assert not locks.is_live(run_dir)
+        before = contents(run_dir)
+        with open_dict(cfg):
+            cfg.trainer.max_steps = -1
+        line = refused(cfg, monkeypatch, capsys)
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+    path = run_dir / "checkpoints" / "last.ckpt"
+    assert line == (
+        f"error: resuming {path}: trainer.max_epochs=3 is below the 5 epochs it has already "
+        "trained (5 epochs, step 2); give trainer.max_epochs=5 to end it where it stands, a "
+        "larger budget to train it further, or start a new run"
+    )
+    assert contents(run_dir) == before
+    # the budget it has reached resumes it: a run interrupted after training tests
+    with open_dict(cfg):
+        cfg.trainer.max_epochs = 5
+    assert plan_of(cfg).action == "resume"
+
+
+def test_a_budget_below_the_steps_trained_is_refused(tmp_path):
+    cfg = compose_config(tmp_path, "ckpt_path=last")  # trainer=smoke: max_steps=3
+    interrupted_run(tmp_path, cfg, epochs_done=0, step=4)
+    plan = plan_of(cfg)
+    assert plan.action == "refuse"
+    assert (
+        "trainer.max_steps=3 is below the 4 steps it has already trained (0 epochs, step 4)"
+        in str(plan.refusal)
+    )
+    assert "give trainer.max_steps=4 to end it where it stands" in str(plan.refusal)
+
+
+def test_a_finished_run_without_a_budget_left_is_left_as_it_was(tmp_path, monkeypatch, capsys):
+    cfg = compose_config(tmp_path)
+    run_dir, path = finished_run(tmp_path, cfg)
+    with open_dict(cfg):
+        cfg.ckpt_path = str(path)
+    before = contents(run_dir)
+    line = refused(cfg, monkeypatch, capsys)
+    assert line.startswith(f"error: ckpt_path={path}: run {run_dir} finished (1 epochs, step 3;")
+    assert contents(run_dir) == before
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        (
+            "task.module.optimizer._target_=torch.optim.AdamW",
+            "task.module.optimizer._target_ changed, but a resumed run keeps the checkpoint's "
+            "optimizer",
+        ),
+        (
+            "task.module.scheduler.min_lr=0.1",
+            "task.module.scheduler.min_lr=0.1 cannot be applied to the restored "
+            "ReduceLROnPlateau (min_lr is not one of its settings)",
+        ),
+    ],
+)
+def test_a_new_optimizer_value_the_restored_state_cannot_take_is_refused_by_the_plan(
+    override, said, tmp_path
+):
+    """Refused once training had begun (the restored state is known then), after the attempt
+    was recorded in the run; the checkpoint holds that state."""
+    cfg = compose_config(tmp_path, "ckpt_path=last", f"++{override}")
+    interrupted_run(tmp_path, compose_config(tmp_path), epochs_done=1, step=2)
+    plan = plan_of(cfg)
+    assert plan.action == "refuse", override
+    assert said in str(plan.refusal)
+
+
+def test_ckpt_path_file_of_a_run_that_is_still_running_is_refused_by_the_plan(tmp_path):
+    cfg = compose_config(tmp_path)
+    run_dir = interrupted_run(tmp_path, cfg, epochs_done=1, step=2)
+    with open_dict(cfg):
+        cfg.ckpt_path = str(run_dir / "checkpoints" / "last.ckpt")
+    lock = locks.RunLock(run_dir)
+    lock.acquire()
+    try:
+        plan = plan_of(cfg)
+    finally:
+        lock.release()
+    assert plan.action == "refuse"
+    assert f"run {run_dir} is still running" in str(plan.refusal)
+
+
+def test_mode_test_of_a_model_that_does_not_fit_its_weights_is_refused_by_the_plan(tmp_path):
+    cfg = compose_config(tmp_path, "mode=test", "model.hidden_size=60")
+    run_dir, path = finished_run(tmp_path, compose_config(tmp_path))
+    with open_dict(cfg):
+        cfg.ckpt_path = str(path)
+    plan = plan_of(cfg, overrides=["mode=test", "model.hidden_size=60", f"ckpt_path={path}"])
+    assert plan.action == "refuse"
+    assert str(plan.refusal).startswith(
+        f"mode=test: the model built with model.hidden_size does not match the weights of {path} "
+    )
+    assert plan_of(compose_config(tmp_path, "mode=test", f"ckpt_path={path}")).action == "test"
+
+
+def test_a_refused_resume_of_a_requeued_run_leaves_its_own_record_as_it_was(
+    tmp_path, monkeypatch, capsys
+):
+    """A requeued job (and a sweep job) resumes in its own directory: a refusal there is not
+    recorded over the earlier attempt's record."""
+    cfg = compose_config(tmp_path, run="slurm-7-0")
+    own = make_run(tmp_path, "slurm-7-0", "2026-01-01T00:00:00", status=RunState.REQUEUED)
+    stored = stored_config(cfg, seed=7)
+    save_checkpoint(own / "checkpoints" / "last.ckpt", stored, step=2)
+    before = contents(own)
+    line = refused(cfg, monkeypatch, capsys)
+    assert "seed=141 differs from the checkpoint's seed=7" in line
+    assert contents(own) == before
+
+
+def test_data_that_does_not_fit_the_checkpoint_leaves_the_run_as_it_was(
+    tmp_path, monkeypatch, capsys
+):
+    """The data's sizes are known only once it is read: a resume whose data gives the task
+    another vocabulary size is refused before its attempt is recorded in the run it resumes (the
+    executor recorded it first, then refused it naming no setting)."""
+    from treernn.lifecycle import entry, execute
+
+    cfg = compose_config(tmp_path, "ckpt_path=last", "task.datamodule.train_limit=50")
+    run_dir = interrupted_run(tmp_path, compose_config(tmp_path), epochs_done=1, step=2)
+    kwargs = logic_kwargs()
+    kwargs["vocab"].add("xor")
+    kwargs["vocab_size"] = len(kwargs["vocab"])
+
+    class Data:
+        def task_kwargs(self):
+            return kwargs
+
+    monkeypatch.setattr(execute, "prepared_datamodule", lambda *args, **kwargs: Data())
+    before = contents(run_dir)
+    with pytest.raises(SystemExit) as ended:
+        entry.main(cfg)
+    assert ended.value.code == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"error: resuming {run_dir / 'checkpoints' / 'last.ckpt'}: the data gives the model "
+        "other sizes than its checkpoint was trained with (vocab_size 11 (checkpoint 10)); give "
+        "the run's data settings (task.datamodule.*; these differ: task.datamodule.train_limit "
+        "(checkpoint None, now 50)), or start a new run"
+    )
+    assert contents(run_dir) == before

@@ -2,6 +2,12 @@
 ``ckpt_path=last`` or ``=<file>``, a requeued SLURM job, a sweep job, ``mode=test``): lock the run
 directory, record the attempt, build the data, task, loggers, callbacks and trainer, fit and/or
 test, and record the result. It reads the config the plan made and changes nothing in it.
+
+The executor refuses nothing the plan could decide: every refusal of a resume (its seed, its
+model's shapes, its budget, a finished run) is the planner's. A resume records its attempt in the
+run it continues only once the data has been read and gives the model the checkpoint's shapes
+(`treernn.lifecycle.resume.check_data_as_trained`), so that data which does not fit leaves that
+run as it was.
 """
 
 from __future__ import annotations
@@ -59,7 +65,9 @@ class Attempt:
 
 def execute(plan: Plan, attempt: Attempt) -> dict[str, float] | None:
     """Do what ``plan`` says; returns the final metrics (a skipped sweep job's earlier ones)."""
-    if plan.refusal is not None:
+    if plan.refusal is not None:  # decided by the planner, before anything was written
+        if not plan.record_refusal:
+            attempt.record_dir = None  # an earlier attempt's directory: left as it was
         raise plan.refusal
     if plan.action == "skip":
         return plan.metrics
@@ -79,7 +87,9 @@ def _set_up_and_run(plan: Plan, attempt: Attempt) -> dict[str, float]:
     set_threads(cfg.get("threads"))
     route_lightning_logs()
     loggers_.check_wandb_reachable(cfg)
-    tested = resume.task_as_trained(cfg, plan.info) if plan.action == "test" else None
+    # mode=test's task as its checkpoint trained it, built before any data is read (the plan
+    # checked that it fits the weights)
+    tested = build_task(cfg, plan.trained_kwargs) if plan.action == "test" else None
     # one writer per run: the directory this run writes into is locked while it runs, and a run
     # that is still running elsewhere is never resumed
     lock = locks.RunLock(plan.run_dir)
@@ -111,12 +121,33 @@ def continue_in(plan: Plan) -> None:
     log_also_to(target / "train.log")
 
 
-def _run(
-    plan: Plan, attempt: Attempt, tested: tuple[pl.LightningModule, dict[str, Any]] | None
-) -> dict[str, float]:
+def _run(plan: Plan, attempt: Attempt, tested: pl.LightningModule | None) -> dict[str, float]:
     cfg = plan.config
     ckpt_path = str(plan.checkpoint) if plan.checkpoint is not None else None
-    if plan.action == "resume":
+    run_dir = Path(cfg.paths.output_dir)
+    resuming = plan.action == "resume"
+    if not resuming:
+        _record_attempt(plan, run_dir)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    datamodule = prepared_datamodule(cfg.task.datamodule, "fit")
+    task_kwargs = datamodule.task_kwargs()
+    if tested is None:
+        module = build_task(cfg, task_kwargs)
+    else:
+        module, trained_kwargs = tested, plan.trained_kwargs
+        if task_kwargs.get("vocab_size") != trained_kwargs.get("vocab_size"):
+            raise UserError(
+                f"mode=test: the data's vocabulary ({task_kwargs.get('vocab_size')} words) is "
+                f"not the one {plan.checkpoint} was trained with "
+                f"({trained_kwargs.get('vocab_size')}); give the run's data settings "
+                "(task.datamodule.*)"
+            )
+    if resuming:
+        # the run resumed is written only once its data has been read and fits the weights
+        shapes = {key: tuple(value.shape) for key, value in module.state_dict().items()}
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        resume.check_data_as_trained(plan.info, plan.trained_kwargs, task_kwargs, shapes, resolved)
         continue_in(plan)
         attempt.record_dir = plan.run_dir
         log.info(
@@ -126,51 +157,9 @@ def _run(
             plan.info.epochs_done,
             plan.info.global_step,
         )
-    run_dir = Path(cfg.paths.output_dir)
-    if rank_zero_only.rank == 0:
-        started = records.read_status(run_dir).get("started") or records.now()
-        records.write_status(
-            run_dir,
-            status=RunState.RUNNING,
-            stage="setup",
-            task=cfg.task.name,
-            model=cfg.model.name,
-            mode=cfg.mode,
-            started=started,
-            command=" ".join(sys.argv),
-            overrides=launch.job_overrides(),
-            error=None,
-            **process_identity(),
-        )
-        records.record_machine(run_dir)
-    # the kernels' choices are part of the run: recorded with it, reused on resume and by the
-    # sweep's other jobs, read from the tested run by mode=test (treernn.kernels.choices)
-    sweep_dir = Path(HydraConfig.get().sweep.dir) if launch.is_multirun() else None
-    trained_in = plan.info.run_dir if plan.info is not None else None
-    kernel_choices.attach(run_dir, sweep_dir, trained_in, write=rank_zero_only.rank == 0)
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+        _record_attempt(plan, run_dir)
 
-    datamodule = prepared_datamodule(cfg.task.datamodule, "fit")
-    task_kwargs = datamodule.task_kwargs()
-    if tested is None:
-        module = build_task(cfg, task_kwargs)
-    else:
-        module, trained_kwargs = tested
-        if task_kwargs.get("vocab_size") != trained_kwargs.get("vocab_size"):
-            raise UserError(
-                f"mode=test: the data's vocabulary ({task_kwargs.get('vocab_size')} words) is "
-                f"not the one {plan.checkpoint} was trained with "
-                f"({trained_kwargs.get('vocab_size')}); give the run's data settings "
-                "(task.datamodule.*)"
-            )
-
-    wandb_id = None
-    if plan.info is not None:
-        if plan.action == "resume":
-            shapes = {key: tuple(value.shape) for key, value in module.state_dict().items()}
-            resolved = OmegaConf.to_container(cfg, resolve=True)
-            resume.check_resume_config(plan.info, resolved, shapes)
-        wandb_id = plan.info.wandb_id  # read when the checkpoint was inspected
+    wandb_id = plan.info.wandb_id if plan.info is not None else None  # read when inspected
     loggers = loggers_.build_loggers(cfg, wandb_id)
     if plan.action == "resume":
         loggers_.keep_csv_history(loggers, plan.info.global_step)
@@ -227,6 +216,32 @@ def _run(
         return metrics
     finally:
         loggers_.finish_wandb(loggers)
+
+
+def _record_attempt(plan: Plan, run_dir: Path) -> None:
+    """Record this attempt in the run's ``status.json`` (rank 0), and make the kernels' choices
+    part of the run: recorded with it, reused on resume and by the sweep's other jobs, read from
+    the tested run by mode=test (`treernn.kernels.choices`)."""
+    cfg = plan.config
+    if rank_zero_only.rank == 0:
+        started = records.read_status(run_dir).get("started") or records.now()
+        records.write_status(
+            run_dir,
+            status=RunState.RUNNING,
+            stage="setup",
+            task=cfg.task.name,
+            model=cfg.model.name,
+            mode=cfg.mode,
+            started=started,
+            command=" ".join(sys.argv),
+            overrides=launch.job_overrides(),
+            error=None,
+            **process_identity(),
+        )
+        records.record_machine(run_dir)
+    sweep_dir = Path(HydraConfig.get().sweep.dir) if launch.is_multirun() else None
+    trained_in = plan.info.run_dir if plan.info is not None else None
+    kernel_choices.attach(run_dir, sweep_dir, trained_in, write=rank_zero_only.rank == 0)
 
 
 def _instantiate_group(group: DictConfig | None, **kwargs) -> list[Any]:

@@ -14,6 +14,14 @@ run that failed while setting up) with a word, refuses a run that is still runni
 finished its budget, and in the chosen run takes the newest checkpoint that loads (any
 ``checkpoints/*.ckpt``, by training step).
 
+Every refusal of a resume is decided here, from the checkpoint's own record, before anything is
+written: a seed other than the checkpoint's, a model whose weights have other shapes (built from
+this config and the checkpoint's stored task arguments on the meta device: no data is read and
+nothing is allocated), a budget below what the run has already trained, a new optimizer or
+scheduler value that the restored state cannot take, a run still running, a finished run with no
+budget left. ``mode=test`` refuses a model that does not fit its weights the same way. A refusal
+leaves the run it names as it was (`Plan.record_refusal`).
+
 A sweep job reads its own record first (`plan_sweep_job`): skipped if it finished, resumed
 from its newest checkpoint if it was interrupted (a signal, a requeue, a killed process), run
 again from the start if it failed.
@@ -80,6 +88,13 @@ class Plan:
     #: why a sweep job resumes or runs again
     why: str = ""
     refusal: UserError | None = None
+    #: whether a refusal is recorded in this invocation's directory: only where this invocation
+    #: made it (a user error's ending then removes it); the directory of an earlier attempt (a
+    #: sweep job's, a requeued run's) is left as it was
+    record_refusal: bool = True
+    #: the task's data arguments stored in the checkpoint resumed or tested (its vocabulary,
+    #: class count, ...), as the planner read them to build the model as trained
+    trained_kwargs: dict[str, Any] | None = None
     #: a process of a multi-process job other than rank 0: it follows rank 0's record
     follower: bool = False
 
@@ -106,10 +121,12 @@ def plan_run(
     overrides); ``multirun``: a job of a sweep; ``follower``: not rank 0 of a multi-process job;
     ``stop_signal``: the signal that asked this job's sweep to stop, if one did. A reason to run
     nothing (a user error) is a ``refuse`` plan, raised by the executor."""
+    own_dir = runs.output_dir_of(cfg)
+    made_here = own_dir is None or not (own_dir / records.STATUS_FILE).exists()
     try:
         return _plan(cfg, overrides, multirun, follower, stop_signal)
     except UserError as error:
-        return Plan("refuse", refusal=error, follower=follower)
+        return Plan("refuse", refusal=error, record_refusal=made_here, follower=follower)
 
 
 def _plan(
@@ -148,6 +165,15 @@ def _plan(
 
         check_task_and_model(info, cfg.task.name, cfg.model.name)
         config = _frozen(config_as_trained(cfg, info, _keys(overrides)))
+        trained_kwargs = stored_task_kwargs(info.path)
+        differing = differing_shapes(config, trained_kwargs, info)
+        if differing:
+            explicit = sorted(k for k in _keys(overrides) if k.startswith(("model.", "task.")))
+            raise UserError(
+                f"mode=test: the model built with {', '.join(explicit) or 'these settings'} does "
+                f"not match the weights of {info.path} ({differing}); drop those overrides to "
+                "test the model as trained"
+            )
         return Plan(
             "test",
             config=config,
@@ -155,6 +181,7 @@ def _plan(
             invocation_dir=own_dir,
             checkpoint=info.path,
             info=info,
+            trained_kwargs=trained_kwargs,
             follower=follower,
         )
     if info is None:
@@ -168,6 +195,10 @@ def _plan(
         config.ckpt_path = str(info.path)
         config.paths.output_dir = str(run_dir)
     resolved = OmegaConf.to_container(config, resolve=True)
+    applied = tuple(differing_keys(info.config, resolved, APPLIED_ON_RESUME))
+    trained_kwargs = check_resumable(config, resolved, info, applied)
+    if named_run is not None and cfg.ckpt_path:
+        _say_resumed(str(cfg.ckpt_path), named_run, info, overrides)
     return Plan(
         "resume",
         config=_frozen(config),
@@ -175,8 +206,9 @@ def _plan(
         invocation_dir=own_dir,
         checkpoint=info.path,
         info=info,
-        apply_on_resume=tuple(differing_keys(info.config, resolved, APPLIED_ON_RESUME)),
+        apply_on_resume=applied,
         why=why,
+        trained_kwargs=trained_kwargs,
         follower=follower,
     )
 
@@ -210,8 +242,8 @@ def _named_checkpoint(
     cfg: DictConfig, own_dir: Path, overrides: list[str]
 ) -> tuple[Path | None, CheckpointInfo]:
     """The run and checkpoint ``ckpt_path`` names (``last`` or a file), under one rule however it
-    is named: a finished run is resumed only with a budget left to train (``mode=test`` may test
-    it), and the run chosen is named, with its overrides that differ from this command's."""
+    is named: a run still running is not resumed, a finished run only with a budget left to train
+    (``mode=test`` may test either)."""
     named = str(cfg.ckpt_path)
     trainer = OmegaConf.to_container(cfg.trainer, resolve=True) if cfg.mode != "test" else None
     if named == "last":
@@ -223,9 +255,20 @@ def _named_checkpoint(
         run_dir = info.run_dir
     if run_dir is None or trainer is None:
         return run_dir, info
-    record = read_status(run_dir)
-    if record.get("status") == RunState.FINISHED:
+    if named != "last" and locks.is_live(run_dir):  # plan_last refused a live run
+        raise UserError(
+            f"ckpt_path={named}: run {run_dir} is still running ({locks.describe_owner(run_dir)}); "
+            "wait for it to finish, or stop it (kill -TERM <pid> saves a checkpoint), then resume"
+        )
+    if read_status(run_dir).get("status") == RunState.FINISHED:
         check_budget_left(named, run_dir, info, trainer)
+    return run_dir, info
+
+
+def _say_resumed(named: str, run_dir: Path, info: CheckpointInfo, overrides: list[str]) -> None:
+    """Name the run ``ckpt_path`` resumes (once nothing refuses it), with its overrides that
+    differ from this command's."""
+    record = read_status(run_dir)
     state = f"{record.get('status', 'no status record')}, step {info.global_step}"
     before = record.get("overrides")
     changed = differing_overrides(before, overrides) if isinstance(before, list) else None
@@ -241,7 +284,6 @@ def _named_checkpoint(
     else:
         same = " with this command's overrides" if changed is not None else ""
         log.info("ckpt_path=%s: resuming run %s (%s)%s", named, run_dir, state, same)
-    return run_dir, info
 
 
 #: overrides that name a run rather than set it
@@ -334,6 +376,148 @@ def check_budget_left(
             f"step {info.global_step}; {budget or 'no budget'}); to train it further ask for a "
             f"larger budget (e.g. {more}), or start a new run"
         )
+
+
+# ---------------------------------------------------------------------- what a resume refuses
+def check_resumable(
+    config: DictConfig, resolved: dict[str, Any], info: CheckpointInfo, applied: tuple[str, ...]
+) -> dict[str, Any]:
+    """Refuse a resume that would not continue the checkpoint's run, from what the checkpoint
+    records (``resolved``: ``config`` resolved; ``applied``: the optimizer and scheduler keys
+    whose new values the resume applies): a seed other than its own (the restored random state
+    would be the checkpoint's), a budget below what the run has already trained, a new value
+    that cannot be applied to the restored optimizer or scheduler, a model whose weights have
+    other shapes. Returns the checkpoint's stored task arguments."""
+    from treernn import checkpoints
+
+    old = info.config
+    where = f"resuming {info.path}"  # names the run too: <run>/checkpoints/<file>
+    if old.get("seed") != resolved.get("seed"):
+        raise UserError(
+            f"{where}: seed={resolved.get('seed')} differs from the checkpoint's "
+            f"seed={old.get('seed')}, but a resumed run continues the checkpoint's random state; "
+            f"drop the seed override (or give seed={old.get('seed')}), or start a new run"
+        )
+    check_budget_not_passed(where, info, resolved.get("trainer", {}))
+    checkpoint = checkpoints.read_checkpoint(info.path, mmap=True)
+    check_applicable(where, applied, resolved, checkpoint)
+    trained_kwargs = stored_task_kwargs(info.path, checkpoint)
+    differing = differing_shapes(config, trained_kwargs, info)
+    if differing:
+        changed = differing_keys(old, resolved, ("model.", "task.module."))
+        changed = [key for key in changed if not key.startswith(APPLIED_ON_RESUME)]
+        if changed:
+            raise UserError(
+                f"{where}: the model built from this config does not match the checkpoint's "
+                f"weights; these settings differ: {describe(changed, old, resolved)}. Drop "
+                "these overrides, or start a new run"
+            )
+        raise UserError(
+            f"{where}: the model built from this config does not match the checkpoint's "
+            f"weights ({differing}); give the model settings the run was trained with, or start "
+            "a new run"
+        )
+    return trained_kwargs
+
+
+def check_applicable(
+    where: str, keys: tuple[str, ...], resolved: dict[str, Any], checkpoint: dict[str, Any]
+) -> None:
+    """A resume sets the new optimizer and scheduler values on the state it restores
+    (`treernn.lifecycle.resume.apply_resumed_overrides`): refuse those it cannot set, from the
+    state the checkpoint holds (its optimizers' parameter groups, its schedulers' state)."""
+    flat = flatten(resolved)
+    for key in keys:
+        parts = key.split(".", 3)  # task.module.<optimizer | scheduler>.<name>
+        group = parts[2]
+        if len(parts) < 4 or parts[3] in ("_target_", "_partial_") or "." in parts[3]:
+            raise UserError(
+                f"{where}: {key} changed, but a resumed run keeps the checkpoint's {group}; drop "
+                "the override, or start a new run"
+            )
+        name = parts[3]
+        if group == "optimizer":
+            held = checkpoint.get("optimizer_states")
+            states = [
+                param_group
+                for state in (held if isinstance(held, list) else [])
+                if isinstance(state, dict) and isinstance(state.get("param_groups"), list)
+                for param_group in state["param_groups"]
+            ]
+        else:
+            held = checkpoint.get("lr_schedulers")
+            states = held if isinstance(held, list) else []
+        if any(not isinstance(state, dict) or name not in state for state in states):
+            target = flat.get(f"{parts[0]}.{parts[1]}.{parts[2]}._target_", group)
+            raise UserError(
+                f"{where}: {key}={flat.get(key)} cannot be applied to the restored "
+                f"{str(target).rpartition('.')[2]} ({name} is not one of its settings); drop the "
+                "override, or start a new run"
+            )
+
+
+def check_budget_not_passed(where: str, info: CheckpointInfo, trainer: dict[str, Any]) -> None:
+    """Refuse a budget below what a run has already trained (Lightning would stop with a
+    traceback, or train nothing). A budget it has just reached is fine: a run interrupted after
+    training, before its test, resumes to test."""
+    max_epochs, max_steps = trainer.get("max_epochs"), trainer.get("max_steps")
+    if isinstance(max_epochs, int) and 0 <= max_epochs < info.epochs_done:
+        asked, done, unit = f"trainer.max_epochs={max_epochs}", info.epochs_done, "epochs"
+        fix = f"trainer.max_epochs={info.epochs_done}"
+    elif isinstance(max_steps, int) and 0 < max_steps < info.global_step:
+        asked, done, unit = f"trainer.max_steps={max_steps}", info.global_step, "steps"
+        fix = f"trainer.max_steps={info.global_step}"
+    else:
+        return
+    raise UserError(
+        f"{where}: {asked} is below the {done} {unit} it has already trained ({info.epochs_done} "
+        f"epochs, step {info.global_step}); give {fix} to end it where it stands, a larger "
+        "budget to train it further, or start a new run"
+    )
+
+
+def stored_task_kwargs(path: Path, checkpoint: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The task's data arguments a checkpoint stored (its vocabulary, class count, ...);
+    ``checkpoint``: its contents, where they were read already."""
+    from treernn import checkpoints
+
+    if checkpoint is None:
+        checkpoint = checkpoints.read_checkpoint(path, mmap=True)
+    stored = checkpoint["treernn"].get("task_kwargs")
+    if not isinstance(stored, dict):
+        raise CheckpointError(
+            f"checkpoint {path} holds no task arguments (treernn.task_kwargs), which every "
+            "checkpoint of python train.py has; use another checkpoint of the run"
+        )
+    return checkpoints.deserialise_task_kwargs(stored)
+
+
+def differing_shapes(config: DictConfig, task_kwargs: dict[str, Any], info: CheckpointInfo) -> str:
+    """Where the task that ``config`` builds with ``task_kwargs`` does not have the shapes of the
+    checkpoint's weights, the first difference; "" where it has. The task is built on the meta
+    device: shapes only, nothing allocated, however large the config asks it to be."""
+    import torch
+    from hydra.errors import InstantiationException
+
+    from treernn.checkpoints import build_task
+
+    try:
+        with torch.device("meta"):
+            module = build_task(config, task_kwargs)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, UserError):  # a constructor's own one-line refusal
+            raise error.__cause__ from None
+        raise
+    shapes = {key: tuple(value.shape) for key, value in module.state_dict().items()}
+    trained = info.state_shapes
+    for key in sorted(set(trained) | set(shapes)):
+        if key not in shapes:
+            return f"{key} is in the checkpoint, not in this model"
+        if key not in trained:
+            return f"{key} is in this model, not in the checkpoint"
+        if tuple(trained[key]) != shapes[key]:
+            return f"{key}: {tuple(trained[key])} in the checkpoint, {shapes[key]} now"
+    return ""
 
 
 # ----------------------------------------------------------------------------- a sweep's job

@@ -1,6 +1,6 @@
-"""Resuming a run, once the plan (`treernn.lifecycle.plan`) has chosen the checkpoint: the
-overrides a resume refuses (those the restored state would silently undo) or applies to the
-restored optimizer and scheduler, and ``mode=test``'s task rebuilt as its checkpoint trained it.
+"""Resuming a run, once the plan (`treernn.lifecycle.plan`) has chosen the checkpoint and
+decided what it refuses: the data checked against the checkpoint's once it is read, and the new
+optimizer and scheduler values applied to the restored state.
 """
 
 from __future__ import annotations
@@ -10,43 +10,48 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
-from omegaconf import DictConfig
 
-from treernn import checkpoints
-from treernn.checkpoints import CheckpointInfo, build_task
-from treernn.errors import UserError
-from treernn.lifecycle import launch
-from treernn.lifecycle.plan import APPLIED_ON_RESUME, describe, differing_keys, flatten
+from treernn.checkpoints import CheckpointInfo
+from treernn.errors import DataError, UserError
+from treernn.lifecycle.plan import describe, differing_keys, flatten
 
 log = logging.getLogger("treernn")
 
 
-# ---------------------------------------------------------------- what a resume may change
-def check_resume_config(
-    info: CheckpointInfo, config: dict[str, Any], module_shapes: dict[str, tuple[int, ...]]
+# ----------------------------------------------------------------------------- the data
+def check_data_as_trained(
+    info: CheckpointInfo,
+    trained_kwargs: dict[str, Any],
+    task_kwargs: dict[str, Any],
+    module_shapes: dict[str, tuple[int, ...]],
+    config: dict[str, Any],
 ) -> None:
-    """Refuse overrides that the restored state would silently undo (the keys whose new values
-    are applied to the restored optimizer / scheduler are the plan's ``apply_on_resume``)."""
-    old = info.config
-    if old.get("seed") != config.get("seed"):
-        raise UserError(
-            f"resuming {info.path}: seed={config.get('seed')} differs from the checkpoint's "
-            f"seed={old.get('seed')}, but a resumed run continues the checkpoint's random state; "
-            "drop the seed override, or start a new run"
-        )
-    if module_shapes != info.state_shapes:
-        changed = differing_keys(old, config, ("model.", "task.module."))
-        changed = [key for key in changed if not key.startswith(APPLIED_ON_RESUME)]
-        raise UserError(
-            f"resuming {info.path}: the model built from this config does not match the "
-            f"checkpoint's weights; these settings differ: {describe(changed, old, config)}. "
-            "Drop these overrides, or start a new run"
-        )
+    """The data a resume reads must give the task the sizes its checkpoint was trained with
+    (``trained_kwargs``: the task arguments the checkpoint stored; ``task_kwargs``: the data's;
+    ``module_shapes``: the task built with them; ``config``: the resolved config). The model's
+    own settings were checked by the planner; the data's sizes are known only once it is read,
+    and are checked before the run resumed is written."""
+    if module_shapes == info.state_shapes:
+        return
+    sizes = [
+        f"{key} {value} (checkpoint {trained_kwargs.get(key)})"
+        for key, value in sorted(task_kwargs.items())
+        if isinstance(value, int) and value != trained_kwargs.get(key)
+    ]
+    changed = differing_keys(info.config, config, ("task.datamodule.",))
+    settings = f"these differ: {describe(changed, info.config, config)}" if changed else ""
+    raise DataError(
+        f"resuming {info.path}: the data gives the model other sizes than its checkpoint was "
+        f"trained with ({', '.join(sizes) or 'other task arguments'}); give the run's data "
+        f"settings (task.datamodule.*{'; ' + settings if settings else ''}), or start a new run"
+    )
 
 
+# ---------------------------------------------------------------- what a resume changes
 def apply_resumed_overrides(trainer: Any, config: dict[str, Any], keys: list[str]) -> list[str]:
     """Set the new optimizer / scheduler values on the state Lightning restored; returns what was
-    applied, as ``key=value`` strings."""
+    applied, as ``key=value`` strings. The planner refused what the checkpoint's state cannot
+    take (`treernn.lifecycle.plan.check_applicable`); the checks here guard the same rule."""
     flat = flatten(config)
     applied = []
     for key in keys:
@@ -95,22 +100,3 @@ class ResumeOverrides(Callback):
         applied = apply_resumed_overrides(trainer, self.config, self.keys)
         if applied and trainer.is_global_zero:
             log.info("resumed with new settings applied: %s", ", ".join(applied))
-
-
-# ----------------------------------------------------------------------------- mode=test
-def task_as_trained(
-    cfg: DictConfig, info: CheckpointInfo
-) -> tuple[pl.LightningModule, dict[str, Any]]:
-    """The task of a checkpoint and its constructor's data arguments, built before any data is
-    loaded (``mode=test``)."""
-    stored = checkpoints.read_checkpoint(info.path, mmap=True)["treernn"]
-    task_kwargs = checkpoints.deserialise_task_kwargs(stored["task_kwargs"])
-    module = build_task(cfg, task_kwargs)
-    shapes = {key: tuple(value.shape) for key, value in module.state_dict().items()}
-    if shapes != info.state_shapes:
-        explicit = sorted(k for k in launch.override_keys() if k.startswith(("model.", "task.")))
-        raise UserError(
-            f"mode=test: the model built with {', '.join(explicit) or 'these settings'} does not "
-            f"match the weights of {info.path}; drop those overrides to test the model as trained"
-        )
-    return module, task_kwargs
