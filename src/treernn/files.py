@@ -12,6 +12,12 @@ leads outside the folder; `check_zip_expansion` bounds what a zip archive (a tor
 may expand to before anything inflates it. Each refusal is a `RefusedFile`, which the reader of
 each record kind words as its own one line.
 
+A user's input and a command's result: `read_input_text` reads a text file named on the command
+line (a regular file, a size limit, UTF-8 or one line naming the byte) and `text_lines` splits
+it at ``\\n`` only, as the datasets' readers do; `new_result_file` places a command's result
+file (``--out``, else the working directory, an existing file refused unless ``--force``) and
+`write_result_text` writes it whole.
+
 Nothing here imports torch or Lightning (``python -m treernn sweep status`` and ``report`` use it
 without them)."""
 
@@ -20,11 +26,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
 
-from treernn.errors import StorageError, UserError
+from treernn.errors import ConfigValueError, DataError, StorageError, UserError
 
 KB, MB, GB = 1 << 10, 1 << 20, 1 << 30
 #: the most a checkpoint's members may expand to in all (a stored checkpoint expands to its own
@@ -175,3 +182,96 @@ def check_zip_expansion(path: str | Path, limit: int) -> None:
             f"would expand to {size_words(total)}, more than the {size_words(limit)} allowed "
             "(refused before reading it)",
         )
+
+
+# ----------------------------------------------------------------------------- a user's input
+#: the most a text file a user hands a command (sentences, minimal pairs, trees) may hold
+INPUT_TEXT_LIMIT = 1 * GB
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def decode_input_text(data: bytes, name: str) -> str:
+    """``data`` as UTF-8 text (a leading byte-order mark dropped, as editors on Windows write
+    one); text in another encoding is one `DataError` naming ``name``, the byte and its line."""
+    start = len(UTF8_BOM) if data.startswith(UTF8_BOM) else 0
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as error:
+        offset = start + error.start
+        line = data[:offset].count(b"\n") + 1
+        raise DataError(
+            f"{name}: not UTF-8 text (byte {offset} is {data[offset]:#04x}, on line {line}); "
+            "save it as UTF-8"
+        ) from None
+
+
+def read_input_text(
+    path: str | Path,
+    what: str,
+    limit: int = INPUT_TEXT_LIMIT,
+    standard_input: bool = False,
+) -> str:
+    """The UTF-8 text of a file a user names on the command line (``what`` names the option or
+    the kind of file in messages: ``--input``, ``BLiMP file``). It is read as a regular file
+    (through a link, which the user chose, but never a FIFO or a device, which could block or
+    never end), at most ``limit`` bytes; ``-`` is standard input where ``standard_input``. A
+    missing, refused or undecodable file is one `DataError`."""
+    if standard_input and str(path) == "-":
+        data = sys.stdin.buffer.read(limit + 1)
+        if len(data) > limit:
+            raise DataError(
+                f"{what} -: standard input holds more than {size_words(limit)}; split the text"
+            )
+        return decode_input_text(data, f"{what} - (standard input)")
+    try:
+        data = read_limited(path, limit, follow_links=True)
+    except FileNotFoundError:
+        raise DataError(f"{what} {path} does not exist: check the path") from None
+    except PermissionError:
+        raise DataError(f"{what} {path} cannot be read (permission denied)") from None
+    except RefusedFile as refused:
+        fix = " (- reads standard input)" if standard_input else ""
+        raise DataError(f"{what} {path} {refused.what}; give a text file{fix}") from None
+    return decode_input_text(data, str(path))
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of a text split at ``\\n`` only, as the datasets' readers split them (a ``\\r``
+    before it dropped, as Windows ends lines; no empty line after a final ``\\n``).
+    ``str.splitlines`` also splits at a form feed, a lone ``\\r``, U+0085, U+2028 and more: one
+    of those inside a line would make it two items and shift every later one's number."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+# ----------------------------------------------------------------------------- a command's result
+def new_result_file(
+    out: str | Path | None, default_name: str, force: bool = False, option: str = "--out"
+) -> Path:
+    """Where a command writes a result file: ``out``, else ``default_name`` in the current
+    working directory (never beside the model read: a model's folder is data, and may be
+    someone else's or read-only). An existing file there is refused unless ``force``, before
+    the command does any work, so that a refused command changes nothing."""
+    path = Path(out).expanduser() if out is not None else Path.cwd() / default_name
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return path
+    except NotADirectoryError:
+        raise ConfigValueError(f"{option} {path}: a folder on its path is a file") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):  # never renamed over, even with --force
+        raise ConfigValueError(f"{option} {path} is {_kind_of(mode)}; name a file to write")
+    if not force:
+        raise ConfigValueError(
+            f"{option} {path} exists; pass --force to replace it, or name another file with "
+            f"{option}"
+        )
+    return path
+
+
+def write_result_text(path: str | Path, text: str) -> None:
+    """A command's result file written whole or not at all (`atomic_write`); a link at ``path``
+    is replaced, never written through."""
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))

@@ -89,7 +89,11 @@ def test_presets_train_and_tools_run(data_dir: Path, tmp_path: Path, capsys):
     assert accuracy["tied_questions"] == sum(len(top) > 1 for top in result["top"]) > 0
     assert accuracy["all"] == pytest.approx(100 * sum(result["credit"]) / 1040)
     random = ["--ties", "random", "--seed", "3", "--output", str(report)]
-    assert treernn_main(["msr", "--ckpt", lstm_ckpt, *data, *random]) == 0
+    kept = report.read_bytes()
+    assert treernn_main(["msr", "--ckpt", lstm_ckpt, *data, *random]) == 1  # a result is kept
+    assert "msr.json exists; pass --force" in capsys.readouterr().err
+    assert report.read_bytes() == kept
+    assert treernn_main(["msr", "--ckpt", lstm_ckpt, *data, *random, "--force"]) == 0
     assert "(--ties random)" in capsys.readouterr().out
     assert set(json.loads(report.read_text())["credit"]) <= {0.0, 1.0}
     # ... a tree model takes a parsed file (here chain trees, to exercise the path) ...

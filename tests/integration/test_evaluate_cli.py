@@ -70,12 +70,14 @@ def test_parse_table_and_json(checkpoints, data_dir, tmp_path):
     assert report["seconds"]["total"] > 0
 
 
-def test_parse_refuses_a_model_without_distances(checkpoints, data_dir):
+def test_parse_refuses_a_model_without_distances(checkpoints, data_dir, tmp_path):
+    out = tmp_path / "parse.json"
     result = evaluate_cli(
         "parse", "--ckpt", str(checkpoints["lstm"]), "--gold", "sample",
-        "--data-dir", str(data_dir), "--max-sentences", "5", "--out", os.devnull,
+        "--data-dir", str(data_dir), "--max-sentences", "5", "--out", str(out),
     )  # fmt: skip
     assert result.returncode == 1
+    assert not out.exists()
     assert "Traceback" not in result.stderr
     assert "has no syntactic distances" in result.stderr
     assert str(checkpoints["lstm"]) in result.stderr

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import random
+import site
 import subprocess
 import sys
 import textwrap
@@ -94,6 +95,30 @@ def probe(python: str, path: Path, cwd: Path, env: dict[str, str], *how: str) ->
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def venv_seeing_this_environment(venv: Path) -> str:
+    """A new virtual environment that reuses the torch, Lightning and Hydra of the environment
+    running the tests, behind its own packages (so a wheel installed into it wins over any
+    treernn installed here); returns its interpreter.
+
+    `venv --system-site-packages` would give it the base interpreter's packages, which lack
+    them where the tests run in a virtual environment; a `.pth` file adds this environment's
+    site directories instead (with `site.addsitedir`, so that their own `.pth` files count)."""
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    own = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    here = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        here.append(site.getusersitepackages())
+    lines = [f"import site; site.addsitedir({path!r})" for path in here if Path(path).is_dir()]
+    (Path(own) / "_tests_running_environment.pth").write_text("\n".join(lines) + "\n")
+    return python
 
 
 def test_an_export_gives_the_checkpoints_numbers_in_a_new_process(tmp_path, monkeypatch):
@@ -186,10 +211,7 @@ def test_a_wheel_trains_from_an_empty_directory_and_serves_its_run(tmp_path, dat
     )
     assert status.returncode != 0 or status.stdout == ""
     venv = tmp_path / "venv"
-    # the new environment reuses this one's torch, Lightning and Hydra (--system-site-packages);
-    # treernn itself comes from the wheel, which wins over any treernn installed here
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
+    python = venv_seeing_this_environment(venv)
     install = subprocess.run(
         [python, "-m", "pip", "install", "--no-deps", str(wheel)],
         capture_output=True,

@@ -97,3 +97,26 @@ def test_a_malformed_line_names_its_file_and_line(tmp_path):
         read_blimp([path])
     with pytest.raises(DataError, match="does not exist"):
         read_blimp([tmp_path / "missing.jsonl"])
+
+
+def test_a_pair_per_newline_and_text_that_is_not_utf8_is_one_line(tmp_path):
+    # a U+2028 kept raw in a sentence (JSON allows it; json.dumps(ensure_ascii=False) writes
+    # it): splitlines cut the line in two, and the pair was "not JSON"
+    path = tmp_path / "raw.jsonl"
+    first = dict(LINES[0], sentence_good="Many teenagers\u2028were helping themselves.")
+    path.write_text(
+        "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in [first, *LINES[1:]]),
+        encoding="utf-8",
+    )
+    pairs = read_blimp([path])
+    assert len(pairs) == 3 and pairs[0].good == "Many teenagers\u2028were helping themselves."
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes(
+        json.dumps(LINES[0]).encode() + b"\n" + '{"sentence_good": "caf\xe9"'.encode("latin-1")
+    )
+    offset = len(json.dumps(LINES[0])) + 1 + len('{"sentence_good": "caf')
+    with pytest.raises(DataError) as error:
+        read_blimp([latin1])
+    assert str(error.value) == (
+        f"{latin1}: not UTF-8 text (byte {offset} is 0xe9, on line 2); save it as UTF-8"
+    )

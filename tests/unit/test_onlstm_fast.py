@@ -730,6 +730,16 @@ def test_the_precision_probe_times_both_recurrences(extension, monkeypatch) -> N
     torch.testing.assert_close(bf16[0], fp32[0], rtol=5e-2, atol=5e-2)
 
 
+def test_a_probe_runs_fewer_steps_only_where_a_step_is_large() -> None:
+    """probe_steps: the full 32 steps while 32 steps stay under 5e8 FLOPs; above that as many as
+    make 5e8, at least 4 (the paper's 1150 at batch 20 would run 21 GFLOP a training probe)."""
+    assert onlstm_kernel.probe_steps(3, 8, 18) == onlstm_kernel.PROBE_STEPS == 32  # 864 a step
+    # 2 * 20 * 400 * 1640 = 26.24 MFLOP a step: 5e8 / 26.24e6 = 19.05 -> 19 steps
+    assert onlstm_kernel.probe_steps(20, 400, 1640) == 19
+    # the paper's middle layer: 2 * 20 * 1150 * 4830 = 222.2 MFLOP a step -> 2, raised to 4
+    assert onlstm_kernel.probe_steps(20, 1150, 4830) == onlstm_kernel.MIN_PROBE_STEPS == 4
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_the_probe_loops_run_inside_a_bf16_autocast_forward(extension, monkeypatch, training):
     """A probe may be asked inside a bf16-mixed forward (the placement's, on a machine with no kept

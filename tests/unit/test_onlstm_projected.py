@@ -20,7 +20,7 @@ from treernn.encoders.onlstm import ONLSTMEncoder
 from treernn.errors import ConfigValueError
 from treernn.kernels import gemm
 from treernn.kernels import onlstm_projected as onlstm_kernel
-from treernn.kernels.onlstm import _fast_forward, fast_recurrence
+from treernn.kernels.onlstm import _fast_forward, fast_recurrence, probe_steps
 from treernn.kernels.onlstm_projected import fast_projected_recurrence
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
@@ -533,8 +533,10 @@ def test_the_loops_precision_probe_times_the_loop_in_both_precisions(
     state = torch.get_rng_state()
     loops, flops = runs()
     gates = 4 * hidden + 2 * (hidden // chunk)
+    steps = probe_steps(batch, hidden, gates)
+    assert steps == 32  # a step of 864 FLOPs: the full probe, far under the cut for large shapes
     passes = 3 if training else 1
-    assert flops == passes * 2.0 * onlstm_kernel.PROBE_STEPS * batch * (depth + hidden) * gates
+    assert flops == passes * 2.0 * steps * batch * (depth + hidden) * gates
     assert sorted(loops) == ["bfloat16", "float32"]
     fp32, bf16 = loops["float32"](), loops["bfloat16"]()
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -547,7 +549,7 @@ def test_the_loops_precision_probe_times_the_loop_in_both_precisions(
     torch.testing.assert_close(bf16[0], fp32[0], rtol=5e-2, atol=5e-2)
     if training:  # the gradients of the inputs, W_ih and W_hh
         assert [tuple(g.shape) for g in fp32] == [
-            (onlstm_kernel.PROBE_STEPS, batch, depth),
+            (steps, batch, depth),
             (gates, depth),
             (gates, hidden),
         ]

@@ -3,6 +3,7 @@ collapse, one clear error per malformed line, writing and reading back, and very
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -169,6 +170,25 @@ def test_missing_file_and_unknown_format(tmp_path: Path):
         read_trees(tmp_path / "empty.txt")
     with pytest.raises(TreeFileError, match="unknown tree format 'xml'"):
         read_trees(tmp_path / "empty.txt", format="xml")
+
+
+def test_a_tree_per_newline_whatever_other_breaks_a_line_holds(tmp_path: Path):
+    """Lines end at \\n only: a form feed or U+2028 between words (splitlines broke the first
+    tree in two and shifted every later tree against its gold sentence) is a space."""
+    path = tmp_path / "trees.txt"
+    path.write_bytes("((the cat)\x0c(sat down))\n((a\u2028dog) ran)\n".encode())
+    trees = read_trees(path)
+    assert [tree.words for tree in trees.trees] == [
+        ("the", "cat", "sat", "down"),
+        ("a", "dog", "ran"),
+    ]
+
+
+def test_a_fifo_is_refused_without_waiting(tmp_path: Path):
+    fifo = tmp_path / "trees.fifo"
+    os.mkfifo(fifo)  # no writer: reading it would block for ever
+    with pytest.raises(TreeFileError, match=r"trees.fifo: is a FIFO \(named pipe\), not a regular"):
+        read_trees(fifo)
 
 
 def test_format_tree():

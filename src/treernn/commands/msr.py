@@ -5,6 +5,12 @@ end of a run's test by a callback (``callbacks=[default,ewt_standins]``,
 `treernn.evaluation.ewt_standins`, ``docs/papers/ewt-standins.md``).
 
     python -m treernn msr --ckpt outputs/.../checkpoints/epoch003.ckpt [--parsed questions.conllu]
+        [--out msr.json]
+
+prints the accuracy; ``--out FILE`` (also spelled ``--output``) writes the accuracies and every
+candidate's score as JSON, a new file unless ``--force``, whole or not at all. The questions
+and answers are read from ``<data_dir>/msr_sentence_completion/``, one sentence per line (lines
+end at ``\\n`` only).
 
 Tree models need a dependency parse of every MSR candidate. In order of preference: ``--parsed
 FILE``, a CoNLL-U file with the 5,200 candidate trees in question order (written by any parser,
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from treernn.evaluation.completion import (
@@ -37,6 +44,7 @@ from treernn.evaluation.completion import (
     evaluate,
     read_msr,
 )
+from treernn.files import new_result_file, write_result_text
 
 
 def _non_negative(text: str) -> float:
@@ -52,7 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parsed", default=None, help="CoNLL-U trees of the 5,200 candidates")
     parser.add_argument("--spacy-model", default="en_core_web_sm")
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--output", default=None, help="write accuracies and scores as JSON")
+    parser.add_argument(
+        "--out", "--output", dest="out", default=None, help="write accuracies and scores as JSON"
+    )
+    parser.add_argument("--force", action="store_true", help="replace an existing --out file")
     parser.add_argument(
         "--unk-penalty", type=float, default=0.0, help="nats per <unk> word (default 0: paper)"
     )
@@ -96,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from treernn.api import load
     from treernn.data.download import default_data_dir
 
+    out = None if args.out is None else new_result_file(args.out, "msr.json", args.force)
     task = load(
         args.ckpt,
         "cpu",
@@ -119,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     )
     kind = type(task.encoder).__name__
     print(format_report(kind, result.report, args.ties, args.seed))
-    if args.output:
+    if out is not None:
         payload = {
             "model": kind,
             "ties": args.ties,
@@ -132,5 +144,6 @@ def run(args: argparse.Namespace) -> int:
             "answers": list(questions.answers),
             "answer_in_vocab": result.answer_in_vocab,
         }
-        Path(args.output).write_text(json.dumps(payload), encoding="utf-8")
+        write_result_text(out, json.dumps(payload))
+        print(f"written: {out}", file=sys.stderr)
     return 0

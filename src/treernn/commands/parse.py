@@ -20,6 +20,11 @@ give each layer's mean and max. ``--save-trees PATH`` writes one layer's trees (
 default the one below the top: ON-LSTM reports the 2nd of 3) in a format ``--pred`` reads, so
 ``parse --pred PATH --gold G`` prints that layer's row again, number for number.
 
+Every table is also written as JSON: to ``--out``, by default (with ``--ckpt``) to
+``parse_eval.json`` in the current working directory, never beside the model (a model's folder
+is data). An existing ``--out`` or ``--save-trees`` file is refused before any work unless
+``--force``; each is written whole (a temporary file renamed into place).
+
 One table per gold set: corpus F1 (EVALB), the authors' sentence-averaged F1, per-label recall,
 mean depth, and the trivial trees (left, right, random over 5 seeds, balanced both ways). The
 protocol line above each table names the options that produced it (defaults: ON-LSTM's).
@@ -38,7 +43,8 @@ from typing import Any
 
 from treernn.api import load
 from treernn.errors import ConfigValueError
-from treernn.loading import default_device, run_directory
+from treernn.files import new_result_file, write_result_text
+from treernn.loading import default_device
 from treernn.parsing.scoreboard import (
     KNOWN_SPLITS,
     PUNCTUATION_CHOICES,
@@ -91,7 +97,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--output", choices=OUTPUTS, default="text", help="what to print")
     parser.add_argument(
-        "--out", default=None, help="JSON of every table (--ckpt default: <run>/parse_eval.json)"
+        "--out",
+        default=None,
+        help="JSON of every table (--ckpt default: parse_eval.json in the working directory)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace existing --out and --save-trees files"
     )
     parser.add_argument("--save-trees", default=None, metavar="PATH", help="write a layer's trees")
     parser.add_argument("--tree-format", choices=WRITE_FORMATS, default="bracketed")
@@ -119,6 +130,17 @@ def run(args: argparse.Namespace) -> int:
     golds = args.gold or default_golds(args.wsj_dir)
     if args.save_trees is not None and len(args.ckpt) > 1:
         raise ConfigValueError("--save-trees writes one model's trees: give one --ckpt")
+    # where the results go, refused before any work where a file is there already
+    out = (
+        new_result_file(args.out, "parse_eval.json", args.force)
+        if args.out is not None or args.ckpt
+        else None
+    )
+    if args.save_trees is not None:
+        for gold_name in golds:
+            new_result_file(
+                save_path(args.save_trees, gold_name, len(golds)), "", args.force, "--save-trees"
+            )
 
     start = time.perf_counter()
     # the quick checks first: a malformed tree file or checkpoint fails before the treebank is read
@@ -183,11 +205,9 @@ def run(args: argparse.Namespace) -> int:
         f"{timing['induce']:.1f} s, scoring {timing['score']:.2f} s)",
         file=sys.stderr,
     )
-    out = args.out or (run_directory(args.ckpt[0]) / "parse_eval.json" if args.ckpt else None)
     if out is not None:
         record = [to_json(board) | more for board, more in zip(boards, extra)]
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps({"tables": record, "seconds": timing}, indent=2))
+        write_result_text(out, json.dumps({"tables": record, "seconds": timing}, indent=2))
         print(f"written: {out}", file=sys.stderr)
     return 0
 

@@ -16,7 +16,10 @@ easy synthetic task, not the paper's benchmark; the stand-in of ``docs/papers/ew
 (``callbacks=[default,ewt_standins]``).
 
     python -m treernn rerank score --ckpt X.ckpt --candidates cands.conllu --gold gold.conllu
-    python -m treernn rerank make-candidates --gold dev.conllu --k 4 --output cands.conllu
+    python -m treernn rerank make-candidates --gold dev.conllu --k 4 --out cands.conllu
+
+``make-candidates`` writes a new file (``--out``, also spelled ``--output``) unless ``--force``,
+whole or not at all; ``score`` writes nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from treernn.evaluation.reranking import (
     rerank,
 )
 from treernn.evaluation.tree_scoring import read_conll
+from treernn.files import new_result_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     score.add_argument("--batch-size", type=int, default=128)
     make = actions.add_parser("make-candidates", help="synthetic candidates from gold trees")
     make.add_argument("--gold", required=True)
-    make.add_argument("--output", required=True)
+    make.add_argument("--out", "--output", dest="out", required=True, help="the CoNLL-U to write")
+    make.add_argument("--force", action="store_true", help="replace an existing --out file")
     make.add_argument("--k", type=int, default=4)
     make.add_argument("--changes", type=int, default=2)
     make.add_argument("--seed", type=int, default=0)
@@ -59,6 +64,8 @@ TREE_MODEL = (
 
 def run(args: argparse.Namespace) -> int:
     model = None
+    if args.action == "make-candidates":  # an existing file is refused before any work
+        new_result_file(args.out, "candidates.conllu", args.force)
     if args.action == "score":  # the checkpoint is checked before any data is read
         from treernn.api import load
 
@@ -73,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
     if model is None:  # make-candidates
         rng = random.Random(args.seed)
         trees = [c for g in gold for c in perturbed_candidates(g, args.k, args.changes, rng)]
-        write_conllu(trees, args.output)
-        print(f"wrote {len(trees)} candidate trees for {len(gold)} sentences to {args.output}")
+        write_conllu(trees, args.out)
+        print(f"wrote {len(trees)} candidate trees for {len(gold)} sentences to {args.out}")
         return 0
     candidates, _ = read_conll(args.candidates)
     groups = group_candidates(candidates)

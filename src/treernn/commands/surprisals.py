@@ -2,29 +2,35 @@
 ``get-surprisals`` writes it (the table SyntaxGym and psycholinguistic studies read).
 
     python -m treernn surprisals --ckpt CKPT_OR_DIR --input sentences.txt [--out table.tsv]
+    ... | python -m treernn surprisals --ckpt CKPT_OR_DIR --input -
 
-The input has one sentence per line (blank lines are skipped). Each is tokenised as the model's
-training data was (PTB: Treebank tokenisation, lower case, numbers and ``%`` as ``N``, punctuation
-dropped; `treernn.data.raw_text`) and read alone after ``<eos>`` from a fresh state. The
-table (tab-separated, to ``--out`` or standard output) has the header ``sentence_id token_id
-token surprisal`` and one row per token: ids from 1, the token as the model read it (``<unk>``
-for a word outside the vocabulary; ``--words`` writes the word instead), the closing ``<eos>``
-last, the surprisal ``-log2 p(token | <eos> and the tokens before)`` in bits.
+The input (a UTF-8 text file, or ``-``: standard input) has one sentence per line, lines ending
+at ``\\n`` only (a form feed or U+2028 inside a line is part of it); blank lines are skipped.
+Each is tokenised as the model's training data was (PTB: Treebank tokenisation, lower case,
+numbers and ``%`` as ``N``, punctuation dropped; `treernn.data.raw_text`) and read alone after
+``<eos>`` from a fresh state. The table (tab-separated, to standard output or to ``--out``, a new
+file unless ``--force``) has the header ``sentence_id token_id token surprisal`` and one row per
+token: ids from 1, the token as the model read it (``<unk>`` for a word outside the vocabulary;
+``--words`` writes the word instead), the closing ``<eos>`` last, the surprisal ``-log2 p(token |
+<eos> and the tokens before)`` in bits. A line with no word left (only punctuation: ``...``)
+keeps its id and has the one row of its ``<eos>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from treernn.loading import default_device
 
     parser.add_argument("--ckpt", required=True, help="a language model: checkpoint, run or export")
-    parser.add_argument("--input", required=True, help="text, one sentence per line")
+    parser.add_argument(
+        "--input", required=True, help="text, one sentence per line (- reads standard input)"
+    )
     parser.add_argument("--out", default=None, help="the table (default: standard output)")
+    parser.add_argument("--force", action="store_true", help="replace an existing --out file")
     parser.add_argument(
         "--words", action="store_true", help="write unknown words as they are, not as <unk>"
     )
@@ -33,26 +39,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import io
+
     from treernn.api import load
     from treernn.errors import DataError
-    from treernn.evaluation.surprisal import write_surprisal_table
+    from treernn.evaluation.surprisal import bits, word_log_probs, write_surprisal_table
+    from treernn.files import new_result_file, read_input_text, text_lines, write_result_text
 
-    path = Path(args.input)
-    if not path.is_file():
-        raise DataError(f"--input {path} does not exist: give a text file, one sentence per line")
-    sentences = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    out = None if args.out is None else new_result_file(args.out, "surprisals.tsv", args.force)
+    text = read_input_text(args.input, "--input", standard_input=True)
+    sentences = [line for line in text_lines(text) if line.strip()]
     if not sentences:
-        raise DataError(f"--input {path} has no sentence")
+        raise DataError(f"--input {args.input} has no sentence")
     model = load(args.ckpt, args.device, kind="language_model", command="surprisals")
-    results = model.surprisals(sentences, batch_size=args.batch_size)
+    words = [model.words(sentence) for sentence in sentences]
+    results = iter(model.surprisals([w for w in words if w], batch_size=args.batch_size))
+    # a line whose words are all punctuation keeps its id: its one token is the closing <eos>,
+    # p(<eos> | <eos>) read from a fresh state, as the API scores every sentence's end
+    empty = sum(not w for w in words)
+    end_alone = word_log_probs(model.module, [[]], 1)[0][0] if empty else 0.0
     rows = [
-        [(token.word if args.words else token.token, token.surprisal) for token in sentence]
-        for sentence in results
+        [(token.word if args.words else token.token, token.surprisal) for token in next(results)]
+        if sentence_words
+        else [("<eos>", bits(end_alone))]
+        for sentence_words in words
     ]
-    if args.out is None:
+    if out is None:
         write_surprisal_table(rows, sys.stdout)
-    else:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            write_surprisal_table(rows, handle)
-        print(f"written: {args.out} ({sum(map(len, rows))} tokens)", file=sys.stderr)
+        return 0
+    table = io.StringIO()
+    write_surprisal_table(rows, table)
+    write_result_text(out, table.getvalue())
+    print(f"written: {out} ({sum(map(len, rows))} tokens)", file=sys.stderr)
     return 0

@@ -5,20 +5,24 @@ language-model checkpoint, in the layout of the ON-LSTM paper's Table 3
     python -m treernn syneval --ckpt PATH [--template-set current|EMNLP2018] [--out JSON]
     python -m treernn syneval --ckpt PATH --blimp FILE.jsonl [FILE.jsonl ...] [--out JSON]
 
-prints the Table 3 layout and writes it as JSON beside the run (``syneval_<set>.json``) or to
-``--out``, with ``metrics``: the accuracies in % under the keys the callback logs. The same
-evaluation runs after testing inside a run with the ``syneval`` callback
-(``conf/callbacks/syneval.yaml``), which logs its accuracies as test metrics.
+prints the Table 3 layout and writes it as JSON to ``--out``, by default
+``syneval_<set>.json`` in the current working directory, with ``metrics``: the accuracies in %
+under the keys the callback logs. The same evaluation runs after testing inside a run with the
+``syneval`` callback (``conf/callbacks/syneval.yaml``), which logs its accuracies as test
+metrics.
 
-``--blimp``: BLiMP minimal-pair files (JSON lines with ``sentence_good``, ``sentence_bad``,
-``UID``, ...; `treernn.evaluation.blimp`) instead: accuracy per paradigm and over all pairs,
-written as JSON beside the run (``blimp.json``) or to ``--out``. ``--ckpt`` takes a checkpoint, a
-run directory or an exported model.
+``--blimp``: BLiMP minimal-pair files (JSON lines, one pair per line, with ``sentence_good``,
+``sentence_bad``, ``UID``, ...; `treernn.evaluation.blimp`) instead: accuracy per paradigm and
+over all pairs, written as JSON to ``--out``, by default ``blimp.json`` in the current working
+directory. ``--ckpt`` takes a checkpoint, a run directory or an exported model; nothing is ever
+written beside it. An existing result file is refused before any work unless ``--force``; the
+result is written whole (a temporary file renamed into place).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -45,7 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-end", action="store_true", help="leave log p(<eos>) out of the sentence score"
     )
-    parser.add_argument("--out", default=None, help="JSON path (default: beside the run)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="JSON path (default: syneval_<set>.json or blimp.json in the working directory)",
+    )
+    parser.add_argument("--force", action="store_true", help="replace an existing --out file")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default=default_device())
 
@@ -53,10 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from treernn.api import load
     from treernn.data.download import default_data_dir
-    from treernn.loading import write_json
+    from treernn.files import new_result_file
 
     if args.blimp:
         return run_blimp(args)
+    out = new_result_file(args.out, f"syneval_{args.template_set}.json", args.force)
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     test_sets = load_test_sets(args.syneval_dir or data_dir / "syneval", args.template_set)
     model = load(args.ckpt, args.device, kind="language_model", command="syneval")
@@ -70,22 +80,22 @@ def run(args: argparse.Namespace) -> int:
         progress=lambda message: print(message, file=sys.stderr, flush=True),
     )
     print(format_table(result))
-    out = args.out or model.run_dir / f"syneval_{args.template_set}.json"
     record = result.as_dict() | {
         "checkpoint": str(args.ckpt),
         "max_pairs_per_condition": args.max_per_condition,
         # the keys the syneval callback logs (test/syneval/<case>, ...), from the same result
         "metrics": syneval_metrics(result),
     }
-    write_json(record, out)
+    write_record(record, out)
     return 0
 
 
 def run_blimp(args: argparse.Namespace) -> int:
     from treernn.api import load
     from treernn.evaluation.blimp import evaluate_blimp, format_blimp, read_blimp
-    from treernn.loading import write_json
+    from treernn.files import new_result_file
 
+    out = new_result_file(args.out, "blimp.json", args.force)
     pairs = read_blimp(args.blimp)
     model = load(args.ckpt, args.device, kind="language_model", command="syneval")
     result = evaluate_blimp(
@@ -96,5 +106,12 @@ def run_blimp(args: argparse.Namespace) -> int:
     )
     print(format_blimp(result))
     record = result | {"checkpoint": str(args.ckpt), "files": [str(p) for p in args.blimp]}
-    write_json(record, args.out or model.run_dir / "blimp.json")
+    write_record(record, out)
     return 0
+
+
+def write_record(record: dict, out: Path) -> None:
+    from treernn.files import write_result_text
+
+    write_result_text(out, json.dumps(record, indent=2) + "\n")
+    print(f"written: {out}", file=sys.stderr)

@@ -21,10 +21,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from treernn.data.dependency_reading import DependencyTree, write_conllu
-from treernn.errors import UserError
+from treernn.errors import DataError, UserError
+from treernn.files import read_input_text, text_lines
 
 DEFAULT_MODEL = "en_core_web_sm"
 INSTALL_HINT = (
@@ -97,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     except ParserUnavailableError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    lines = Path(args.input).read_text(encoding="utf-8").splitlines()
+    try:  # lines end at \n only: the candidates' order is the questions'
+        lines = text_lines(read_input_text(args.input, "--input"))
+    except DataError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     sentences = [strip_msr_markers(x) if args.msr else x.split() for x in lines]
     empty = [i + 1 for i, words in enumerate(sentences) if not words]
     if empty:

@@ -22,6 +22,7 @@ from typing import Literal
 import conllu
 
 from treernn.errors import DataError
+from treernn.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -241,15 +242,16 @@ def read_dependency_file(
 
 def write_conllu(trees: Iterable[DependencyTree], path: str | Path) -> None:
     """Write trees as CoNLL-U (FORM, UPOS, XPOS, HEAD, DEPREL filled; metadata kept as
-    comments)."""
-    with Path(path).open("w", encoding="utf-8") as handle:
-        for tree in trees:
-            for key, value in tree.metadata.items():
-                handle.write(f"# {key} = {value}\n")
-            labels = tree.labels or ("dep",) * len(tree)
-            upos = tree.upos or ("_",) * len(tree)
-            xpos = tree.xpos or ("_",) * len(tree)
-            columns = zip(tree.words, upos, xpos, tree.heads, labels)
-            for index, (word, universal, own, head, label) in enumerate(columns, 1):
-                handle.write(f"{index}\t{word}\t_\t{universal}\t{own}\t_\t{head}\t{label}\t_\t_\n")
-            handle.write("\n")
+    comments), whole or not at all (a temporary file renamed into place)."""
+    lines = []
+    for tree in trees:
+        for key, value in tree.metadata.items():
+            lines.append(f"# {key} = {value}\n")
+        labels = tree.labels or ("dep",) * len(tree)
+        upos = tree.upos or ("_",) * len(tree)
+        xpos = tree.xpos or ("_",) * len(tree)
+        columns = zip(tree.words, upos, xpos, tree.heads, labels)
+        for index, (word, universal, own, head, label) in enumerate(columns, 1):
+            lines.append(f"{index}\t{word}\t_\t{universal}\t{own}\t_\t{head}\t{label}\t_\t_\n")
+        lines.append("\n")
+    atomic_write(path, lambda handle: handle.write("".join(lines).encode("utf-8")))

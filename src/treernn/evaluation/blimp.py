@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from treernn.errors import DataError
+from treernn.files import read_input_text, text_lines
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,13 @@ class MinimalPair:
 
 
 def read_blimp(paths: Sequence[str | Path]) -> list[MinimalPair]:
-    """The pairs of BLiMP jsonl files, in file order; a malformed line is one line naming it."""
+    """The pairs of BLiMP jsonl files, in file order, one pair per line (lines end at ``\\n``
+    only: a form feed or U+2028 inside a sentence stays in it); a missing, unreadable or
+    malformed file or line is one line naming it."""
     pairs = []
     for path in map(Path, paths):
-        if not path.is_file():
-            raise DataError(f"BLiMP file {path} does not exist")
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        text = read_input_text(path, "BLiMP file")
+        for number, line in enumerate(text_lines(text), start=1):
             if not line.strip():
                 continue
             try:

@@ -44,6 +44,7 @@ from treernn.data.dependency import DependencyTree, normalise_word
 from treernn.data.vocab import Vocabulary
 from treernn.errors import DataError
 from treernn.evaluation.tree_scoring import model_vocabulary, read_conll, score_trees
+from treernn.files import read_input_text, text_lines
 
 QUESTIONS_FILE = "msr_sentence_completion/Holmes.lm_format.questions.txt"
 ANSWERS_FILE = "msr_sentence_completion/Holmes.lm_format.answers.txt"
@@ -65,16 +66,18 @@ def _words(line: str) -> list[str]:
 
 
 def read_msr(questions_path: str | Path, answers_path: str | Path) -> MSRQuestions:
-    """Read the lm_format files; every answer must equal exactly one of its 5 candidates."""
+    """Read the lm_format files, one sentence per line (lines end at ``\\n`` only, as the
+    training text's readers split them); every answer must equal exactly one of its 5
+    candidates."""
     for path in (questions_path, answers_path):
-        if not Path(path).is_file():
+        if not Path(path).exists():
             raise DataError(
                 f"{path} is missing: put Holmes.lm_format.questions.txt and "
                 "Holmes.lm_format.answers.txt in <data_dir>/msr_sentence_completion/ "
                 "(see its SOURCE.md)"
             )
-    question_lines = Path(questions_path).read_text(encoding="utf-8").splitlines()
-    answer_lines = Path(answers_path).read_text(encoding="utf-8").splitlines()
+    question_lines = text_lines(read_input_text(questions_path, "MSR questions file"))
+    answer_lines = text_lines(read_input_text(answers_path, "MSR answers file"))
     if len(question_lines) != CHOICES * len(answer_lines):
         raise DataError(
             f"{questions_path}: {len(question_lines)} lines for {len(answer_lines)} answers; "

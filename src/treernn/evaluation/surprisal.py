@@ -22,6 +22,8 @@ from typing import Any, TextIO
 
 import torch
 
+from treernn.files import read_input_text, text_lines
+
 LN2 = math.log(2.0)
 
 
@@ -112,7 +114,7 @@ def write_surprisal_table(rows: Sequence[Sequence[tuple[str, float]]], out: Text
 def read_surprisal_table(path: str | Path) -> list[list[tuple[str, float]]]:
     """The rows of a table `write_surprisal_table` wrote (or LM-Zoo's), by sentence."""
     sentences: dict[int, list[tuple[str, float]]] = {}
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    lines = text_lines(read_input_text(path, "surprisal table"))
     for line in lines[1:]:
         sentence_id, _, token, surprisal = line.split("\t")
         sentences.setdefault(int(sentence_id), []).append((token, float(surprisal)))

@@ -30,6 +30,7 @@ means 69.5 / 78.5 short-term and 51.7 / 51.3 long-term for ON-LSTM / LSTM). The 
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -41,8 +42,12 @@ import torch
 from torch import Tensor
 
 from treernn.errors import DataError
+from treernn.files import MB, RefusedFile, read_limited, size_words
 
 TEMPLATE_SETS = ("current", "EMNLP2018")
+#: the most one test set's file, or its JSON once decompressed, may hold (the published ones
+#: expand to under 3 MiB)
+TEST_SET_LIMIT = 256 * MB
 
 
 @dataclass(frozen=True)
@@ -182,19 +187,32 @@ def load_test_sets(
     test_sets: TestSets = {}
     for name in names:
         path = folder / f"{name}.json.gz"
-        if not path.is_file():
+        if not path.exists():  # a FIFO or a device is refused below, without reading it
             raise SynEvalError(
                 f"syneval test set {path} is missing: expected the Marvin & Linzen JSON exports "
                 "(see data/syneval/SOURCE.md) in <data_dir>/syneval/json/{current,EMNLP2018}/"
             )
         try:
-            with gzip.open(path, "rt", encoding="utf-8") as handle:
-                raw = json.load(handle)
+            data = read_limited(path, TEST_SET_LIMIT, follow_links=True)
+        except RefusedFile as refused:
+            raise SynEvalError(f"syneval test set {path} {refused.what}") from None
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as handle:
+                text = handle.read(TEST_SET_LIMIT + 1)
+        except (OSError, EOFError) as error:
+            raise SynEvalError(f"{path}: not a syneval JSON export ({error})") from None
+        if len(text) > TEST_SET_LIMIT:
+            raise SynEvalError(
+                f"{path}: expands to more than {size_words(TEST_SET_LIMIT)} (a test set is a "
+                "few MiB); not a syneval JSON export"
+            )
+        try:
+            raw = json.loads(text.decode("utf-8"))
             test_sets[name] = {
                 condition: [tuple(str(sentence) for sentence in item) for item in items]
                 for condition, items in raw.items()
             }
-        except (OSError, ValueError, AttributeError, TypeError) as error:
+        except (ValueError, AttributeError, TypeError, RecursionError) as error:
             raise SynEvalError(f"{path}: not a syneval JSON export ({error})") from error
     return test_sets
 

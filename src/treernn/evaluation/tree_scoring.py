@@ -11,6 +11,7 @@ words, so a sequential model scores every tree of one sentence alike.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,10 +23,11 @@ from treernn.data.dependency import (
     ReadReport,
     collate_trees,
     encode_tree,
-    read_dependency_file,
+    read_dependency_text,
 )
 from treernn.data.vocab import Vocabulary
 from treernn.errors import CheckpointError, DataError
+from treernn.files import read_input_text
 
 
 def model_vocabulary(task) -> tuple[Vocabulary, bool, bool]:
@@ -85,11 +87,16 @@ def read_conll(
     projective_only: bool = False,
     max_length: int | None = None,
 ) -> tuple[list[DependencyTree], ReadReport]:
-    """``read_dependency_file`` (trees and its report), with one
-    `treernn.errors.DataError` naming the file (and sentence) that cannot be used."""
-    if not Path(path).is_file():
+    """What ``read_dependency_file`` reads (trees and its report, its lines split as a run's
+    treebank reader splits them), with one `treernn.errors.DataError` naming the file (and
+    sentence) that cannot be used: the file is read as a regular file (never a FIFO or a
+    device) of at most `treernn.files.INPUT_TEXT_LIMIT` bytes of UTF-8 text."""
+    if not Path(path).exists():
         raise DataError(f"{path}: no such CoNLL-U file")
+    text = read_input_text(path, "CoNLL-U file")
+    # newline=None: the universal newlines of the text-mode file a run's reader opens
+    lines = io.StringIO(text, newline=None)
     try:
-        return read_dependency_file(path, on_error, projective_only, max_length)  # type: ignore[arg-type]
+        return read_dependency_text(lines, str(path), on_error, projective_only, max_length)  # type: ignore[arg-type]
     except DependencyFormatError as error:
         raise DataError(str(error)) from error

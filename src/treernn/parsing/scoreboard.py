@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from treernn.errors import DataError
 from treernn.parsing.baselines import (
     ALL_BASELINES,
     DEFAULT_SEEDS,
@@ -401,6 +402,15 @@ def model_trees(task: Any, gold: GoldSet, batch_size: int = 64) -> tuple[list[li
     trees come from the tree signal (`treernn.parsing.induce.trees_from_signal`): a greedy
     tree per layer from syntactic distances, one tree from Ordered Memory's attention."""
     vocab = task.vocab
+    unk = vocab.stoi.get("<unk>")
+    if unk is None:  # a vocabulary without <unk> (a toy model's) cannot read an unknown word
+        for sentence in gold.sentences:
+            unknown_words = [word for word in sentence.words if word not in vocab]
+            if unknown_words:
+                raise DataError(
+                    f"{sentence.source}: {', '.join(map(repr, unknown_words))} not in the "
+                    "model's vocabulary, which has no <unk> to read unknown words as"
+                )
     ids = [vocab.encode(sentence.words) for sentence in gold.sentences]
     signals = sentence_signals(
         task.embedding,
@@ -411,7 +421,7 @@ def model_trees(task: Any, gold: GoldSet, batch_size: int = 64) -> tuple[list[li
         names=[sentence.source for sentence in gold.sentences],
     )
     words = sum(len(row) for row in ids)
-    unknown = sum(token == vocab.unk_index for row in ids for token in row)
+    unknown = sum(token == unk for row in ids for token in row) if unk is not None else 0
     return trees_from_sentence_signals(signals), unknown / max(words, 1)
 
 

@@ -38,6 +38,13 @@ from pathlib import Path
 from typing import Literal, TypeAlias
 
 from treernn.errors import DataError
+from treernn.files import (
+    INPUT_TEXT_LIMIT,
+    RefusedFile,
+    read_limited,
+    text_lines,
+    write_result_text,
+)
 from treernn.parsing.trees import Span, Tree
 from treernn.parsing.wsj import LabelledSpans, base_label
 
@@ -116,13 +123,19 @@ class PreparedTree:
 
 
 def read_trees(path: str | Path, format: str = "auto") -> TreeFile:
-    """Read one tree per non-blank line of ``path`` in ``format`` (see the module docstring)."""
+    """Read one tree per non-blank line of ``path`` in ``format`` (see the module docstring);
+    lines end at ``\\n`` only (a form feed or U+2028 inside a line stays in it, as in the
+    treebank's own readers). The file is read as a regular file (never a FIFO or a device) of at
+    most `INPUT_TEXT_LIMIT` bytes."""
     if format not in FORMATS:
         raise TreeFileError(path, None, f"unknown tree format {format!r}; choose one of {FORMATS}")
     source = Path(path).expanduser()
-    if not source.is_file():
+    if not source.exists():
         raise TreeFileError(source, None, "no such tree file")
-    data = source.read_bytes()
+    try:
+        data = read_limited(source, INPUT_TEXT_LIMIT, follow_links=True)
+    except RefusedFile as refused:
+        raise TreeFileError(source, None, f"{refused.what}; give a tree file") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -133,7 +146,7 @@ def read_trees(path: str | Path, format: str = "auto") -> TreeFile:
             f"not UTF-8 text (byte {data[error.start]:#04x}); a tree file is text, one tree per "
             "line (brackets or JSON lists)",
         ) from None
-    return parse_tree_lines(text.splitlines(), format=format, path=str(source))
+    return parse_tree_lines(text_lines(text), format=format, path=str(source))
 
 
 def parse_tree_lines(lines: Iterable[str], format: str = "auto", path: str = "<trees>") -> TreeFile:
@@ -431,13 +444,13 @@ def write_trees(
     format: str = "bracketed",
 ) -> Path:
     """Write one tree per line (see `format_tree`); the file reads back with
-    `read_trees` to the same trees. Returns the path written."""
+    `read_trees` to the same trees, whole or not at all (a temporary file renamed into
+    place). Returns the path written."""
     if len(trees) != len(words):
         raise ValueError(f"{len(trees)} trees for {len(words)} word lists")
     target = Path(path).expanduser()
-    target.parent.mkdir(parents=True, exist_ok=True)
     lines = [format_tree(tree, sentence, format) for tree, sentence in zip(trees, words)]
-    target.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    write_result_text(target, "".join(line + "\n" for line in lines))
     return target
 
 
