@@ -262,7 +262,7 @@ def new_result_file(
     except NotADirectoryError:
         raise ConfigValueError(f"{option} {path}: a folder on its path is a file") from None
     if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):  # never renamed over, even with --force
-        raise ConfigValueError(f"{option} {path} is {_kind_of(mode)}; name a file to write")
+        raise ConfigValueError(f"{option} {path} is {file_kind(mode)}; name a file to write")
     if not force:
         raise ConfigValueError(
             f"{option} {path} exists; pass --force to replace it, or name another file with "
