@@ -451,8 +451,11 @@ class Model(HubMixin):
         return [layer]
 
 
-def _numbered_words(model: Model, sentences: Sequence[str | Sequence[str]]) -> list[list[str]]:
-    """Each sentence's words; a sentence with none is one line naming it."""
+def _numbered_words(
+    model: Model, sentences: Sequence[str | Sequence[str]], allow_empty: bool = False
+) -> list[list[str]]:
+    """Each sentence's words; a sentence with none is one line naming it, unless
+    ``allow_empty`` (a language model scores it as its closing ``<eos>`` alone)."""
     if isinstance(sentences, str):
         raise ConfigValueError(
             "sentences: give a list of sentences (one string is one sentence: [text])"
@@ -461,7 +464,7 @@ def _numbered_words(model: Model, sentences: Sequence[str | Sequence[str]]) -> l
     vocab = model.vocab
     has_unk = "<unk>" in vocab
     for number, (sentence, sentence_words) in enumerate(zip(sentences, words), start=1):
-        if not sentence_words:
+        if not sentence_words and not allow_empty:
             raise ConfigValueError(
                 f"sentence {number} ({sentence!r}) has no words after dropping punctuation"
             )
@@ -505,7 +508,7 @@ class LanguageModel(Model):
         numbers ``python -m treernn syneval`` compares."""
         from treernn.evaluation.syneval import sentence_log_probs
 
-        words = _numbered_words(self, sentences)
+        words = _numbered_words(self, sentences, allow_empty=True)
         return sentence_log_probs(self.module, words, batch_size, include_end)
 
     def surprisals(
@@ -513,10 +516,12 @@ class LanguageModel(Model):
     ) -> list[list[TokenSurprisal]]:
         """Per sentence, every word and the closing ``<eos>`` with its surprisal in bits
         (``-log2 p``), each sentence read alone after ``<eos>`` from a fresh state; a word
-        outside the vocabulary is read (and scored) as ``<unk>`` and marked ``unknown``."""
+        outside the vocabulary is read (and scored) as ``<unk>`` and marked ``unknown``. A sentence
+        with no words (a line of punctuation, which PTB's normalisation drops) is its ``<eos>``
+        alone."""
         from treernn.evaluation.surprisal import bits, word_log_probs
 
-        words = _numbered_words(self, sentences)
+        words = _numbered_words(self, sentences, allow_empty=True)
         vocab = self.vocab
         results = []
         for sentence, values in zip(words, word_log_probs(self.module, words, batch_size)):
@@ -540,9 +545,10 @@ class LanguageModel(Model):
         carried along; the first word is not predicted. On PTB's test file this is the run's
         ``test/ppl`` at test batch size 1."""
         from treernn.evaluation.surprisal import stream_perplexity
+        from treernn.files import text_lines
 
-        if isinstance(text, str):
-            lines: Sequence[Any] = [line for line in text.splitlines() if line.strip()]
+        if isinstance(text, str):  # lines end at \n only, as the data's readers split them
+            lines: Sequence[Any] = [line for line in text_lines(text) if line.strip()]
         else:
             lines = text
         words = _numbered_words(self, [line for line in lines if self.words(line)])

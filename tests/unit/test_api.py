@@ -201,3 +201,11 @@ def test_trees_command_reads_an_export(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "sentence 1: the cat sees a dog"
     assert [line.split(":")[0].strip() for line in lines[1:]] == ["layer 1", "layer 2"]
+
+
+def test_a_line_of_punctuation_is_its_eos_alone(model):
+    # PTB's normalisation drops every word of "...": the sentence is scored as <eos> after <eos>
+    (tokens,) = model.surprisals(["..."])
+    assert [(t.word, t.token) for t in tokens] == [("<eos>", "<eos>")]
+    (log_prob,) = model.log_probs(["..."])
+    assert tokens[0].surprisal == pytest.approx(-log_prob / math.log(2), rel=1e-6)

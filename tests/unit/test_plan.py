@@ -645,3 +645,20 @@ def test_data_that_does_not_fit_the_checkpoint_leaves_the_run_as_it_was(
         "(checkpoint None, now 50)), or start a new run"
     )
     assert contents(run_dir) == before
+
+
+@pytest.mark.parametrize("mode", ["fit+test", "test"])
+def test_a_fifo_as_the_runs_kernel_choices_is_refused_by_the_plan_without_waiting(
+    tmp_path, monkeypatch, capsys, mode
+):
+    cfg = compose_config(tmp_path, "ckpt_path=last", f"mode={mode}")
+    run_dir = interrupted_run(tmp_path, compose_config(tmp_path), epochs_done=1, step=2)
+    os.mkfifo(run_dir / ".hydra" / "kernel_choices.json")  # opened for reading it would block
+    before = sorted(path.name for path in run_dir.rglob("*"))
+    line = refused(cfg, monkeypatch, capsys)
+    assert line == (
+        f"error: {run_dir / '.hydra' / 'kernel_choices.json'}: is a FIFO (named pipe), not a "
+        "regular file; restore it from a copy, or remove it to choose again (the numbers may "
+        "then differ in their last digits from the run's)"
+    )
+    assert sorted(path.name for path in run_dir.rglob("*")) == before

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     from treernn.api import load
     from treernn.errors import DataError
-    from treernn.evaluation.surprisal import bits, word_log_probs, write_surprisal_table
+    from treernn.evaluation.surprisal import write_surprisal_table
     from treernn.files import new_result_file, read_input_text, text_lines, write_result_text
 
     out = None if args.out is None else new_result_file(args.out, "surprisals.tsv", args.force)
@@ -52,17 +52,11 @@ def run(args: argparse.Namespace) -> int:
     if not sentences:
         raise DataError(f"--input {args.input} has no sentence")
     model = load(args.ckpt, args.device, kind="language_model", command="surprisals")
-    words = [model.words(sentence) for sentence in sentences]
-    results = iter(model.surprisals([w for w in words if w], batch_size=args.batch_size))
-    # a line whose words are all punctuation keeps its id: its one token is the closing <eos>,
-    # p(<eos> | <eos>) read from a fresh state, as the API scores every sentence's end
-    empty = sum(not w for w in words)
-    end_alone = word_log_probs(model.module, [[]], 1)[0][0] if empty else 0.0
+    # a line whose words are all punctuation keeps its id: the model scores it as its <eos>
+    results = model.surprisals(sentences, batch_size=args.batch_size)
     rows = [
-        [(token.word if args.words else token.token, token.surprisal) for token in next(results)]
-        if sentence_words
-        else [("<eos>", bits(end_alone))]
-        for sentence_words in words
+        [(token.word if args.words else token.token, token.surprisal) for token in sentence]
+        for sentence in results
     ]
     if out is None:
         write_surprisal_table(rows, sys.stdout)

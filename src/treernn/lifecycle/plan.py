@@ -164,6 +164,7 @@ def _plan(
         from treernn.checkpoints import check_task_and_model
 
         check_task_and_model(info, cfg.task.name, cfg.model.name)
+        _check_kernel_record(info.run_dir)
         config = _frozen(config_as_trained(cfg, info, _keys(overrides)))
         trained_kwargs = stored_task_kwargs(info.path)
         differing = differing_shapes(config, trained_kwargs, info)
@@ -197,6 +198,7 @@ def _plan(
     resolved = OmegaConf.to_container(config, resolve=True)
     applied = tuple(differing_keys(info.config, resolved, APPLIED_ON_RESUME))
     trained_kwargs = check_resumable(config, resolved, info, applied)
+    _check_kernel_record(run_dir)
     if named_run is not None and cfg.ckpt_path:
         _say_resumed(str(cfg.ckpt_path), named_run, info, overrides)
     return Plan(
@@ -379,6 +381,15 @@ def check_budget_left(
 
 
 # ---------------------------------------------------------------------- what a resume refuses
+def _check_kernel_record(run_dir: Path | None) -> None:
+    """The kernels' choices a resumed or tested run recorded can be read (a FIFO, a link or a
+    damaged file there is one line now, not a hang or a refusal after the attempt is recorded)."""
+    if run_dir is not None:
+        from treernn.kernels.choices import check_run_record
+
+        check_run_record(run_dir)
+
+
 def check_resumable(
     config: DictConfig, resolved: dict[str, Any], info: CheckpointInfo, applied: tuple[str, ...]
 ) -> dict[str, Any]:
