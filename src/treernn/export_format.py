@@ -295,6 +295,12 @@ def read_config(folder: str | Path, follow_links: bool = False) -> dict[str, Any
             folder,
             f"{CONFIG_FILE}: vocabulary.form is {vocabulary['form']!r}, not vocabulary or list",
         )
+    if vocabulary["form"] == "list" and kind != "dependency_lm":
+        raise refused(
+            folder,
+            f"{CONFIG_FILE}: vocabulary.form is 'list', but a {kind.replace('_', ' ')} reads "
+            "its words through a vocabulary (form 'vocabulary')",
+        )
     if version >= 2:
         _check_files_record(folder, config)
     return config

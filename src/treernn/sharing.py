@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from treernn import export_format as fmt
-from treernn.errors import CheckpointError, OutputError, UserError
+from treernn.errors import CheckpointError, OutputError, StorageError, UserError
 from treernn.export_format import (
     CARD_FILE,
     CHOICES_FILE,
@@ -54,7 +54,7 @@ from treernn.export_format import (
     read_config,
     refused,
 )
-from treernn.files import MB, full_disk_error, is_full_disk, read_limited
+from treernn.files import MB, is_full_disk, read_limited
 from treernn.trust import UntrustedClass, import_trusted, user_prefixes
 
 __all__ = [
@@ -174,6 +174,9 @@ def _check_target(out: Path, replace_export: bool) -> None:
         raise OutputError(f"{out} is a symbolic link: save into a directory of its own")
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out} is a file: save into a new directory")
+    above = next((p for p in Path(os.path.abspath(out)).parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise OutputError(f"{out}: {above} on its path is a file; save into a directory")
     if not out.is_dir() or not any(out.iterdir()):
         return
     if not replace_export:
@@ -288,7 +291,10 @@ def _write(
     except BaseException as error:
         shutil.rmtree(partial, ignore_errors=True)
         if is_full_disk(error):
-            raise full_disk_error(out, error, "nothing was written") from None
+            raise StorageError(
+                f"cannot write {out}: {os.strerror(error.errno)}; nothing was written. Free some "
+                "space, or save to a disk with room"
+            ) from None
         if isinstance(error, OSError):
             raise OutputError(
                 f"cannot write the exported model {out}: {error.strerror or error}; nothing was "
