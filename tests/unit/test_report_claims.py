@@ -1,6 +1,9 @@
-"""``python -m treernn report claims``: Welch's intervals worked out by hand, the words shown /
-not shown / undecided (interval, seeds, validation still improving), the best trivial trees and
-best layer, "no run" rows, and the command on run directories as sweeps leave them."""
+"""``python -m treernn report claims``: the words shown / not shown / undecided / equivalent from
+tests adjusted with Holm's method across the report, planned or post hoc by the plans' commits and
+the jobs' start times, the best trivial trees and best layer, a ceiling, smoke checks in updates
+and in epochs, incomplete sweeps, the trend from a planned earlier budget only, "no run" rows, the
+plans' files and ``report plan``, and the command on run directories as sweeps leave them. (The
+statistics themselves: tests/unit/test_claims_statistics.py.)"""
 
 from __future__ import annotations
 
@@ -13,30 +16,32 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from scipy import stats
 
 from treernn.commands import main as treernn_main
 from treernn.errors import UserError
 from treernn.lifecycle.sweeps.layout import sweep_size
-from treernn.reporting.claims import (
-    CLAIMS,
+from treernn.reporting.claims.catalogue import CLAIMS, TRIVIAL_BEST, Comparison
+from treernn.reporting.claims.plans import PlanError, load_plans, read_plan
+from treernn.reporting.claims.render import reading_notes, to_markdown
+from treernn.reporting.claims.rule import (
+    EQUIVALENT,
+    GAP_CLOSING,
+    INCOMPLETE,
     NO_RUN,
     NOT_SHOWN,
     SHOWN,
     SMOKE,
-    TRIVIAL_BEST,
     UNDECIDED,
-    Comparison,
     decide,
     decide_claims,
+    settle,
+)
+from treernn.reporting.claims.sweeps import (
     declared_budget,
     distinct_numbers,
     improvement_at_end,
-    line_reaches_zero,
     load_sweeps,
-    reading_notes,
-    slope_through,
-    to_markdown,
-    welch_interval,
 )
 from treernn.reporting.run_records import load_runs
 
@@ -44,27 +49,11 @@ from treernn.reporting.run_records import load_runs
 T2, T4 = 4.3027, 2.7764
 
 
-def test_welch_interval_by_hand():
-    # a = 70, 72, 74: mean 72, s^2 = 4; b = 62, 64, 66: mean 64, s^2 = 4.
-    # se^2 = 4/3 + 4/3 = 8/3, se = 1.63299; df = (8/3)^2 / (2 (4/3)^2 / 2) = 4;
-    # interval 8 ± 2.7764 * 1.63299 = 8 ± 4.5339 = [3.466, 12.534]
-    interval = welch_interval([70, 72, 74], [62, 64, 66])
-    assert interval.difference == pytest.approx(8.0)
-    assert interval.df == pytest.approx(4.0)
-    assert (interval.low, interval.high) == pytest.approx((3.466, 12.534), abs=1e-3)
-    # a baseline without spread: se = sqrt(4/3) = 1.15470, df = n_a - 1 = 2;
-    # 3 ± 4.3027 * 1.15470 = 3 ± 4.9683 = [-1.968, 7.968]
-    interval = welch_interval([10, 12, 14], [9, 9, 9])
-    assert interval.df == pytest.approx(2.0)
-    assert (interval.low, interval.high) == pytest.approx((3 - T2 * 1.1547, 3 + T2 * 1.1547), 1e-3)
-    # unequal variances: s_a^2/n = 4/3, s_b^2/n = 1/3; df = (5/3)^2 / ((4/3)^2/2 + (1/3)^2/2)
-    # = (25/9) / (17/18) = 50/17
-    assert welch_interval([10, 12, 14], [8, 9, 10]).df == pytest.approx(50 / 17)
-    # no spread on either side: the interval is the difference
-    interval = welch_interval([5, 5], [3, 3])
-    assert (interval.low, interval.high, interval.df) == (2.0, 2.0, None)
-    with pytest.raises(ValueError, match="2 values a side"):
-        welch_interval([1.0], [1.0, 2.0])
+def decide_alone(comparison: Comparison, sweeps, plan=None, config_dir=None):
+    """One comparison decided as the only test of its report (Holm over a family of one)."""
+    outcome = decide(comparison, 0, sweeps, plan, config_dir)
+    settle([outcome])
+    return outcome
 
 
 PLATEAU = [0.50, 0.70, 0.69]  # best before the end: stopped improving
@@ -199,12 +188,12 @@ def outcomes_by_claim(tmp_path: Path) -> dict[str, tuple[str, list]]:
         [logic_sweep(tmp_path), sst2_sweep(tmp_path), listops_sweep(tmp_path), lm_sweep(tmp_path)]
     )
     assert set(sweeps) == {"logic", "sst2", "listops", "lm"}
-    return {claim.text: (word, outcomes) for claim, word, outcomes in decide_claims(sweeps)}
+    return {entry.claim.text: (entry.word, entry.outcomes) for entry in decide_claims(sweeps)}
 
 
 def claim_outcome(decided, number: int):
-    """The first outcome of claim ``number`` (1-10) of decide_claims' list."""
-    return decided[number - 1][2][0]
+    """The first outcome of claim ``number`` (from 1) of decide_claims' list."""
+    return decided[number - 1].outcomes[0]
 
 
 def claim(text_start: str, decided: dict) -> tuple[str, list]:
@@ -214,32 +203,35 @@ def claim(text_start: str, decided: dict) -> tuple[str, list]:
 
 def test_each_claim_decided_from_its_table(tmp_path):
     decided = outcomes_by_claim(tmp_path)
-    assert len(decided) == len(CLAIMS) == 10
+    assert len(decided) == len(CLAIMS) == 11
 
     word, (outcome,) = claim("Ordered Memory beats LSTM on logic", decided)
     assert word == SHOWN
     assert outcome.better == pytest.approx([70, 72, 74])
     assert outcome.worse == pytest.approx([62, 64, 66])
-    assert (outcome.interval.low, outcome.interval.high) == pytest.approx((3.466, 12.534), 1e-3)
+    assert (outcome.test.low, outcome.test.high) == pytest.approx((3.466, 12.534), 1e-3)
 
     word, (outcome,) = claim("ON-LSTM beats LSTM on logic", decided)
-    assert word == UNDECIDED and outcome.reason == "the interval contains 0"
-    assert (outcome.interval.low, outcome.interval.high) == pytest.approx((-1.534, 7.534), 1e-3)
+    # t = 3 / sqrt(8/3) with 4 df: p = 0.140, Holm-adjusted over the report's 6 tests: the
+    # largest p, times 1
+    assert word == UNDECIDED and outcome.reason == "Holm-adjusted p = 0.14"
+    assert outcome.test.p == pytest.approx(2 * stats.t.sf(3 / math.sqrt(8 / 3), 4))
+    assert (outcome.test.low, outcome.test.high) == pytest.approx((-1.534, 7.534), 1e-3)
 
     word, (outcome,) = claim("Ordered Memory beats LSTM on SST-2", decided)
     assert word == NOT_SHOWN
-    assert (outcome.interval.low, outcome.interval.high) == pytest.approx((-8.267, -3.733), 1e-3)
+    assert (outcome.test.low, outcome.test.high) == pytest.approx((-8.267, -3.733), 1e-3)
 
     # lower perplexity is the claim's side
     word, (outcome,) = claim("ON-LSTM language model", decided)
     assert word == SHOWN
-    assert (outcome.interval.low, outcome.interval.high) == pytest.approx((-12.534, -3.466), 1e-3)
+    assert (outcome.test.low, outcome.test.high) == pytest.approx((-12.534, -3.466), 1e-3)
 
     # OM - LSTM = 30 on ListOps: shown, and the LSTM still improving is printed beside it (each
     # seed 0.60 -> 0.70: +10 points, no spread); no Transformer run: the claim is undecided
     word, (lstm, transformer) = claim("Ordered Memory beats LSTM and Transformer", decided)
     assert word == UNDECIDED
-    assert lstm.word == SHOWN and lstm.interval.low > 0
+    assert lstm.word == SHOWN and lstm.test.low > 0
     assert lstm.improving == ["lstm: val/acc +10 ± 0 points (standard error over 3 seeds)"]
     assert transformer.word == NO_RUN and "transformer" in transformer.reason
 
@@ -249,7 +241,7 @@ def test_each_claim_decided_from_its_table(tmp_path):
     assert word == SHOWN
     assert outcome.metric == "parse_f1/layer1 vs right-branching"
     assert outcome.worse == pytest.approx([50, 50, 50])
-    assert (outcome.interval.low, outcome.interval.high) == pytest.approx((27.032, 36.968), 1e-3)
+    assert (outcome.test.low, outcome.test.high) == pytest.approx((27.032, 36.968), 1e-3)
 
     # tables without a sweep: no run
     for text in ("LdTreeLSTM", "Ordered Memory beats LSTM on systematic"):
@@ -273,17 +265,18 @@ def test_one_seed_is_undecided(tmp_path):
     sweep = tmp_path / "one"
     make_run(sweep, 0, "sst2", "ordered_memory", 1, {"test/acc": 0.9})
     make_run(sweep, 1, "sst2", "lstm", 1, {"test/acc": 0.1})
-    outcome = decide(Comparison(("sst2",), "acc", "ordered_memory", "lstm"), load_sweeps([sweep]))
+    comparison = Comparison(("sst2",), "acc", "ordered_memory", "lstm")
+    outcome = decide_alone(comparison, load_sweeps([sweep]))
     assert outcome.word == UNDECIDED and outcome.reason == "fewer than 2 seeds"
 
 
 def test_trivial_trees_missing_is_no_run(tmp_path):
     sweeps = load_sweeps([logic_sweep(tmp_path)])
     comparison = Comparison(("logic",), "ops7-12", "lstm", TRIVIAL_BEST)
-    assert decide(comparison, sweeps).word == NO_RUN
+    assert decide(comparison, 0, sweeps).word == NO_RUN
 
 
-def test_cli_prints_the_ten_claims(tmp_path, capsys):
+def test_cli_prints_every_claim(tmp_path, capsys):
     out = tmp_path / "claims.md"
     sweeps = [str(logic_sweep(tmp_path)), str(sst2_sweep(tmp_path))]
     assert treernn_main(["report", "claims", *sweeps, "--out", str(out)]) == 0
@@ -291,11 +284,12 @@ def test_cli_prints_the_ten_claims(tmp_path, capsys):
     assert out.read_text() in printed
     rows = [line for line in printed.splitlines() if line.startswith("| ")][1:]
     numbered = [row.split(" | ")[0].removeprefix("| ") for row in rows]
-    assert [n for n in numbered if n] == [str(k) for k in range(1, 11)]
+    assert [n for n in numbered if n] == [str(k) for k in range(1, 12)]
     assert "**not shown**" in printed and "**shown**" in printed and "**no run**" in printed
-    assert "[+3.47, +12.53]" in printed  # OM - LSTM on logic
+    assert "+8.00 [+3.47, +12.53]" in printed  # OM - LSTM on logic
+    assert "post hoc (rule of 2026-12-05)" in printed
     # without any sweep: every claim says no run
-    assert to_markdown(decide_claims({})).count("**no run**") == 10
+    assert to_markdown(decide_claims({})).count("**no run**") == 11
 
 
 def test_a_sweep_that_is_not_a_table_is_one_error_line(tmp_path, capsys):
@@ -417,7 +411,7 @@ def test_of_two_sweeps_of_a_table_the_claims_read_the_larger_budget(tmp_path, ca
         120,
         121,
     ]
-    read = f"claims 1, 2, 3 read {longer} (11,000 updates); not {short} (2,750 updates)"
+    read = f"claims 1, 2, 3, 11 read {longer} (11,000 updates); not {short} (2,750 updates)"
     first = (
         "Several sweeps of table lm, each comparison reading the largest budget with every job "
         "finished that ran both its models"
@@ -495,7 +489,7 @@ def test_a_longer_sweep_still_running_does_not_hide_a_complete_shorter_one(tmp_p
     outcome = claim_outcome(decided, 1)
     assert sorted(outcome.better + outcome.worse) == [100, 102, 104, 108, 110, 112]
     assert reading_notes(decided, sweeps)[0].endswith(
-        f"claims 1, 2, 3 read {short} (2,750 updates, 6 of 6 jobs finished); "
+        f"claims 1, 2, 3, 11 read {short} (2,750 updates, 6 of 6 jobs finished); "
         f"not {longer} (11,000 updates, 2 of 6 jobs finished)"
     )
     # the longer sweep done: it is read
@@ -531,7 +525,7 @@ def test_a_longer_sweep_of_two_models_leaves_the_others_comparison_on_the_shorte
     onlstm, om = claim_outcome(decided, 4), claim_outcome(decided, 5)
     assert (onlstm.sweep.path, om.sweep.path) == (longer, short)
     assert (onlstm.better, onlstm.worse) == ([80.0, 82.0, 84.0], [60.0, 62.0, 64.0])
-    assert decided[3][1] == "shown" and onlstm.interval.difference == pytest.approx(20.0)
+    assert decided[3].word == "shown" and onlstm.test.difference == pytest.approx(20.0)
     assert (om.better, om.worse) == ([70.0, 72.0, 74.0], [62.0, 64.0, 66.0])
     assert reading_notes(decided, sweeps) == [
         "Several sweeps of table logic, each comparison reading the largest budget with every job "
@@ -571,7 +565,7 @@ def test_a_model_run_later_on_a_sweeps_terms_is_compared_with_its_models(tmp_pat
     om = claim_outcome(decided, 5)
     # Ordered Memory 90, 92, 94 against the LSTM's 60, 62, 64: d = 30
     assert (om.better, om.worse) == ([90.0, 92.0, 94.0], [60.0, 62.0, 64.0])
-    assert om.sweep.paths == (pair, added) and om.interval.difference == pytest.approx(30.0)
+    assert om.sweep.paths == (pair, added) and om.test.difference == pytest.approx(30.0)
     assert claim_outcome(decided, 4).better == [80.0, 82.0, 84.0]
     assert reading_notes(decided, sweeps)[0].endswith(
         f"claims 4, 5 read {pair} + {added} (80,000 updates, 9 of 9 jobs finished); "
@@ -610,7 +604,7 @@ def test_claim_4_reads_the_papers_width_where_both_models_ran_there(tmp_path):
     onlstm, om = claim_outcome(decided, 4), claim_outcome(decided, 5)
     assert (onlstm.table, onlstm.sweep.path, om.table) == ("logic_onlstm", wide, "logic")
     assert (onlstm.better, onlstm.worse) == ([75.0, 77.0, 79.0], [70.0, 72.0, 74.0])
-    assert onlstm.interval.low == pytest.approx(5 - T4 * math.sqrt(8 / 3), 1e-3)
+    assert onlstm.test.low == pytest.approx(5 - T4 * math.sqrt(8 / 3), 1e-3)
 
     # only ON-LSTM's runs have finished at the paper's width: claim 4 reads table=logic
     for job in ("3", "4", "5"):
@@ -654,132 +648,22 @@ def test_output_cut_short_by_its_reader_ends_quietly(tmp_path):
     assert stderr == ""
 
 
-# ----------------------------------------------------------------------------- the gap check
-def test_a_line_reaches_zero_by_twice_the_budget():
-    # gap 4 at T = 10,000 with slope -6/5,000 per update: 4 - 12 = -8 at 20,000: crosses 0
-    assert line_reaches_zero(4.0, -6 / 5000, 10000)
-    # gap 4 falling 3 per 10,000: 1 at 20,000, still on its side
-    assert not line_reaches_zero(4.0, -3 / 10000, 10000)
-    # exactly 0 at twice the budget counts as reaching it
-    assert line_reaches_zero(4.0, -4 / 10000, 10000)
-    # a widening gap, on either side of 0, never reaches it
-    assert not line_reaches_zero(-2.0, -1e-3, 10000)
-    assert line_reaches_zero(-2.0, 3e-4, 10000)  # -2 + 3 = +1 at 20,000
-    assert not line_reaches_zero(0.0, -1.0, 10000)  # no gap: the interval decides alone
-    # least squares through (1, 1), (2, 2), (3, 6): mean x 2, mean y 3;
-    # slope = ((-1)(-2) + 0 + (1)(3)) / (1 + 0 + 1) = 5/2
-    assert slope_through([(1, 1), (2, 2), (3, 6)]) == pytest.approx(2.5)
-    assert slope_through([(3000, 15.0), (4000, 8.0)]) == pytest.approx(-7 / 1000)
-    with pytest.raises(ValueError, match="2 points"):
-        slope_through([(1, 1)])
-
-
-def two_budgets_of_om_vs_lstm(root: Path, short_om: list[float]) -> tuple[Path, Path]:
-    """table=logic at 5,000 and 10,000 updates: at 10,000 OM 70, 72, 74 against LSTM 62, 64, 66
-    (gap 8, interval [3.466, 12.534]: shown by the interval); at 5,000 OM ``short_om``
-    against LSTM 50, 52, 54."""
-    sweeps = []
-    for name, om, lstm in (("short", short_om, [50, 52, 54]), ("long", [70, 72, 74], [62, 64, 66])):
-        sweep = root / name / "logic"
-        for job, (model, value) in enumerate(
-            [("ordered_memory", v) for v in om] + [("lstm", v) for v in lstm]
-        ):
-            make_run(sweep, job, "logic", model, job % 3 + 1, ops(value))
-        sweeps.append(sweep)
-    set_budgets((sweeps[0], 5000), (sweeps[1], 10000))
-    return sweeps[0], sweeps[1]
-
-
-def test_a_gap_closing_since_a_smaller_budget_turns_shown_into_undecided(tmp_path):
-    om_vs_lstm = Comparison(("logic",), "ops7-12", "ordered_memory", "lstm")
-    # at 5,000: OM 64, 66, 68 against 50, 52, 54: gap 14; at 10,000: 8. The line through
-    # (5,000, 14) and (10,000, 8): slope -6/5,000, at 20,000: 8 - 12 = -4: it reaches 0
-    short, longer = two_budgets_of_om_vs_lstm(tmp_path, [64, 66, 68])
-    outcome = decide(om_vs_lstm, load_sweeps([short, longer]))
-    assert (outcome.word, outcome.reason) == (UNDECIDED, "gap closing")
-    check = outcome.gap_check
-    assert (check.source, check.earlier_at, check.budget) == ("smaller budget", 5000, 10000)
-    assert (check.earlier, check.gap, check.slope) == pytest.approx((14.0, 8.0, -6 / 5000))
-    assert check.at_twice == pytest.approx(-4.0)
-    assert check.describe() == "+14.00 at 5,000 -> +8.00 at 10,000; on that line -4.00 at 20,000"
-    # at 5,000 a gap of 10 (OM 60, 62, 64): slope -2/5,000, 8 - 4 = 4 at 20,000: still shown
-    short, longer = two_budgets_of_om_vs_lstm(tmp_path / "narrowing", [60, 62, 64])
-    outcome = decide(om_vs_lstm, load_sweeps([short, longer]))
-    assert outcome.word == SHOWN and outcome.gap_check.at_twice == pytest.approx(4.0)
-    # a smaller budget with the gap widening since (5 then 8): shown
-    short, longer = two_budgets_of_om_vs_lstm(tmp_path / "widening", [55, 57, 59])
-    outcome = decide(om_vs_lstm, load_sweeps([short, longer]))
-    assert outcome.word == SHOWN and outcome.gap_check.slope == pytest.approx(3 / 5000)
-
-
-def test_the_gap_check_never_decides_an_interval_that_contains_zero(tmp_path):
-    # ON-LSTM 65, 67, 69 against LSTM 62, 64, 66 at 10,000 (interval [-1.534, 7.534]), 10 ahead
-    # at 5,000: the line reaches 0, but the word stays what the interval says
-    sweeps = []
-    for name, onlstm in (("short", [60, 62, 64]), ("long", [65, 67, 69])):
-        sweep = tmp_path / name / "logic"
-        lstm = [50, 52, 54] if name == "short" else [62, 64, 66]
-        for job, (model, value) in enumerate(
-            [("onlstm", v) for v in onlstm] + [("lstm", v) for v in lstm]
-        ):
-            make_run(sweep, job, "logic", model, job % 3 + 1, ops(value))
-        sweeps.append(sweep)
-    set_budgets((sweeps[0], 5000), (sweeps[1], 10000))
-    outcome = decide(Comparison(("logic",), "ops7-12", "onlstm", "lstm"), load_sweeps(sweeps))
-    assert (outcome.word, outcome.reason) == (UNDECIDED, "the interval contains 0")
-    assert outcome.gap_check.closing  # printed, not applied
-
-
-def sst2_with_curves(root: Path, om_curve: list[float], lstm_curve: list[float]) -> Path:
-    """The SST-2 sweep with OM 89, 90, 91 against LSTM 81, 82, 83 (gap 8 at T, shown by the
-    interval: 8 ± 2.7764 * 0.8165) and the validation curves given, over 400 updates."""
-    sweep = root / "sst2"
-    for job, (model, value) in enumerate(
-        [("ordered_memory", v) for v in (89, 90, 91)] + [("lstm", v) for v in (81, 82, 83)]
-    ):
-        curve = om_curve if model == "ordered_memory" else lstm_curve
-        make_run(sweep, job, "sst2", model, job % 3 + 1, {"test/acc": value / 100}, curve)
-    set_budgets((sweep, 400))  # validations after 100, 200, 300, 400 updates
-    return sweep
-
-
-def test_without_a_smaller_budget_the_validation_gap_over_the_last_quarter_decides(tmp_path):
-    om_vs_lstm = Comparison(("sst2",), "acc", "ordered_memory", "lstm")
-    # the last quarter of 400: the validations after 300 and 400 updates. Gap in points:
-    # 80 - 65 = 15 at 300, 78 - 70 = 8 at 400: slope -7/100 per update; from the test gap 8 at
-    # T = 400: 8 - 0.07 * 400 = -20 at 800: closing
-    sweep = sst2_with_curves(tmp_path, [0.5, 0.8, 0.8, 0.78], [0.5, 0.6, 0.65, 0.70])
-    outcome = decide(om_vs_lstm, load_sweeps([sweep]))
-    assert (outcome.word, outcome.reason) == (UNDECIDED, "gap closing")
-    check = outcome.gap_check
-    assert (check.source, check.validation) == ("validation", "val/acc")
-    assert check.slope == pytest.approx(-7 / 100)
-    assert check.at_twice == pytest.approx(8 - 28)
-    # the gap at 300 and 400: 80 - 70 = 10, 79 - 70 = 9: slope -1/100, 8 - 4 = 4 at 800: shown
-    sweep = sst2_with_curves(tmp_path / "holds", [0.5, 0.8, 0.8, 0.79], [0.5, 0.6, 0.7, 0.7])
-    outcome = decide(om_vs_lstm, load_sweeps([sweep]))
-    assert outcome.word == SHOWN and outcome.gap_check.slope == pytest.approx(-1 / 100)
-    # only the updates after 3T/4 count: an early jump (gap 0 -> 20 by 200) changes nothing
-    sweep = sst2_with_curves(tmp_path / "early", [0.5, 0.9, 0.8, 0.79], [0.5, 0.7, 0.7, 0.7])
-    assert decide(om_vs_lstm, load_sweeps([sweep])).gap_check.slope == pytest.approx(-1 / 100)
-
-
+# ----------------------------------------------------------------------------- smoke checks
 def test_a_sweep_below_its_tables_declared_budget_is_a_smoke_check(tmp_path):
     """conf/table/sst2.yaml declares 270 updates: a 30-update sweep decides nothing, whatever
     its interval says (sst2_sweep's: [-8.267, -3.733], 'not shown' at a real budget)."""
     sweep = sst2_sweep(tmp_path)
     set_budgets((sweep, 30))
-    assert declared_budget("sst2") == 270
+    assert declared_budget("sst2") == (270, None)
     decided = decide_claims(load_sweeps([sweep]))
-    word, (outcome,) = decided[8][1], decided[8][2]
-    assert word == SMOKE and outcome.word == SMOKE
+    (outcome,) = decided[8].outcomes
+    assert decided[8].word == SMOKE and outcome.word == SMOKE and outcome.test is None
     assert outcome.reason == "30 updates, below table sst2's declared 270"
-    assert (outcome.interval.low, outcome.interval.high) == pytest.approx((-8.267, -3.733), 1e-3)
     # at the declared budget it is a verdict
     set_budgets((sweep, 270))
-    assert decide_claims(load_sweeps([sweep]))[8][1] == NOT_SHOWN
+    assert decide_claims(load_sweeps([sweep]))[8].word == NOT_SHOWN
     # a table the checkout does not declare (an installed package without conf/): no smoke check
-    assert declared_budget("sst2", tmp_path) is None
+    assert declared_budget("sst2", tmp_path) == (None, None)
 
 
 def test_still_improving_is_printed_with_its_rise_and_standard_error(tmp_path):
@@ -793,9 +677,266 @@ def test_still_improving_is_printed_with_its_rise_and_standard_error(tmp_path):
     ):
         curve = curves[job % 3] if model == "lstm" else PLATEAU
         make_run(sweep, job, "sst2", model, job % 3 + 1, {"test/acc": value / 100}, curve)
-    outcome = decide(Comparison(("sst2",), "acc", "ordered_memory", "lstm"), load_sweeps([sweep]))
+    comparison = Comparison(("sst2",), "acc", "ordered_memory", "lstm")
+    outcome = decide_alone(comparison, load_sweeps([sweep]))
     assert outcome.word == NOT_SHOWN  # information only
     assert outcome.improving == ["lstm: val/acc +11 ± 0.58 points (standard error over 3 seeds)"]
     text = to_markdown(decide_claims(load_sweeps([sweep])))
     assert "- claim 9, ordered_memory > lstm on acc: lstm: val/acc +11 ± 0.58 points" in text
     assert "- claim 9: hidden 100 with embeddings trained from scratch (no GloVe" in text
+
+
+# ----------------------------------------------------------------------------- the rule's parts
+def two_sided(difference: float, se: float, df: float) -> float:
+    return 2 * stats.t.sf(abs(difference) / se, df)
+
+
+def test_holm_across_the_report_can_undo_a_lone_significant_difference(tmp_path):
+    """SST-2: OM 80.65, 81.65, 82.65 against LSTM 78, 79, 80: d = 2.65, se = sqrt(2/3), 4 df:
+    p = 0.0315, shown alone; in a report beside the logic sweep's two tests (OM - LSTM p = 0.008,
+    ON-LSTM - LSTM p = 0.14), Holm multiplies the second smallest p by 2: 0.063, undecided."""
+    sweep = tmp_path / "sst2"
+    for job, (model, value) in enumerate(
+        [("ordered_memory", v) for v in (80.65, 81.65, 82.65)] + [("lstm", v) for v in (78, 79, 80)]
+    ):
+        make_run(sweep, job, "sst2", model, job % 3 + 1, {"test/acc": value / 100})
+    set_budgets((sweep, 270))
+    comparison = Comparison(("sst2",), "acc", "ordered_memory", "lstm")
+    alone = decide_alone(comparison, load_sweeps([sweep]))
+    assert alone.test.p == pytest.approx(two_sided(2.65, math.sqrt(2 / 3), 4), rel=1e-6)
+    assert alone.test.p < 0.05 and alone.adjusted == alone.test.p and alone.word == SHOWN
+    logic = logic_sweep(tmp_path)
+    set_budgets((logic, 2000))
+    decided = decide_claims(load_sweeps([sweep, logic]))
+    (outcome,) = decided[8].outcomes
+    ps = sorted(
+        o.test.p for entry in decided for o in entry.outcomes if o.test is not None
+    )  # logic OM - LSTM 0.008, ON-LSTM - LSTM 0.14, this 0.0497
+    assert ps == pytest.approx(sorted([two_sided(8, math.sqrt(8 / 3), 4), outcome.test.p,
+                                       two_sided(3, math.sqrt(8 / 3), 4)]), rel=1e-9)  # fmt: skip
+    assert outcome.adjusted == pytest.approx(2 * outcome.test.p)  # second smallest of 3
+    assert outcome.word == UNDECIDED and outcome.reason == "Holm-adjusted p = 0.063"
+
+
+def test_a_ceiling_is_said_and_tested_exactly(tmp_path):
+    """Ordered Memory's ListOps trees at 100 F1 in all three seeds against balanced trees at
+    13.58: no t interval (no spread), the sign test: p = 2 (1/2)^3 = 0.25, undecided."""
+    sweep = tmp_path / "listops"
+    for seed in (1, 2, 3):
+        metrics = {"test/acc": 0.99, "test/parse_f1/layer1": 100.0}
+        make_run(sweep, seed, "listops", "ordered_memory", seed, metrics,
+                 baselines={"balanced": 0.1358})  # fmt: skip
+    set_budgets((sweep, 1500))
+    comparison = Comparison(("listops",), "parse_f1/layer*", "ordered_memory", TRIVIAL_BEST)
+    outcome = decide_alone(comparison, load_sweeps([sweep]))
+    assert outcome.test.method == "exact sign test" and not outcome.test.has_interval
+    assert outcome.test.p == pytest.approx(0.25) and outcome.word == UNDECIDED
+    assert outcome.ceilings == ["3 of 3 seeds at 100.00"] and outcome.effect is None
+    text = to_markdown(decide_claims(load_sweeps([sweep])))
+    assert "+86.42 (no interval: 3 of 3 seeds at 100.00)" in text
+
+
+def test_a_sweep_budgeted_in_epochs_below_its_declared_epochs_is_a_smoke_check(tmp_path):
+    conf = tmp_path / "conf" / "table"
+    conf.mkdir(parents=True)
+    (conf / "sst2.yaml").write_text("trainer:\n  max_epochs: 5\n")
+    sweep = sst2_sweep(tmp_path)
+    for config_file in sweep.glob("*/.hydra/config.yaml"):
+        config = OmegaConf.load(config_file)
+        config.trainer = {"max_epochs": 1}
+        OmegaConf.save(config, config_file)
+    comparison = Comparison(("sst2",), "acc", "ordered_memory", "lstm")
+    outcome = decide_alone(comparison, load_sweeps([sweep]), config_dir=tmp_path / "conf")
+    assert (outcome.word, outcome.reason) == (SMOKE, "1 epochs, below table sst2's declared 5")
+
+
+def test_an_incomplete_sweep_is_never_a_verdict(tmp_path):
+    sweep = sst2_sweep(tmp_path)  # 6 finished jobs of 8
+    save_multirun(sweep, {"model": "ordered_memory,lstm", "seed": "1,2,3,4"}, ["table=sst2"], BASIC)
+    set_budgets((sweep, 270))
+    decided = decide_claims(load_sweeps([sweep]))
+    (outcome,) = decided[8].outcomes
+    assert decided[8].word == INCOMPLETE and outcome.test is None
+    assert outcome.reason == "6 of 8 jobs finished: not a verdict yet"
+
+
+# ----------------------------------------------------------------------------- plans
+def git(folder: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=folder, check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def committed_plan(root: Path, text: str, name: str = "claim-09.yaml") -> Path:
+    folder = root / "plans"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+    if not (folder / ".git").exists():
+        git(folder, "init", "-q")
+    git(folder, "add", name)
+    git(folder, "commit", "-q", "-m", "plan")
+    return folder
+
+
+SST2_PLAN = """\
+claim: 9
+table: sst2
+sweep: sst2
+budget: {max_steps: 270}
+seeds: [1, 2, 3]
+alpha: 0.05
+smallest_effect: 2.0
+"""
+
+
+def set_started(sweep: Path, when: str) -> None:
+    for status in sweep.glob("*/status.json"):
+        record = json.loads(status.read_text())
+        status.write_text(json.dumps({**record, "started": when}))
+
+
+def test_a_verdict_is_planned_only_from_jobs_that_started_after_the_plans_commit(tmp_path):
+    sweep = sst2_sweep(tmp_path)  # OM 79-81 against LSTM 85-87: not shown
+    set_budgets((sweep, 270))
+    plans = load_plans(committed_plan(tmp_path, SST2_PLAN))
+    set_started(sweep, "2020-01-01T00:00:00")
+    decided = decide_claims(load_sweeps([sweep]), plans=plans)
+    (outcome,) = decided[8].outcomes
+    assert decided[8].word == NOT_SHOWN and not decided[8].planned
+    assert decided[8].label == "post hoc (rule of 2026-12-05)"
+    assert outcome.post_hoc.startswith("6 of its 6 jobs started before the plan was fixed (")
+    set_started(sweep, "2999-01-01T00:00:00")
+    decided = decide_claims(load_sweeps([sweep]), plans=plans)
+    assert decided[8].planned and decided[8].label == "planned" and decided[8].word == NOT_SHOWN
+    # the power is given for the plan's smallest effect of interest
+    assert decided[8].outcomes[0].power_effect == 2.0
+    # a plan edited since its commit is not fixed: post hoc again
+    (tmp_path / "plans" / "claim-09.yaml").write_text(SST2_PLAN.replace("2.0", "1.0"))
+    decided = decide_claims(load_sweeps([sweep]), plans=load_plans(tmp_path / "plans"))
+    assert decided[8].outcomes[0].post_hoc == "its plan claim-09.yaml is not committed as it stands"
+    # a kept sweep of another name: post hoc, the planned sweep named
+    (tmp_path / "plans" / "claim-09.yaml").write_text(SST2_PLAN)
+    kept = tmp_path / "kept" / "sst2-kept"
+    sst2_sweep(tmp_path / "kept").rename(kept)
+    set_budgets((kept, 270))
+    decided = decide_claims(load_sweeps([kept]), plans=plans)
+    assert decided[8].outcomes[0].post_hoc == (
+        "reads sst2-kept, not the planned sweep sst2 (not run yet)"
+    )
+
+
+def test_equivalence_within_a_planned_margin_refutes_a_claimed_difference(tmp_path):
+    """Marvin & Linzen long-term: ON-LSTM 50, 51, 52, 50, 51, 52 against LSTM the same: d = 0,
+    se = sqrt(2 * 0.8 / 6); within +-3: both one-sided tests reject, and the claim (ON-LSTM is
+    better on long-term) is not shown."""
+    sweep = tmp_path / "lm"
+    values = [50, 51, 52, 50, 51, 52]
+    job = 0
+    for model in ("onlstm", "lstm"):
+        for seed, value in enumerate(values, start=1):
+            metrics = {"test/ppl": 100.0, "test/syneval_known/long_term": value,
+                       "test/syneval_known/short_term": 60.0 + seed}  # fmt: skip
+            make_run(sweep, job, "lm", model, seed, metrics, [200.0, 150.0, 151.0], "val/ppl")
+            job += 1
+    set_budgets((sweep, 2750))
+    plan = SST2_PLAN.replace("claim: 9", "claim: 3").replace("table: sst2", "table: lm")
+    plan = plan.replace("sweep: sst2", "sweep: lm").replace("max_steps: 270", "max_steps: 2750")
+    plan = plan.replace("seeds: [1, 2, 3]", "seeds: [1, 2, 3, 4, 5, 6]")
+    plan += "comparisons: [0]\nequivalence_margins: {0: 3.0}\n"
+    plans = load_plans(committed_plan(tmp_path, plan, "claim-03.yaml"))
+    set_started(sweep, "2999-01-01T00:00:00")
+    decided = decide_claims(load_sweeps([sweep]), plans=plans)
+    long_term = decided[2].outcomes[0]
+    se = math.sqrt(2 * 0.8 / 6)
+    assert long_term.tost_p == pytest.approx(stats.t.sf(3 / se, 10), rel=1e-9)
+    assert long_term.word == EQUIVALENT and long_term.reason == "within +-3 (two one-sided tests)"
+    assert decided[2].word == NOT_SHOWN
+    assert long_term.planned and not decided[2].outcomes[1].planned  # short-term: not planned
+
+
+def test_the_trend_comes_from_a_planned_earlier_budget_only(tmp_path):
+    """OM against LSTM on logic: gap 14 at 5,000 and 8 at 10,000 updates: the line reaches -4
+    at 20,000. As a planned earlier budget it turns shown into undecided (gap closing); as a kept
+    sweep that no plan names it changes nothing (no substitute trend)."""
+    sweeps = []
+    for name, om, lstm in (
+        ("early", [64, 66, 68], [50, 52, 54]),
+        ("late", [70, 72, 74], [62, 64, 66]),
+    ):
+        sweep = tmp_path / name / "logic"
+        for job, (model, value) in enumerate(
+            [("ordered_memory", v) for v in om] + [("lstm", v) for v in lstm]
+        ):
+            make_run(sweep, job, "logic", model, job % 3 + 1, ops(value))
+        sweeps.append(sweep)
+    set_budgets((sweeps[0], 5000), (sweeps[1], 10000))
+    # directories are named by their table; the plan names the sweeps by their folders
+    early, late = tmp_path / "early-5k", tmp_path / "late-10k"
+    early.mkdir(), late.mkdir()
+    sweeps[0].rename(early / "logic-5k"), sweeps[1].rename(late / "logic-10k")
+    sweeps = [early / "logic-5k", late / "logic-10k"]
+    comparison = Comparison(("logic",), "ops7-12", "ordered_memory", "lstm")
+    assert decide_alone(comparison, load_sweeps(sweeps)).trend is None  # no plan: no trend
+    plan = (
+        "claim: 5\ntable: logic\nsweep: logic-10k\nbudget: {max_steps: 10000}\nseeds: [1, 2, 3]\n"
+        "earlier: {sweep: logic-5k, budget: {max_steps: 5000}}\nsmallest_effect: 5\n"
+    )
+    plans = load_plans(committed_plan(tmp_path, plan, "claim-05.yaml"))
+    for sweep in sweeps:
+        set_started(sweep, "2999-01-01T00:00:00")
+    outcome = decide_alone(comparison, load_sweeps(sweeps), plans[5])
+    assert outcome.trend.describe() == (
+        "+14.00 at 5,000 -> +8.00 at 10,000; on that line -4.00 at 20,000"
+    )
+    assert (outcome.word, outcome.reason) == (UNDECIDED, GAP_CLOSING)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("claim: 99\n", "claim 99: the report has claims 1 to 11"),
+        (SST2_PLAN + "colour: red\n", "unknown keys colour"),
+        (SST2_PLAN.replace("[1, 2, 3]", "[1, 1, 2]"), "seeds repeats a seed"),
+        (SST2_PLAN.replace("table: sst2", "table: lm"), "table 'lm' is not a table of claim 9"),
+        (SST2_PLAN + "overrides: [seed=4]\n", "overrides sets seed, which the plan's own keys set"),
+        (SST2_PLAN.replace("{max_steps: 270}", "{max_steps: -1}"), "budget.max_steps is -1"),
+        (SST2_PLAN + "equivalence_margins: {0: -2}\n", "equivalence_margins.0 is -2"),
+        ("- a list\n", "not a mapping of plan keys"),
+    ],
+)
+def test_a_damaged_plan_is_one_line_naming_the_key(tmp_path, text, message):
+    path = tmp_path / "claim-09.yaml"
+    path.write_text(text)
+    with pytest.raises(PlanError) as refused:
+        read_plan(path)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert str(path) in str(refused.value)
+
+
+def test_report_plan_writes_seeds_from_a_power_analysis(tmp_path, capsys):
+    """The SST-2 sweep's spread: OM 79, 80, 81 and LSTM 85, 86, 87 (sd 1 each). For a smallest
+    effect of 2 points at alpha 0.05 / 19 with 80% power: the fewest seeds a side that reach it."""
+    from treernn.reporting.claims.plans import family_size
+    from treernn.reporting.claims.statistics import power, seeds_needed
+
+    sweep = sst2_sweep(tmp_path)
+    set_budgets((sweep, 270))
+    out = tmp_path / "claim-09.yaml"
+    command = ["report", "plan", "--claim", "9", "--sweep", "sst2-planned", "--budget",
+               "trainer.max_steps=270", "--effect", "2", "--spread-from", str(sweep),
+               "--out", str(out)]  # fmt: skip
+    assert treernn_main(command) == 0
+    plan = read_plan(out)
+    strict = 0.05 / family_size()
+    expected = seeds_needed(2.0, 1.0, 1.0, strict, 0.8)
+    assert (
+        power(2.0, 1.0, 1.0, expected, strict) >= 0.8 > power(2.0, 1.0, 1.0, expected - 1, strict)
+    )
+    assert plan.seeds == tuple(range(101, 101 + expected))
+    assert plan.command() == [
+        "table=sst2", "trainer.max_steps=270",
+        f"seed={','.join(str(seed) for seed in range(101, 101 + expected))}",
+        "sweep_id=sst2-planned",
+    ]  # fmt: skip
+    assert "commit it before the sweep starts" in capsys.readouterr().out

@@ -119,18 +119,79 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     claims = reports.add_parser(
         "claims",
-        help="the ten claims of the three papers, each decided over seeds from table sweeps",
+        help="the claims of the three papers, each decided over seeds from table sweeps",
         description="For each comparison a papers' table names (ON-LSTM, Ordered Memory, Top-down "
-        "Tree LSTM): the two means over seeds, the difference, Welch's t 95%% interval, where "
-        "the gap is heading, and one word: shown, not shown, undecided (the interval contains 0, "
-        "or the gap is closing) or smoke check (a sweep below its table's budget); see "
-        "docs/claims.md. Claims whose table has no sweep given say 'no run'.",
+        "Tree LSTM; Hu et al. 2020's SyntaxGym comparison): the two means over seeds, the "
+        "difference with its 95%% interval, Hedges' g, P(A>B) over seeds, the p-value adjusted "
+        "with Holm's method across the report, the power at the observed spread and the seeds a "
+        "decision would need; one word (shown, not shown, equivalent, undecided, incomplete, "
+        "smoke check), planned where a plan in results/plans/ was committed before every job of "
+        "its sweep started, else post hoc; see docs/claims.md. Claims whose table has no sweep "
+        "given say 'no run'.",
     )
     claims.add_argument(
         "sweeps", nargs="*", type=Path, help="table sweep directories (train.py -m table=<name>)"
     )
     claims.add_argument("--out", type=Path, default=None, help="also write the table here (.md)")
+    claims.add_argument(
+        "--plans", type=Path, default=None, help="the plans' folder (default: results/plans)"
+    )
     claims.set_defaults(run_report=claims_report)
+
+    plan = reports.add_parser(
+        "plan",
+        help="a claim's plan from a power analysis at the spread of kept sweeps",
+        description="Writes results/plans/claim-<NN>.yaml (or --out): the claim's table, budget, "
+        "seeds a side (the fewest that give --power to detect --effect, or to show equivalence "
+        "within a --margin, at alpha over the report's comparisons: Holm's strictest step), the "
+        "spread they were computed from (--spread-from: kept sweeps of the claim's table), the "
+        "sweep's command and its cost in CPU core-hours from the kept runs' timings. Commit the "
+        "plan before running its sweep: only then are its verdicts planned.",
+    )
+    plan.add_argument("--claim", type=int, required=True, help="the claim's number in the report")
+    plan.add_argument("--table", default=None, help="the table (default: the claim's first)")
+    plan.add_argument("--sweep", required=True, help="the planned sweep's name (sweep_id)")
+    plan.add_argument("--budget", required=True, help="trainer.max_steps=N or trainer.max_epochs=N")
+    plan.add_argument("--effect", type=float, default=None, help="the smallest effect of interest")
+    plan.add_argument(
+        "--margin",
+        action="append",
+        default=[],
+        metavar="INDEX=MARGIN",
+        help="an equivalence margin for the claim's comparison INDEX (from 0)",
+    )
+    plan.add_argument(
+        "--comparisons", default=None, help="the comparisons it decides, e.g. 0,2 (default: all)"
+    )
+    plan.add_argument("--power", type=float, default=0.8)
+    plan.add_argument("--alpha", type=float, default=0.05)
+    plan.add_argument("--first-seed", type=int, default=101, help="seeds run: from this one")
+    plan.add_argument(
+        "--seeds", type=int, default=None, help="seeds a side (default: the power analysis's)"
+    )
+    plan.add_argument(
+        "--spread-from",
+        nargs="+",
+        type=Path,
+        required=True,
+        help="kept sweeps of the claim's table",
+    )
+    plan.add_argument(
+        "--sd",
+        default=None,
+        metavar="A,B",
+        help="the two sides' standard deviations, where no kept sweep has the metric (with "
+        "--sd-source); --spread-from then gives the runs' timings only",
+    )
+    plan.add_argument("--sd-source", default="", help="where --sd comes from")
+    plan.add_argument(
+        "--override", action="append", default=[], help="another override of the sweep's command"
+    )
+    plan.add_argument("--no-run", action="store_true", help="a plan that says what it would need")
+    plan.add_argument("--needs", default="", help="what a plan not run here would need")
+    plan.add_argument("--why", default="", help="why this plan, in a sentence")
+    plan.add_argument("--out", type=Path, default=None, help="default: results/plans/claim-NN.yaml")
+    plan.set_defaults(run_report=plan_report)
 
     pages = reports.add_parser(
         "pages",
@@ -343,13 +404,17 @@ def pages_report(args: argparse.Namespace) -> int:
 
 
 def claims_report(args: argparse.Namespace) -> int:
-    from treernn.reporting.claims import decide_claims, load_sweeps, reading_notes, to_markdown
+    from treernn.reporting.claims.plans import load_plans
+    from treernn.reporting.claims.render import reading_notes, to_markdown
+    from treernn.reporting.claims.rule import decide_claims
+    from treernn.reporting.claims.sweeps import load_sweeps
 
     notes: list[str] = []
     sweeps = load_sweeps(args.sweeps, notes)
-    decided = decide_claims(sweeps)
+    plans = load_plans(args.plans)
+    decided = decide_claims(sweeps, plans=plans)
     notes += reading_notes(decided, sweeps)
-    text = to_markdown(decided, machines=True)
+    text = to_markdown(decided, machines=True, plans=plans)
     if notes:
         text += "".join(f"{note}.\n" for note in notes)
     print(text, end="")
@@ -357,4 +422,64 @@ def claims_report(args: argparse.Namespace) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
         print(f"wrote {args.out}")
+    return 0
+
+
+def _spread(args: argparse.Namespace) -> tuple[float, float, str] | None:
+    from treernn.errors import ConfigValueError
+
+    if args.sd is None:
+        return None
+    try:
+        sd_a, sd_b = (float(part) for part in args.sd.split(","))
+    except ValueError:
+        raise ConfigValueError(f"--sd {args.sd}: give two numbers, A,B") from None
+    if not args.sd_source:
+        raise ConfigValueError("--sd: say where the spread comes from (--sd-source)")
+    return sd_a, sd_b, args.sd_source
+
+
+def plan_report(args: argparse.Namespace) -> int:
+    from treernn.errors import ConfigValueError
+    from treernn.reporting.claims.plans import PLANS_DIR, write_plan
+
+    margins = {}
+    for item in args.margin:
+        index, _, margin = item.partition("=")
+        try:
+            margins[int(index)] = float(margin)
+        except ValueError:
+            raise ConfigValueError(f"--margin {item}: give INDEX=MARGIN, e.g. 0=2.5") from None
+    key, _, value = args.budget.partition("=")
+    if key not in ("trainer.max_steps", "trainer.max_epochs") or not value.isdigit():
+        raise ConfigValueError(
+            f"--budget {args.budget}: give trainer.max_steps=N or trainer.max_epochs=N"
+        )
+    comparisons = (
+        None if args.comparisons is None else [int(i) for i in args.comparisons.split(",")]
+    )
+    text = write_plan(
+        claim=args.claim,
+        table=args.table,
+        sweep=args.sweep,
+        budget=(key.removeprefix("trainer."), int(value)),
+        effect=args.effect,
+        margins=margins,
+        comparisons=comparisons,
+        power=args.power,
+        alpha=args.alpha,
+        first_seed=args.first_seed,
+        seeds=args.seeds,
+        spread_from=args.spread_from,
+        spread=_spread(args),
+        overrides=args.override,
+        run=not args.no_run,
+        needs=args.needs,
+        why=args.why,
+    )
+    out = args.out or PLANS_DIR / f"claim-{args.claim:02d}.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text, end="")
+    print(f"wrote {out}; commit it before the sweep starts")
     return 0

@@ -118,65 +118,37 @@ def sweep_page(sweep: KeptSweep, docs_dir: Path) -> tuple[str, dict[Path, Path]]
 
 
 def claims_sections(kept: list[KeptSweep], base: Path) -> tuple[str, str]:
-    """The claims over the kept sweeps: the full table with its notes (the results page) and a
-    short one (the README's excerpt). Sweeps are named relative to ``base`` (the folder that holds
-    ``results/``), so that the page reads the same from any checkout."""
-    from treernn.reporting.claims import (
-        _mean,
-        decide_claims,
-        load_sweeps,
-        reading_notes,
-        to_markdown,
-    )
+    """The claims over the kept sweeps: the full report with its notes (the results page) and a
+    short table (the README's excerpt). Sweeps are named relative to ``base`` (the folder that
+    holds ``results/``), so that the page reads the same from any checkout."""
+    from treernn.reporting.claims.plans import load_plans
+    from treernn.reporting.claims.render import reading_notes, to_markdown
+    from treernn.reporting.claims.rule import decide_claims
+    from treernn.reporting.claims.sweeps import load_sweeps
 
     sweeps = load_sweeps([sweep.path for sweep in kept])
-    decided = decide_claims(sweeps)
-    short = ["| # | claim | result | comparison, A - B, 95% interval |", "|---|---|---|---|"]
-    detail = [
-        "| # | comparison | word | A | B | A - B | 95% interval | gap trend |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for number, (claim, word, outcomes) in enumerate(decided, start=1):
+    plans = load_plans(base / "results" / "plans")
+    decided = decide_claims(sweeps, plans=plans)
+    short = ["| # | claim | verdict | A - B [95% interval], Holm-adjusted p |", "|---|---|---|---|"]
+    for entry in decided:
         parts = []
-        for outcome in outcomes:
+        for outcome in entry.outcomes:
             text = f"{outcome.comparison.better} vs {outcome.comparison.worse}"
-            if outcome.metric:
-                text += f" ({outcome.metric})"
-            interval = outcome.interval
-            if interval is not None:
-                text += f": {interval.difference:+.2f} [{interval.low:+.2f}, {interval.high:+.2f}]"
-            if outcome.reason:
-                text += f", {outcome.reason}"
-            parts.append(text.replace("trivial:best", "trivial trees"))
-            check = outcome.gap_check
-            detail.append(
-                "| "
-                + " | ".join(
-                    [
-                        str(number),
-                        str(outcome.comparison)
-                        + (
-                            f" [{outcome.metric}]"
-                            if outcome.metric not in (None, outcome.comparison.metric)
-                            else ""
-                        ),
-                        outcome.word + (f" ({outcome.reason})" if outcome.reason else ""),
-                        _mean(outcome.better),
-                        _mean(outcome.worse),
-                        f"{interval.difference:+.2f}" if interval else "-",
-                        f"[{interval.low:+.2f}, {interval.high:+.2f}]" if interval else "-",
-                        check.describe() if check else "-",
-                    ]
+            test = outcome.test
+            if test is not None:
+                interval = (
+                    f" [{test.low:+.2f}, {test.high:+.2f}]" if test.has_interval else " (no spread)"
                 )
-                + " |"
-            )
-        short.append(f"| {number} | {claim.text} | **{word}** | {'; '.join(parts)} |")
-    # the report's notes under its table: the key, still improving, each claim's limits
-    notes_text = to_markdown(decided).split("\n\n", 1)[1]
-    full = "\n".join([*short, "", "### Each comparison", "", *detail, "", notes_text.rstrip("\n")])
+                text += f": {test.difference:+.2f}{interval}, p {outcome.adjusted:.2g}"
+            elif outcome.reason:
+                text += f": {outcome.reason}"
+            parts.append(text.replace("trivial:best", "trivial trees"))
+        verdict = f"**{entry.word}**" + (f", {entry.label}" if entry.label else "")
+        short.append(f"| {entry.number} | {entry.claim.text} | {verdict} | {'; '.join(parts)} |")
+    full = to_markdown(decided, plans=plans)
     notes = reading_notes(decided, sweeps)
     if notes:
-        full += "\n\n" + "".join(f"- {note}.\n" for note in notes)
+        full += "\n" + "".join(f"- {note}.\n" for note in notes)
     if str(base) not in ("", "."):
         full = full.replace(f"{base}/", "")
     return full.rstrip("\n") + "\n", "\n".join(short) + "\n"
@@ -211,7 +183,8 @@ def replace_excerpt(readme: str, excerpt: str) -> str:
     """``readme`` with the text between `START` and `END` replaced by ``excerpt``."""
     if readme.count(START) != 1 or readme.count(END) != 1:
         raise UserError(
-            f"the README needs one line '{START}' and one '{END}' around the claims excerpt"
+            f"the README and docs/claims.md need one line '{START}' and one '{END}' around the "
+            "claims excerpt"
         )
     before, rest = readme.split(START)
     _, after = rest.split(END)
@@ -274,6 +247,10 @@ def planned_pages(results: Path, docs_dir: Path, readme: Path) -> dict[Path, str
             "folder that holds the kept sweeps"
         )
     full, short = claims_sections(kept, results.parent)
+    from treernn.reporting.claims.plans import load_plans
+    from treernn.reporting.claims.render import plans_lines
+
+    plans = load_plans(results / "plans")
     files: dict[Path, str | Path] = {
         docs_dir / "results" / "index.md": results_index(kept, full),
         docs_dir / "reference" / "commands.md": commands_page(),
@@ -284,6 +261,10 @@ def planned_pages(results: Path, docs_dir: Path, readme: Path) -> dict[Path, str
         files.update(copies)
     if readme.is_file():
         files[readme] = replace_excerpt(readme.read_text(), short)
+    rule = docs_dir / "claims.md"
+    if rule.is_file():
+        plan_text = "\n".join(plans_lines(plans)) or "No plan yet."
+        files[rule] = replace_excerpt(rule.read_text(), f"{short}\nPlans:\n\n{plan_text}\n")
     return files
 
 
