@@ -940,3 +940,14 @@ def test_report_plan_writes_seeds_from_a_power_analysis(tmp_path, capsys):
         "sweep_id=sst2-planned",
     ]  # fmt: skip
     assert "commit it before the sweep starts" in capsys.readouterr().out
+
+
+def test_a_plan_gives_each_comparison_its_own_smallest_effect(tmp_path):
+    path = tmp_path / "claim-10.yaml"
+    path.write_text(
+        "claim: 10\ntable: tdlm\nsweep: tdlm-planned\nbudget: {max_steps: 7680}\n"
+        "seeds: [1, 2]\nsmallest_effect: {0: 10, 2: 3}\nrun: false\nneeds: more seeds\n"
+    )
+    plan = read_plan(path)
+    assert (plan.effect_of(0), plan.effect_of(2), plan.effect_of(4)) == (10.0, 3.0, None)
+    assert not plan.run and plan.needs == "more seeds"

@@ -152,7 +152,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     plan.add_argument("--table", default=None, help="the table (default: the claim's first)")
     plan.add_argument("--sweep", required=True, help="the planned sweep's name (sweep_id)")
     plan.add_argument("--budget", required=True, help="trainer.max_steps=N or trainer.max_epochs=N")
-    plan.add_argument("--effect", type=float, default=None, help="the smallest effect of interest")
+    plan.add_argument(
+        "--effect",
+        action="append",
+        default=[],
+        metavar="[INDEX=]EFFECT",
+        help="the smallest effect of interest, of every comparison decided or of the one at INDEX "
+        "(from 0; comparisons of other metrics need their own)",
+    )
     plan.add_argument(
         "--margin",
         action="append",
@@ -425,6 +432,24 @@ def claims_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _effects(args: argparse.Namespace) -> dict[int, float]:
+    from treernn.errors import ConfigValueError
+    from treernn.reporting.claims.catalogue import CLAIMS
+
+    count = len(CLAIMS[args.claim - 1].comparisons) if 1 <= args.claim <= len(CLAIMS) else 0
+    effects: dict[int, float] = {}
+    for item in args.effect:
+        index, _, value = item.rpartition("=")
+        try:
+            if index:
+                effects[int(index)] = float(value)
+            else:
+                effects.update({position: float(value) for position in range(count)})
+        except ValueError:
+            raise ConfigValueError(f"--effect {item}: give EFFECT or INDEX=EFFECT") from None
+    return effects
+
+
 def _spread(args: argparse.Namespace) -> tuple[float, float, str] | None:
     from treernn.errors import ConfigValueError
 
@@ -463,7 +488,7 @@ def plan_report(args: argparse.Namespace) -> int:
         table=args.table,
         sweep=args.sweep,
         budget=(key.removeprefix("trainer."), int(value)),
-        effect=args.effect,
+        effects=_effects(args),
         margins=margins,
         comparisons=comparisons,
         power=args.power,

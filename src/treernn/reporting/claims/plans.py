@@ -71,6 +71,8 @@ class Plan:
     comparisons: tuple[int, ...] | None = None
     alpha: float = 0.05
     smallest_effect: float | None = None
+    #: a comparison's own smallest effect where the claim's comparisons differ in their metrics
+    effects: Mapping[int, float] = field(default_factory=dict)
     power: float = 0.8
     equivalence_margins: Mapping[int, float] = field(default_factory=dict)
     earlier: tuple[str, tuple[str, int]] | None = None
@@ -81,6 +83,10 @@ class Plan:
     @property
     def claim_of(self) -> Claim:
         return CLAIMS[self.claim - 1]
+
+    def effect_of(self, index: int) -> float | None:
+        """The smallest effect of interest of the claim's comparison at ``index``."""
+        return self.effects.get(index, self.smallest_effect)
 
     def decides(self, index: int) -> bool:
         """Whether this plan decides the claim's comparison at ``index``."""
@@ -183,6 +189,15 @@ def read_plan(path: str | Path) -> Plan:
             raise _fail(path, "earlier is not {sweep: <name>, budget: {max_steps: N}}")
         earlier = (str(earlier["sweep"]), _budget(path, earlier["budget"], "earlier.budget"))
     smallest = data.get("smallest_effect")
+    effects = {}
+    if isinstance(smallest, dict):
+        effects = {
+            _int(path, index, "smallest_effect key"): _number(
+                path, value, f"smallest_effect.{index}", 0.0
+            )
+            for index, value in smallest.items()
+        }
+        smallest = None
     run = data.get("run", True)
     if not isinstance(run, bool):
         raise _fail(path, f"run is {run!r}, not true or false")
@@ -197,6 +212,7 @@ def read_plan(path: str | Path) -> Plan:
         comparisons=comparisons,
         alpha=_number(path, data.get("alpha", 0.05), "alpha", 0.0, 1.0),
         smallest_effect=None if smallest is None else _number(path, smallest, "smallest_effect", 0),
+        effects=effects,
         power=_number(path, data.get("power", 0.8), "power", 0.0, 1.0),
         equivalence_margins=margins,
         earlier=earlier,
@@ -297,14 +313,15 @@ class Spread:
 def seeds_for(
     claim: Claim,
     spreads: Sequence[Spread],
-    smallest_effect: float | None,
+    effects: Mapping[int, float],
     margins: Mapping[int, float],
     alpha: float,
     target: float,
     most: int = 200,
 ) -> tuple[int | None, list[str]]:
     """The seeds a side that give each comparison the ``target`` power at ``alpha`` over the
-    report's family (Bonferroni's bound of Holm): to detect ``smallest_effect``, or to show
+    report's family (Bonferroni's bound of Holm): to detect its smallest effect (``effects``, by
+    the comparison's position), or to show
     equivalence within its margin where it has one; the largest over the comparisons, and a line
     per comparison saying how it was reached. None where a spread is unknown or even ``most``
     seeds fall short."""
@@ -329,10 +346,11 @@ def seeds_for(
             )
             goal = f"equivalence within +-{margin:g} (two one-sided tests)"
         else:
-            if smallest_effect is None:
-                raise UserError(f"claim {claim.text}: give the smallest effect of interest")
-            n = seeds_needed(smallest_effect, sd_a, sd_b, strict, target, constant, most)
-            goal = f"a difference of {smallest_effect:g}"
+            effect = effects.get(spread.index)
+            if effect is None:
+                raise UserError(f"{comparison}: give its smallest effect of interest (--effect)")
+            n = seeds_needed(effect, sd_a, sd_b, strict, target, constant, most)
+            goal = f"a difference of {effect:g}"
         needed.append(n)
         lines.append(
             f"{comparison}: sd {sd_a:.3g} and {sd_b:.3g} ({spread.source}); {n or f'over {most}'} "
@@ -379,7 +397,7 @@ def core_hours(
 def achieved(
     claim: Claim,
     spreads: Sequence[Spread],
-    effect: float | None,
+    effects: Mapping[int, float],
     margins: Mapping[int, float],
     alpha: float,
     count: int,
@@ -398,11 +416,23 @@ def achieved(
             goal = f"equivalence within +-{margins[spread.index]:g}"
         else:
             constant = comparison.worse == TRIVIAL_BEST
-            value = power(effect or 0.0, sd_a, sd_b, count, strict, constant)
+            effect = effects.get(spread.index, 0.0)
+            value = power(effect, sd_a, sd_b, count, strict, constant)
             goal = f"a difference of {effect:g}"
         shown = "unknown" if value is None else f"{value:.0%}"
         lines.append(f"{comparison}: {count} seeds a side are run: power {shown} for {goal}")
     return lines
+
+
+def _effects_entry(effects: Mapping[int, float], decided: Sequence[int]) -> Any:
+    """A plan's ``smallest_effect``: one number where every comparison it decides has the same,
+    else a map of positions to numbers (None where no comparison has one: margins only)."""
+    values = {effects[index] for index in decided if index in effects}
+    if not values:
+        return None
+    if len(values) == 1 and all(index in effects for index in decided):
+        return values.pop()
+    return {index: effects[index] for index in decided if index in effects}
 
 
 def write_plan(
@@ -411,7 +441,7 @@ def write_plan(
     table: str | None,
     sweep: str,
     budget: tuple[str, int],
-    effect: float | None,
+    effects: Mapping[int, float],
     margins: Mapping[int, float],
     comparisons: Sequence[int] | None,
     power: float,
@@ -457,8 +487,9 @@ def write_plan(
         sd_a, sd_b, source = spread
         spreads = [Spread(index, [0.0, sd_a * math.sqrt(2)], [0.0, sd_b * math.sqrt(2)], source)
                    for index in decided]  # fmt: skip
-    needed, lines = seeds_for(entry, spreads, effect, margins, alpha, power)
-    count = seeds or needed
+    needed, lines = seeds_for(entry, spreads, effects, margins, alpha, power)
+    # a plan not run here may say that no affordable number of seeds reaches the power asked
+    count = seeds or needed or (None if run else 200)
     if count is None:
         raise UserError(
             "the power analysis finds no number of seeds up to 200 that reaches the power asked: "
@@ -493,10 +524,10 @@ def write_plan(
     plan.update(
         {
             "alpha": alpha,
-            "smallest_effect": effect,
+            "smallest_effect": _effects_entry(effects, decided),
             "power": power,
             "power_analysis": lines
-            + (achieved(entry, spreads, effect, margins, alpha, count) if seeds else []),
+            + (achieved(entry, spreads, effects, margins, alpha, count) if seeds else []),
         }
     )
     if margins:

@@ -295,7 +295,7 @@ def _test(outcome: Outcome, plan: Plan | None) -> None:
     n = min(len(better), len(worse)) if not constant else len(better)
     strict = ALPHA / family_size()
     planned_effect = (
-        plan.smallest_effect if plan is not None and plan.decides(outcome.index) else None
+        plan.effect_of(outcome.index) if plan is not None and plan.decides(outcome.index) else None
     )
     if outcome.margin is not None:
         from treernn.reporting.claims.plans import tost_power
