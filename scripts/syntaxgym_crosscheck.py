@@ -48,12 +48,13 @@ SCRIPT = Path(__file__).resolve()
 
 
 # ----------------------------------------------------------------------------- the package's side
-def package_suite(data: dict) -> dict:
-    """A published suite as syntaxgym 0.6.0 reads it (module docstring: brackets, spaces)."""
+def package_suite(data: dict, strip: bool = True) -> dict:
+    """A published suite as syntaxgym 0.6.0 reads it (module docstring: brackets; spaces, which
+    its sentence writer keeps where they end a region)."""
     data = json.loads(json.dumps(data))
     for prediction in data["predictions"]:
         prediction["formula"] = prediction["formula"].replace("[", "(").replace("]", ")")
-    for item in data["items"]:
+    for item in data["items"] if strip else ():
         for condition in item["conditions"]:
             for region in condition["regions"]:
                 region["content"] = region["content"].strip()
@@ -66,8 +67,8 @@ def package_sentences(jobs: list[dict]) -> None:
     from syntaxgym.suite import Suite
 
     for job in jobs:
-        suite = Suite.from_dict(package_suite(json.loads(Path(job["suite"]).read_text())))
-        sentences = get_sentences(suite)
+        data = json.loads(Path(job["suite"]).read_text())
+        sentences = get_sentences(Suite.from_dict(package_suite(data, strip=False)))
         Path(job["sentences"]).write_text("".join(s + "\n" for s in sentences))
 
 
