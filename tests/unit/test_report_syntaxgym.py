@@ -6,12 +6,16 @@ files go when they are missing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.unit.test_report_table import make_run
 from treernn.reporting.hu2020 import hu2020_results, paper_rows, seeds_markdown
 from treernn.reporting.table import report_table
 from treernn.reporting.table_output import to_markdown
+
+ONLSTM_PAGE = Path(__file__).resolve().parents[2] / "docs" / "papers" / "onlstm.md"
 
 SCORES = {
     "test/ppl": 300.0,
@@ -69,3 +73,9 @@ def test_hu_et_als_rows_are_computed_from_their_files(tmp_path, data_dir):
     assert "SyntaxGym SG score per seed (Hu et al. 2020)" in text
     # the runs' suites from their syntaxgym_results.csv: seeds 0% and 50% -> 25%
     assert "| number_src | Agreement | 25.0 |" in text
+
+
+def test_the_onlstm_page_holds_their_scores_as_computed(data_dir):
+    page = ONLSTM_PAGE.read_text()
+    shown = page.split("<!-- hu2020 seeds: begin -->\n")[1].split("<!-- hu2020 seeds: end -->")[0]
+    assert shown == seeds_markdown(hu2020_results(download=False))
