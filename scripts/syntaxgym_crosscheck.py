@@ -15,7 +15,8 @@ For each suite:
 3. ``python -m treernn syntaxgym --items`` scores the suite;
 4. the package aligns the tokens with the regions (``aggregate_surprisals``), combines them and
    evaluates the predictions (``Suite.evaluate_predictions``);
-5. every prediction of every item, and every region's value, is compared.
+5. every prediction of every item, and every region's value, is compared (kernel probes off,
+   ``TREERNN_PROBE_SECONDS=0`` unless set, so that every call reads with the same kernels).
 
 It prints one line per suite and exits 1 when a prediction differs. The package needs Python
 3.10 or older (it imports ``inspect.getargspec``) and pandas; it installs without its pinned
@@ -180,10 +181,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.ckpt or not args.syntaxgym_python:
         parser.error("--ckpt and --syntaxgym-python are needed")
+    import os
     import tempfile
     import time
 
     from treernn.evaluation.syntaxgym import read_suites
+
+    # every call in this process uses the kernels already chosen or their defaults: a probe
+    # that runs out of time is not kept and may pick another kernel for the next call, which
+    # moves a surprisal in its 7th digit
+    os.environ.setdefault("TREERNN_PROBE_SECONDS", "0")
 
     work = Path(args.work or tempfile.mkdtemp(prefix="syntaxgym_crosscheck_"))
     suites = read_suites(args.paths)
