@@ -418,6 +418,12 @@ def read_suites(
             if not found:
                 raise SuiteError(f"suite folder {path} holds no suite (*.json)")
             files += found
+        elif path.suffix == ".csv":
+            raise SuiteError(
+                f"suite {path}: the CSV layout holds no predictions; read it with "
+                "treernn.data.syntaxgym.read_suite_csv(path, formulas) (--formula on the command "
+                "line)"
+            )
         else:
             files.append(path)
     return [read_suite(path) for path in files]
