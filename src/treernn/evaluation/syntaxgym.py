@@ -327,9 +327,30 @@ def combine(metric: str, values: Sequence[float]) -> float:
     return max(values) - min(values)  # range
 
 
+class _SameWords:
+    """A scorer whose tokenizer remembers each text it read: a suite repeats its regions across
+    conditions and items."""
+
+    def __init__(self, scorer: Scorer) -> None:
+        self.scorer = scorer
+        self.seen: dict[str, list[str]] = {}
+
+    def words(self, text: str) -> list[str]:
+        if text not in self.seen:
+            self.seen[text] = self.scorer.words(text)
+        return list(self.seen[text])
+
+    def known(self, word: str) -> bool:
+        return self.scorer.known(word)
+
+    def surprisals(self, sentences: Sequence[Sequence[str]]) -> list[list[float]]:
+        return self.scorer.surprisals(sentences)
+
+
 def score_suite(suite: Suite, scorer: Scorer) -> SuiteScore:
     """Every item of ``suite`` under the model (module docstring)."""
     start = time.perf_counter()
+    scorer = _SameWords(scorer)
     layout = []
     for item in suite.items:
         where = f"suite {suite.name}, item {item.number}, "
