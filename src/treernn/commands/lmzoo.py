@@ -34,23 +34,33 @@ import sys
 
 from treernn.evaluation.lmzoo import ACTIONS
 
+#: each command's summary, as LM-Zoo's documentation states it
+SUMMARIES = {
+    "tokenize": "each sentence's tokens, one line per sentence",
+    "unkify": "0/1 per token: whether the model reads it as <unk>",
+    "get-surprisals": "sentence_id token_id token surprisal (bits), tab-separated",
+    "spec": "the model's description, one line of JSON",
+}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from treernn.loading import default_device
 
-    parser.add_argument("action", choices=ACTIONS, help="LM-Zoo's command")
-    parser.add_argument(
-        "input",
-        nargs="?",
-        default=None,
-        help="sentences, one per line (- reads standard input); not for spec",
-    )
-    parser.add_argument("--ckpt", required=True, help="a language model: checkpoint, run or export")
-    parser.add_argument("--unk", action="store_true", help="write unknown words as <unk>")
-    parser.add_argument("--out", default=None, help="write here (default: standard output)")
-    parser.add_argument("--force", action="store_true", help="replace an existing --out file")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--device", default=default_device())
+    actions = parser.add_subparsers(dest="action", required=True, metavar="<command>")
+    for action in ACTIONS:
+        command = actions.add_parser(action, help=SUMMARIES[action])
+        if action != "spec":
+            command.add_argument("input", help="sentences, one per line (- reads standard input)")
+        command.add_argument(
+            "--ckpt", required=True, help="a language model: checkpoint, run or export"
+        )
+        if action in ("tokenize", "get-surprisals"):
+            command.add_argument("--unk", action="store_true", help="unknown words as <unk>")
+        command.add_argument("--out", default=None, help="write here (default: standard output)")
+        command.add_argument("--force", action="store_true", help="replace an existing --out")
+        if action == "get-surprisals":
+            command.add_argument("--batch-size", type=int, default=64)
+        command.add_argument("--device", default=default_device())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,18 +69,16 @@ def run(args: argparse.Namespace) -> int:
     from treernn.evaluation.lmzoo import lmzoo_output
     from treernn.files import new_result_file, read_input_text, text_lines, write_result_text
 
-    if args.action == "spec" and args.input is not None:
-        raise ConfigValueError(f"lmzoo spec takes no input file ({args.input!r} given)")
-    if args.action != "spec" and args.input is None:
-        raise ConfigValueError(f"lmzoo {args.action} needs a sentence file (or - for stdin)")
-    if args.batch_size < 1:
-        raise ConfigValueError(f"--batch-size {args.batch_size}: use a positive number")
+    batch_size = getattr(args, "batch_size", 64)
+    if batch_size < 1:
+        raise ConfigValueError(f"--batch-size {batch_size}: use a positive number")
     out = None if args.out is None else new_result_file(args.out, "lmzoo.txt", args.force)
     sentences: list[str] = []
-    if args.input is not None:
+    if args.action != "spec":
         sentences = text_lines(read_input_text(args.input, "input", standard_input=True))
     model = load(args.ckpt, args.device, kind="language_model", command=f"lmzoo {args.action}")
-    text = lmzoo_output(model, args.action, sentences, args.unk, args.batch_size)
+    unk = getattr(args, "unk", False)
+    text = lmzoo_output(model, args.action, sentences, unk, batch_size)
     if out is None:
         sys.stdout.write(text)
         return 0
