@@ -485,7 +485,7 @@ class LanguageModel(Model):
     """A word-level language model (task=ptb): PTB's words, each sentence read after ``<eos>``
     from a fresh state, as the ON-LSTM paper's syntactic evaluation and tree induction read it."""
 
-    methods = ("log_probs", "surprisals", "perplexity", "trees (ON-LSTM)")
+    methods = ("log_probs", "surprisals", "perplexity", "syntaxgym", "trees (ON-LSTM)")
 
     def words(self, sentence: str | Sequence[str]) -> list[str]:
         """Raw text as the PTB language-modelling files write it (`treernn.data.raw_text`:
@@ -538,6 +538,33 @@ class LanguageModel(Model):
                 ]
             )
         return results
+
+    def syntaxgym(
+        self,
+        suites: Any = (),
+        batch_size: int = 64,
+        name: str | None = None,
+        progress: Any = None,
+    ):
+        """SyntaxGym test suites (Hu et al. 2020) scored as the ``syntaxgym`` package scores
+        them (`treernn.evaluation.syntaxgym`): ``suites`` a suite (a
+        `treernn.data.syntaxgym.Suite`, or the path of a suite's JSON file or of a folder of
+        them) or a list of them; none: Hu et al.'s 34 suites, from ``$TREERNN_DATA_DIR/syntaxgym``
+        or downloaded. Returns a `treernn.evaluation.syntaxgym.SyntaxGymResult`: per suite and
+        item, the SG score, the circuits, the ``<unk>`` shares; ``name`` is the model's name in
+        its CSV (default ``<model>_<corpus>_<seed>``); ``progress`` is called with a line per
+        suite."""
+        from treernn.data.syntaxgym import Suite, model_label
+        from treernn.evaluation.lmzoo import model_name_parts
+        from treernn.evaluation.syntaxgym import TaskScorer, evaluate_suites, read_suites
+
+        given = [suites] if isinstance(suites, (str, Path, Suite)) else list(suites)
+        chosen = [] if given else read_suites()
+        for suite in given:
+            chosen += [suite] if isinstance(suite, Suite) else read_suites([suite])
+        scorer = TaskScorer(self.module, batch_size, self.words)
+        label = name or model_label(*model_name_parts(self))
+        return evaluate_suites(chosen, scorer, label, progress)
 
     def perplexity(self, text: str | Sequence[str | Sequence[str]], bptt: int = 70) -> float:
         """Perplexity of a text read as PTB's test split is: its lines (a string is split into

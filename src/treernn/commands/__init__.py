@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trees": ("trees", "a language model's induced trees of given sentences (Appendix A)"),
     "surprisals": ("surprisals", "a language model's surprisal of every token (LM-Zoo's table)"),
     "syneval": ("syneval", "Marvin & Linzen or BLiMP minimal pairs (Table 3)"),
+    "syntaxgym": ("syntaxgym", "SyntaxGym test suites (Hu et al. 2020): SG score and circuits"),
+    "lmzoo": ("lmzoo", "LM-Zoo's tokenize, unkify, get-surprisals and spec for a language model"),
     "msr": ("msr", "MSR Sentence Completion accuracy of a (tree) language model"),
     "rerank": ("rerank", "rerank k-best dependency parses with a tree LM: UAS/LAS"),
     "generate": ("generate", "sample dependency trees from a TreeLSTM / LdTreeLSTM"),

@@ -8,11 +8,16 @@ systematic-generalisation partition, ``acc`` test accuracy (%), ``parse_f1/layer
 (EVALB) parse F1 (%) of the k-th layer's induced trees, ``val_ppl`` / ``ppl`` perplexity. A
 baseline tree (ON-LSTM Table 2) is a row of its own. Only what the papers print is here: a
 missing std or max was not reported.
+
+Hu et al. (2020)'s SyntaxGym scores are not typed here: `hu2020_rows` computes them from their
+published per-item files (`treernn.reporting.hu2020`), per model and corpus, with the mean,
+sample std and max over their seeds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -119,3 +124,15 @@ PAPER_SYSGEN_ACCURACY: dict[str, dict[str, float]] = {
     f"{model} (paper)": {key.removeprefix("sysgen_"): cell.mean for key, cell in cells.items()}
     for model, cells in PAPER_RESULTS["sysgen"].items()
 }
+
+
+def hu2020_rows(results: Any) -> dict[str, dict[str, Reported]]:
+    """Hu et al. (2020)'s ON-LSTM and LSTM per corpus (``ON-LSTM BLLIP-XS, Hu et al. 2020``):
+    SG score, mean over all 34 suites and circuits (%), each the mean, sample std and max over
+    their seeds, from their per-item ``results`` (`treernn.reporting.hu2020.hu2020_results`)."""
+    from treernn.reporting.hu2020 import paper_rows
+
+    return {
+        label: {key: Reported(score.mean, score.std, score.max) for key, score in cells.items()}
+        for label, cells in paper_rows(results).items()
+    }

@@ -21,7 +21,13 @@ numbers (`treernn.reporting.paper`) as extra rows. Columns (``Column.key``):
   the k-th layer's induced trees (test; the validation value where a run has no test F1);
   ``parse_f1_short/...``: the same on the short column (WSJ10 / sample10) of a language model's
   test-time scoreboard; the trivial trees are rows of their own, the same number in each layer;
-- ``val_ppl``, ``ppl``: perplexity (language models); any other ``test/<name>`` as ``<name>``.
+- ``val_ppl``, ``ppl``: perplexity (language models); any other ``test/<name>`` as ``<name>``;
+- ``syntaxgym/sg_score``, ``syntaxgym/sg_score_all``, ``syntaxgym/circuit/<circuit>``,
+  ``syntaxgym/unk_items``: the syntaxgym callback's SyntaxGym scores (%), beside Hu et al.
+  (2020)'s ON-LSTM and LSTM per corpus (their SG score and circuits computed from their
+  per-item files where ``<data dir>/syntaxgym/hu2020_results`` holds them:
+  `treernn.reporting.paper.hu2020_rows`), with a section of every seed's SG score and of the
+  runs' suites beside theirs at BLLIP-XS.
 
 This module builds the table; reading the runs is `treernn.reporting.run_records`, writing it
 out (Markdown, CSV, figure) `treernn.reporting.table_output`, and sending it to wandb
@@ -37,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from treernn.errors import UserError
-from treernn.reporting.paper import PAPER_RESULTS, PAPERS
+from treernn.reporting.paper import PAPER_RESULTS, PAPERS, Reported, hu2020_rows
 from treernn.reporting.run_records import (
     IGNORED_OVERRIDES,
     SYSGEN_SPLITS,
@@ -155,6 +161,10 @@ def _column_order(key: str) -> tuple[int, float, str]:
             "ppl",
             "syneval/",
             "syneval_known/",
+            "syntaxgym/sg_score",
+            "syntaxgym/sg_score_all",
+            "syntaxgym/circuit/",
+            "syntaxgym/unk_items",
         ),  # fmt: skip
         start=1,
     ):
@@ -184,6 +194,10 @@ def _column(key: str) -> Column:
         prefix, group = key.split("/")
         where = " (in-vocab)" if prefix == "syneval_known" else ""
         return Column(key, f"M&L {group.removesuffix('_term')}{where}", 1)
+    if key in SYNTAXGYM_LABELS:
+        return Column(key, SYNTAXGYM_LABELS[key], 1)
+    if key.startswith("syntaxgym/circuit/"):
+        return Column(key, "SG " + key.removeprefix("syntaxgym/circuit/").replace("_", " "), 1)
     labels = {"acc": "acc", "val_ppl": "val ppl", "ppl": "test ppl"}
     return Column(key, labels.get(key, key), 2 if "ppl" in key else 1)
 
@@ -215,6 +229,11 @@ def build_table(runs: Sequence[Run], paper: str = "auto", skipped=()) -> Table:
         rows.append(Row(label, "run", cells, n, [run.path for run in members]))
     papers = papers_for(runs, paper)
     paper_rows = [(model, cells) for name in papers for model, cells in PAPER_RESULTS[name].items()]
+    sections = [syneval_markdown(runs)] if has_syneval(runs) else []
+    if paper != "none" and any(key.startswith("syntaxgym/") for run in runs for key in run.values):
+        hu_rows, hu_section = _hu2020(runs)
+        paper_rows += list(hu_rows.items())
+        sections.append(hu_section)
     # Marvin & Linzen: the short/long-range means here, every construction in a table of its own
     column_keys = {k for row in rows for k in row.cells if _main_column(k)}
     column_keys |= {k for _, cells in paper_rows for k in cells if k != "parse_f1"}
@@ -241,7 +260,6 @@ def build_table(runs: Sequence[Run], paper: str = "auto", skipped=()) -> Table:
     columns = [_column(k) for k in sorted(column_keys, key=_column_order)]
     projects = [config_value(run.config, "logger.wandb.project") for run in runs if run.used_wandb]
     project = str(projects[0] or "treernn") if projects else None
-    sections = [syneval_markdown(runs)] if has_syneval(runs) else []
     return Table(runs[0].task, papers, columns, rows, list(skipped), keys, project, sections)
 
 
@@ -254,8 +272,42 @@ SYNEVAL_SUMMARY = (
 )
 
 
+#: the SyntaxGym columns' labels (the circuits' are "SG <circuit>")
+SYNTAXGYM_LABELS = {
+    "syntaxgym/sg_score": "SG score",
+    "syntaxgym/sg_score_all": "SG all suites",
+    "syntaxgym/unk_items": "SG items w/ <unk>",
+}
+
+
 def _main_column(key: str) -> bool:
+    # each suite's SyntaxGym accuracy is in the runs' syntaxgym_results.csv and the section
+    if key.startswith("syntaxgym_suite/"):
+        return False
     return not key.startswith("syneval") or key in SYNEVAL_SUMMARY
+
+
+def _hu2020(runs: Sequence[Run]) -> tuple[dict[str, dict[str, Reported]], str]:
+    """Hu et al. (2020)'s reference rows and the SyntaxGym section, from their files where the
+    data directory (or the download cache) holds them; else no rows and a line saying so."""
+    from treernn.data.download import DatasetNotFoundError
+    from treernn.reporting.hu2020 import compare, hu2020_results, read_results, seeds_markdown
+
+    try:
+        theirs = hu2020_results(download=False)
+    except DatasetNotFoundError:
+        return {}, (
+            "Hu et al. (2020)'s SyntaxGym rows need their per-item files in "
+            "<data dir>/syntaxgym/hu2020_results ($TREERNN_DATA_DIR): "
+            "python -m treernn syntaxgym --compare-hu2020 <run dirs> downloads them."
+        )
+    section = "SyntaxGym SG score per seed (Hu et al. 2020):\n\n" + seeds_markdown(theirs)
+    files = [run.path / "syntaxgym_results.csv" for run in runs]
+    found = [path for path in files if path.is_file()]
+    if found:
+        section += "\nSyntaxGym per suite beside Hu et al. (2020) at BLLIP-XS:\n\n"
+        section += compare(read_results(found), theirs, "bllip-xs")
+    return hu2020_rows(theirs), section
 
 
 def report_table(paths: Iterable[str | Path], paper: str = "auto") -> Table:
