@@ -951,3 +951,50 @@ def test_a_plan_gives_each_comparison_its_own_smallest_effect(tmp_path):
     plan = read_plan(path)
     assert (plan.effect_of(0), plan.effect_of(2), plan.effect_of(4)) == (10.0, 3.0, None)
     assert not plan.run and plan.needs == "more seeds"
+
+
+def test_a_planned_sweep_read_with_a_kept_one_of_its_terms_is_decided_alone(tmp_path):
+    """sst2-planned beside the kept sst2-phrases (same budget and overrides): load_sweeps reads
+    them as one sweep; the plan decides from its own sweep's runs (planned), and a plan that pools
+    them decides from all of them (post hoc: the kept jobs started before it)."""
+    kept = tmp_path / "kept" / "sst2-phrases"
+    sst2_sweep(tmp_path / "kept").rename(kept)
+    planned = tmp_path / "new" / "sst2"
+    for job, (model, value) in enumerate(
+        [("ordered_memory", v) for v in (90, 91, 92)] + [("lstm", v) for v in (80, 81, 82)]
+    ):
+        make_run(planned, job, "sst2", model, job % 3 + 4, {"test/acc": value / 100})
+    set_budgets((kept, 270), (planned, 270))
+    set_started(kept, "2020-01-01T00:00:00")
+    set_started(planned, "2999-01-01T00:00:00")
+    plans = load_plans(committed_plan(tmp_path, SST2_PLAN.replace("[1, 2, 3]", "[4, 5, 6]")))
+    sweeps = load_sweeps([kept, planned])
+    assert len(sweeps["sst2"]) == 1 and len(sweeps["sst2"][0].paths) == 2  # read as one
+    decided = decide_claims(sweeps, plans=plans)
+    (outcome,) = decided[8].outcomes
+    assert outcome.better == [90.0, 91.0, 92.0] and outcome.worse == [80.0, 81.0, 82.0]
+    assert decided[8].planned and decided[8].word == SHOWN
+    assert reading_notes(decided, sweeps)  # names the sweep read as one, no KeyError
+    pooled = SST2_PLAN.replace("[1, 2, 3]", "[4, 5, 6]") + "pool_kept: true\n"
+    (tmp_path / "plans" / "claim-09.yaml").write_text(pooled)
+    git(tmp_path / "plans", "commit", "-q", "-am", "pooled")
+    decided = decide_claims(sweeps, plans=load_plans(tmp_path / "plans"))
+    (outcome,) = decided[8].outcomes
+    assert len(outcome.better) == 6 and not decided[8].planned
+    assert outcome.post_hoc.startswith("6 of its 12 jobs started before the plan")
+
+
+def test_a_planned_sweep_still_running_beside_a_kept_one_is_incomplete(tmp_path):
+    kept = tmp_path / "kept" / "sst2-phrases"
+    sst2_sweep(tmp_path / "kept").rename(kept)
+    planned = tmp_path / "new" / "sst2"
+    make_run(planned, 0, "sst2", "ordered_memory", 4, {"test/acc": 0.9})
+    save_multirun(planned, {"model": "ordered_memory,lstm", "seed": "4,5,6"}, ["table=sst2"], BASIC)
+    set_budgets((kept, 270), (planned, 270))
+    plans = load_plans(committed_plan(tmp_path, SST2_PLAN.replace("[1, 2, 3]", "[4, 5, 6]")))
+    decided = decide_claims(load_sweeps([kept, planned]), plans=plans)
+    (outcome,) = decided[8].outcomes
+    assert (decided[8].word, outcome.reason) == (
+        INCOMPLETE,
+        "1 of 6 jobs finished: not a verdict yet",
+    )

@@ -195,6 +195,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--override", action="append", default=[], help="another override of the sweep's command"
     )
     plan.add_argument("--no-run", action="store_true", help="a plan that says what it would need")
+    plan.add_argument(
+        "--pool-kept",
+        action="store_true",
+        help="decide from the planned sweep read together with kept sweeps of the same terms "
+        "(their jobs started earlier: the verdict is post hoc, said so)",
+    )
     plan.add_argument("--needs", default="", help="what a plan not run here would need")
     plan.add_argument("--why", default="", help="why this plan, in a sentence")
     plan.add_argument("--out", type=Path, default=None, help="default: results/plans/claim-NN.yaml")
@@ -499,6 +505,7 @@ def plan_report(args: argparse.Namespace) -> int:
         spread=_spread(args),
         overrides=args.override,
         run=not args.no_run,
+        pool_kept=args.pool_kept,
         needs=args.needs,
         why=args.why,
     )

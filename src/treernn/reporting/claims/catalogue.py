@@ -124,7 +124,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         "Hu et al. 2020, Fig. 2",
         "ON-LSTM's SyntaxGym score beats an LSTM's at about 1M training tokens",
-        (_pair(["lm"], "sg_score", "onlstm", "lstm"),),
+        (_pair(["lm"], "syntaxgym/sg_score", "onlstm", "lstm"),),
         "PTB (0.93M tokens, a 10k vocabulary) against BLLIP-XS (about 1M); the lm table's CPU "
         "widths and budget, not Hu et al.'s models",
     ),

@@ -15,6 +15,8 @@ A plan (``results/plans/claim-<NN>.yaml``, one per claim, read by `load_plans`) 
   (``equivalence_margins``: position -> margin, decided by two one-sided tests);
 - an earlier budget for the trend check, if any (``earlier``: a planned sweep of the same
   recipe at a smaller budget);
+- whether the planned sweep is read together with kept sweeps of the same terms (``pool_kept``:
+  a verdict from jobs that started before the plan is post hoc);
 - what it costs (``estimate``: CPU core-hours from the kept runs' timings), whether it is run
   here (``run``) and, where it is not, what it would need (``needs``).
 
@@ -198,6 +200,8 @@ def read_plan(path: str | Path) -> Plan:
             for index, value in smallest.items()
         }
         smallest = None
+    if not isinstance(data.get("pool_kept", False), bool):
+        raise _fail(path, f"pool_kept is {data['pool_kept']!r}, not true or false")
     run = data.get("run", True)
     if not isinstance(run, bool):
         raise _fail(path, f"run is {run!r}, not true or false")
@@ -454,6 +458,7 @@ def write_plan(
     run: bool,
     needs: str,
     why: str,
+    pool_kept: bool = False,
 ) -> str:
     """A plan file's text: the seeds from `seeds_for` at the spread of the kept sweeps
     ``spread_from`` (each decided comparison read where `report claims` reads it: the largest
@@ -539,6 +544,8 @@ def write_plan(
         "from": f"{', '.join(sweep.path.name for sweep in kept)}: {how}",
     }
     plan["run"] = run
+    if pool_kept:
+        plan["pool_kept"] = True
     if needs:
         plan["needs"] = needs
     if why:

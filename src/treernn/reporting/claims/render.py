@@ -187,7 +187,9 @@ def reading_notes(decided: Sequence[Decided], sweeps: Mapping[str, Sequence[Swee
             number = entry.number
             for outcome in entry.outcomes:
                 if outcome.table == table and outcome.sweep is not None:
-                    claims = readers[outcome.sweep.path]
+                    # a plan's sweep read alone is one of the paths of a sweep read as one
+                    read = next(s.path for s in candidates if outcome.sweep.path in s.paths)
+                    claims = readers[read]
                     if str(number) not in claims:
                         claims.append(str(number))
         parts = [

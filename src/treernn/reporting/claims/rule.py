@@ -162,8 +162,10 @@ def _plan_sweep(plan: Plan | None, index: int, candidates: Sequence[Sweep]) -> S
             continue
         if len(sweep.paths) == 1 or plan.raw.get("pool_kept"):
             return sweep
-        own = [run for run in sweep.runs if run.path.parent == named[0]]
-        return Sweep((named[0],), own, sweep.budget, len(own), None, sweep.epochs)
+        own = [run for run in sweep.runs if run.path.parent.resolve() == named[0].resolve()]
+        from treernn.lifecycle.sweeps.layout import sweep_size
+
+        return Sweep((named[0],), own, sweep.budget, len(own), sweep_size(named[0]), sweep.epochs)
     return None
 
 
@@ -223,6 +225,10 @@ def decide(
     planned_sweep = _plan_sweep(plan, index, sweeps.get(table, []))
     sweep = planned_sweep or choose_sweep(comparison, sweeps[table])
     outcome = Outcome(comparison, index, NO_RUN, table, sweep)
+    if planned_sweep is not None and not sweep.complete:
+        outcome.word, outcome.planned = INCOMPLETE, True
+        outcome.reason = f"{sweep.finished} of {sweep.size} jobs finished: not a verdict yet"
+        return outcome
     better_runs, worse_runs = sides_of(comparison, sweep.runs)
     missing = [
         m for m, r in ((comparison.better, better_runs), (comparison.worse, worse_runs)) if not r
