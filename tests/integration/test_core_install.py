@@ -4,7 +4,8 @@ and scores with it, and says in one line what to install for what it lacks (trai
 
 The environment gets torch as this one has it (the same version and build, so that pip takes it
 from where this machine keeps it rather than downloading another build), then the wheel with
-the dependencies its metadata names; the training stack must not come with them.
+the dependencies its metadata names; the training stack must not come with them. The wheel
+carries the license (LICENSE).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zipfile
 
 import pytest
 import torch
@@ -66,6 +68,13 @@ def test_the_core_install_loads_an_export_and_scores_without_the_training_stack(
     )  # fmt: skip
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = wheels.glob("treernn-*.whl")
+    # the wheel carries the project's license, and says which it is
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (license_file,) = [name for name in names if name.endswith(".dist-info/licenses/LICENSE")]
+        assert archive.read(license_file) == (REPO_ROOT / "LICENSE").read_bytes()
+        (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
+        assert "License-Expression: MIT" in archive.read(metadata).decode().splitlines()
     # nothing of this environment: a checkout's src/ on PYTHONPATH would make pip take treernn
     # as installed already
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
