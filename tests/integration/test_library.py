@@ -250,6 +250,16 @@ def test_a_wheel_trains_from_an_empty_directory_and_serves_its_run(tmp_path, dat
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(TREERNN_DATA_DIR=str(data_dir), WANDB_MODE="offline", TREERNN_GEMM_BACKEND="aten")
+    # the console scripts' help names them, not the modules behind them
+    for script, first in (
+        ("treernn-train", "treernn-train: train and test a treernn model."),
+        ("treernn", "usage: treernn [-h] <command> ..."),
+    ):
+        shown = subprocess.run(
+            [str(venv / "bin" / script), "--help"], cwd=empty, env=env, capture_output=True,
+            text=True, timeout=300,
+        )  # fmt: skip
+        assert shown.returncode == 0 and shown.stdout.splitlines()[0] == first, shown.stderr
     train = subprocess.run(
         [str(venv / "bin" / "treernn-train"), "task=logic", "model=onlstm", "trainer=smoke"],
         cwd=empty,
