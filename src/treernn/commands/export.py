@@ -17,7 +17,9 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ckpt", required=True, help="a treernn checkpoint or run directory")
-    parser.add_argument("--out", required=True, help="a new (or empty) directory")
+    parser.add_argument(
+        "--out", required=True, help="a new or empty directory, or an export to replace (--force)"
+    )
     parser.add_argument(
         "--force",
         action="store_true",
