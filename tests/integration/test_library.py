@@ -239,16 +239,19 @@ def test_a_wheel_trains_from_an_empty_directory_and_serves_its_run(tmp_path, dat
     assert status.returncode != 0 or status.stdout == ""
     venv = tmp_path / "venv"
     python = venv_seeing_this_environment(venv)
+    # without PYTHONPATH: a checkout's src/ on it (its egg-info) would make pip take treernn as
+    # installed already, and install no console scripts
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     install = subprocess.run(
         [python, "-m", "pip", "install", "--no-deps", str(wheel)],
         capture_output=True,
         text=True,
+        env=env,
         timeout=900,
     )
     assert install.returncode == 0, install.stderr[-3000:]
     empty = tmp_path / "empty"
     empty.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(TREERNN_DATA_DIR=str(data_dir), WANDB_MODE="offline", TREERNN_GEMM_BACKEND="aten")
     # the console scripts' help names them, not the modules behind them
     for script, first in (
