@@ -4,11 +4,14 @@ The same program as the ``treernn-train`` console script of an installed treernn
 (`treernn.train_entry`), reading ``conf/`` beside this file.
 """
 
-import hydra
-from omegaconf import DictConfig
+from treernn.train_entry import check_arguments, require_training, train
 
-from treernn.lifecycle.resolvers import register_resolvers
-from treernn.train_entry import check_arguments, train
+require_training()  # an install without the train extra: one line that says what to install
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from treernn.lifecycle.resolvers import register_resolvers  # noqa: E402
 
 # Only what Hydra needs to compose the config is imported up front: a wrong choice or key is
 # answered before torch and Lightning load (several seconds); the run imports them.

@@ -25,17 +25,19 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback
-from omegaconf import DictConfig, OmegaConf
 
-from treernn.config_checks import DESCRIPTIVE_KEYS
 from treernn.errors import CheckpointError
+from treernn.extras import require
 from treernn.files import CHECKPOINT_EXPANSION, RefusedFile, atomic_write, check_zip_expansion
 from treernn.trust import TRUSTED_ENV, UntrustedClass, import_trusted, user_prefixes
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 #: module prefixes whose classes a stored config may name as ``_target_``
 TRUSTED_PREFIXES = ("treernn.", "torch.optim.", "lightning.pytorch.")
@@ -231,6 +233,10 @@ def trusted_class(target: Any, what: str, source: str) -> type:
 def constructor_config(cfg: DictConfig) -> DictConfig:
     """A config node without its descriptive keys, ready for ``hydra.utils.instantiate``; a
     setting stored in an older spelling is given in today's (`current_spelling`)."""
+    from omegaconf import OmegaConf
+
+    from treernn.config_checks import DESCRIPTIVE_KEYS
+
     container = OmegaConf.to_container(cfg, resolve=True)
     for key in DESCRIPTIVE_KEYS:
         container.pop(key, None)
@@ -263,10 +269,9 @@ def current_spelling(model: dict[str, Any]) -> dict[str, Any]:
 
 def build_task(cfg: DictConfig, task_kwargs: dict[str, Any]) -> Any:
     """The task module of a config: its encoder partial completed by the task."""
-    import hydra
-
-    encoder = hydra.utils.instantiate(constructor_config(cfg.model))
-    return hydra.utils.instantiate(cfg.task.module, encoder=encoder, **task_kwargs)
+    instantiate = require("hydra.utils", "rebuilding a model from a checkpoint").instantiate
+    encoder = instantiate(constructor_config(cfg.model))
+    return instantiate(cfg.task.module, encoder=encoder, **task_kwargs)
 
 
 def serialise_task_kwargs(task_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -294,6 +299,8 @@ class RunInfo(Callback):
     """Puts what rebuilding the task needs (config, data kwargs, wandb id) in checkpoints."""
 
     def __init__(self, cfg: DictConfig, task_kwargs: dict[str, Any], wandb_id: str | None) -> None:
+        from omegaconf import OmegaConf
+
         self.cfg = OmegaConf.to_container(cfg, resolve=True)
         self.task_kwargs = serialise_task_kwargs(task_kwargs)
         self.wandb_id = wandb_id
@@ -345,7 +352,10 @@ def load_trained(
     check_stored_targets(info.config, f"checkpoint {path}")
     checkpoint = read_checkpoint(path)
     stored = checkpoint["treernn"]
-    cfg = OmegaConf.create(stored["config"])
+    # a checkpoint's config is built with Hydra (the train extra); an export needs neither
+    omegaconf = require("omegaconf", f"reading checkpoint {path}")
+    require("hydra.utils", f"reading checkpoint {path}")
+    cfg = omegaconf.OmegaConf.create(stored["config"])
     # subnormal floats as zero before the model's first operation (conf/config.yaml)
     torch.set_flush_denormal(bool(cfg.get("flush_denormal", True)))
     task = build_task(cfg, deserialise_task_kwargs(stored["task_kwargs"]))

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING, Any, Literal
 
 from treernn.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 TaskKind = Literal["language_model", "classifier", "dependency_lm"]
 

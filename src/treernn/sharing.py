@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,13 +135,15 @@ def is_export(path: str | Path) -> bool:
 
 
 # ----------------------------------------------------------------------------- writing
-def export(model: Any, out: str | Path, commit: str | None = None) -> Path:
+def export(model: Any, out: str | Path, commit: str | None = None, overwrite: bool = False) -> Path:
     """Write ``model`` (a `treernn.api.Model` loaded from a checkpoint) to the directory
-    ``out``, which must be new or empty (module docstring); returns it."""
+    ``out`` (module docstring); returns it. ``out`` may be new or empty; an export there is
+    replaced whole with ``overwrite`` (``--force``) and refused without it; a directory holding
+    anything else is always refused (`save`'s rule)."""
     if model.config is None or model.checkpoint is None:
         raise CheckpointError(f"{model.source} is an export already: copy its directory")
     out = Path(out)
-    _check_target(out, replace_export=False)
+    _check_target(out, replace_export=overwrite)
     config, vocab_tokens, choices = _from_checkpoint(model, commit)
     _write(model.module.to("cpu"), config, vocab_tokens, choices, out)
     return out
@@ -149,12 +153,17 @@ def save(model: Any, out: str | Path) -> Path:
     """Write any loaded ``model`` to ``out`` as `export` does: one loaded from a checkpoint
     exactly as ``export`` writes it; one loaded from an export with that export's config, its
     kernels' choices and the model's present weights. ``out`` may be new, empty or an export,
-    which is replaced whole (never written into: a link in it is removed, never followed)."""
+    which is replaced whole (never written into: a link in it is removed, never followed), as
+    ``huggingface_hub``'s ``save_pretrained`` replaces; a directory holding anything else is
+    refused. The rule is `export`'s with ``--force``: what may be replaced is the same, and the
+    command line, like its other commands, asks before it replaces what the user named."""
     out = Path(out)
     _check_target(out, replace_export=True)
     if model.checkpoint is None:
         config = {key: value for key, value in model.export_config.items() if key != "files"}
         config["format_version"] = FORMAT_VERSION
+        # an export written before cards left local paths out shares none either once saved
+        config["provenance"] = shareable(config["provenance"])
         vocab_tokens = _tokens(model.module.vocab)
         choices = _choices_record(model.export_choices)
     else:
@@ -163,10 +172,10 @@ def save(model: Any, out: str | Path) -> Path:
     return out
 
 
-def check_target(out: str | Path) -> None:
-    """``out`` is absent, an empty directory or an export, else one line: saving replaces an
-    export, never another directory."""
-    _check_target(Path(out), replace_export=True)
+def check_target(out: str | Path, overwrite: bool = True) -> None:
+    """``out`` is absent, an empty directory or (with ``overwrite``) an export, else one line:
+    saving replaces an export, never another directory."""
+    _check_target(Path(out), replace_export=overwrite)
 
 
 def _check_target(out: Path, replace_export: bool) -> None:
@@ -179,8 +188,6 @@ def _check_target(out: Path, replace_export: bool) -> None:
         raise OutputError(f"{out}: {above} on its path is a file; save into a directory")
     if not out.is_dir() or not any(out.iterdir()):
         return
-    if not replace_export:
-        raise OutputError(f"{out} is not empty: export into a new directory")
     try:  # read only: an export whose files are links is replaced whole, never written through
         read_config(out, follow_links=True)
     except CheckpointError:
@@ -188,6 +195,11 @@ def _check_target(out: Path, replace_export: bool) -> None:
             f"{out} holds files and is not an exported model (no readable {CONFIG_FILE} of format "
             f"{FORMAT!r}): save into a new or empty directory, or over an export"
         ) from None
+    if not replace_export:
+        raise OutputError(
+            f"{out} holds an exported model already: add --force to replace it (it is replaced "
+            "whole), or export into a new directory"
+        )
 
 
 def _from_checkpoint(
@@ -422,14 +434,52 @@ def _provenance(run_dir: Path | None, checkpoint: Path, commit: str | None) -> d
         status = _json(run_dir / "status.json")
         if status:
             record["command"] = status.get("command")
-            machines = status.get("machines") or [{}]
-            record["commit"] = commit or machines[-1].get("commit")
+            if commit is None:  # the commit of the attempt that wrote the checkpoint's run last
+                attempts = [m for m in status.get("machines") or [] if isinstance(m, dict)]
+                record["commit"] = next(
+                    (m["commit"] for m in reversed(attempts) if m.get("commit")), None
+                )
         metrics = _json(run_dir / "metrics.json") or {}
         record["metrics"] = {
             key: value
             for key, value in sorted(metrics.items())
             if key.startswith(("test/", "val/")) and isinstance(value, (int, float))
         }
+    return shareable(record)
+
+
+#: a local file or folder: absolute, in the home directory, or on a Windows drive
+_LOCAL_PATH = re.compile(r"(?:/|~/|~$|[A-Za-z]:[\\/])")
+
+
+def _names_local_path(text: str) -> bool:
+    """Whether ``text`` (a value, or a list of values ``[a,b]``) names a local path."""
+    return any(_LOCAL_PATH.match(item.strip()) for item in re.split(r"[\[\],]", text))
+
+
+def shareable(provenance: dict[str, Any]) -> dict[str, Any]:
+    """A run's provenance as an export shares it: the command as it can be typed again
+    anywhere (the program by its name, ``python train.py`` or ``treernn-train``, not by the
+    path it ran from) and without the overrides that name local files or folders (a run
+    directory, a log folder, a checkpoint: ``hydra.run.dir=/tmp/...``), whose keys it lists in
+    ``left_out``. Applied again it changes nothing."""
+    record = dict(provenance)
+    command = record.get("command")
+    if not isinstance(command, str) or not command.split():
+        return record
+    program, *arguments = command.split()
+    name = os.path.basename(program)
+    words = [f"python {name}" if name.endswith(".py") else name]
+    left_out = [str(key) for key in record.get("left_out") or []]
+    for argument in arguments:
+        key, equals, value = argument.partition("=")
+        if _names_local_path(value if equals else argument):
+            left_out.append(key.lstrip("+~") if equals else "a path")
+        else:
+            words.append(argument)
+    record["command"] = " ".join(words)
+    if left_out:
+        record["left_out"] = list(dict.fromkeys(left_out))
     return record
 
 
@@ -443,12 +493,128 @@ def _json(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+#: the license of treernn (LICENSE), which its exports are shared under: the Hub's identifier
+LICENSE = "mit"
+#: per dataset: its Hugging Face Hub dataset id (None where the Hub has none) and its name
+DATASET_CARDS = {
+    "ptb": ("ptb-text-only/ptb_text_only", "Penn Treebank (Mikolov et al. 2010)"),
+    "sst": ("stanfordnlp/sst", "Stanford Sentiment Treebank"),
+    "logic": (None, "Logical inference (Bowman et al. 2015)"),
+    "listops": (None, "ListOps (Nangia and Bowman 2018)"),
+    "dependency": (None, "a dependency treebank (CoNLL-U)"),
+}
+#: per kind of model: the Hub's task type and the task's name
+TASK_CARDS = {
+    "language_model": ("text-generation", "Language modelling"),
+    "classifier": ("text-classification", "Classification"),
+    "dependency_lm": ("text-generation", "Dependency language modelling"),
+}
+#: a metric's name in the run (``test/<name>``) -> the Hub's metric type
+METRIC_TYPES = {"ppl": "perplexity", "acc": "accuracy", "f1": "f1", "parse_f1": "f1"}
+_SPLITS = {"test": "test", "val": "validation"}
+
+
+def card_metadata(config: dict[str, Any]) -> dict[str, Any]:
+    """The model card's YAML metadata, as the Hugging Face Hub reads it (``huggingface_hub``'s
+    ``ModelCardData``): license, library, tags, datasets, metrics and a ``model-index`` with the
+    run's recorded test and validation metrics."""
+    meta, kind = config["meta"], config["kind"]
+    model, dataset = meta.get("model") or "model", meta.get("dataset") or "data"
+    hub_dataset, dataset_name = DATASET_CARDS.get(dataset, (None, str(dataset)))
+    task_type, task_name = TASK_CARDS.get(kind, ("other", kind))
+    results = []
+    for key, value in (config["provenance"].get("metrics") or {}).items():
+        split, _, name = key.partition("/")
+        if split not in _SPLITS or not isinstance(value, (int, float)):
+            continue
+        results.append(
+            {
+                "task": {"type": task_type, "name": task_name},
+                "dataset": {
+                    "type": hub_dataset or dataset,
+                    "name": dataset_name,
+                    "split": _SPLITS[split],
+                },
+                "metrics": [{"type": METRIC_TYPES.get(name, name), "value": value, "name": key}],
+            }
+        )
+    results.sort(key=lambda result: result["dataset"]["split"] != "test")  # test first
+    metadata: dict[str, Any] = {
+        "license": LICENSE,
+        "library_name": "treernn",
+        "tags": list(dict.fromkeys(["treernn", model, kind.replace("_", "-"), dataset])),
+    }
+    if hub_dataset:
+        metadata["datasets"] = [hub_dataset]
+    if results:
+        metrics = [result["metrics"][0]["type"] for result in results]
+        metadata["metrics"] = list(dict.fromkeys(metrics))
+        metadata["model-index"] = [{"name": f"treernn-{model}-{dataset}", "results": results}]
+    return metadata
+
+
+def _yaml(value: Any, indent: int = 0) -> list[str]:
+    """``value`` (dicts, lists, strings, numbers, booleans) as block YAML lines; every string
+    is a JSON string, which YAML reads as the same string."""
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, (dict, list)) and item:
+                lines += [f"{pad}{key}:", *_yaml(item, indent + 2)]
+            else:
+                lines.append(f"{pad}{key}: {_scalar(item)}")
+    else:
+        for item in value:
+            nested = _yaml(item, indent + 2) if isinstance(item, (dict, list)) else None
+            if nested:  # the first key on the dash's line
+                lines += [f"{pad}- {nested[0].strip()}", *nested[1:]]
+            else:
+                lines.append(f"{pad}- {_scalar(item)}")
+    return lines
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, (int, float)):
+        return repr(value) if math.isfinite(value) else json.dumps(str(value))
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)  # empty
+    text = str(value)
+    return (
+        text
+        if re.fullmatch(r"[A-Za-z][\w./-]*", text) and text not in _YAML_WORDS
+        else (json.dumps(text))
+    )
+
+
+#: words YAML would read as something other than a string
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
+
+
 def model_card(config: dict[str, Any]) -> str:
-    """The model card (``README.md``) of an export's config."""
-    meta, provenance = config["meta"], config["provenance"]
+    """The model card (``README.md``) of an export's config: Hub metadata (`card_metadata`)
+    between ``---`` lines, then what the model is, how it was trained, its metrics and how to
+    load it. It names no local path (`shareable`)."""
+    meta, provenance = config["meta"], shareable(config["provenance"])
     model = meta.get("model") or "?"
     metrics = provenance.get("metrics") or {}
+    command = provenance.get("command")
+    trained = f"`{command}`" if command else "a command the run did not record"
+    if provenance.get("left_out"):
+        trained += f" (local paths left out: {', '.join(provenance['left_out'])})"
+    commit = provenance.get("commit")
+    trained += (
+        f" at commit `{commit}`"
+        if commit
+        else ", at a commit the run did not record (it ran outside a git checkout)"
+    )
     lines = [
+        "---",
+        *_yaml(card_metadata(config)),
+        "---",
+        "",
         f"# treernn {model} on {meta.get('task')}",
         "",
         f"A {config['kind'].replace('_', ' ')} trained with treernn "
@@ -456,9 +622,10 @@ def model_card(config: dict[str, Any]) -> str:
         f"`{config['task']['class']}`, dataset `{meta.get('dataset')}`.",
         "",
         f"- Paper: {PAPERS.get(model, 'a baseline of the treernn papers (no paper of its own)')}",
-        f"- Trained by: `{provenance.get('command') or 'unknown command'}` at commit "
-        f"`{provenance.get('commit') or 'unknown'}`; exported from `{provenance['checkpoint']}` "
+        f"- Trained by: {trained}; exported from `{provenance['checkpoint']}` "
         f"(epoch {provenance['epoch']}, step {provenance['global_step']}).",
+        f"- License: {LICENSE.upper()}, as treernn's code (its LICENSE file); the data it was "
+        "trained on keeps its own terms.",
         f"- Format: `{FORMAT}` version {config['format_version']} (weights in safetensors, config "
         "and vocabulary as text; loading runs no code from this directory).",
         "",
@@ -473,6 +640,10 @@ def model_card(config: dict[str, Any]) -> str:
     lines += [
         "",
         "## Use",
+        "",
+        "```bash",
+        "pip install treernn",
+        "```",
         "",
         "```python",
         "import treernn",

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import hydra
-from omegaconf import DictConfig
+from treernn.extras import MissingExtraError, require
+from treernn.invocation import trainer_name
 
-from treernn.config_checks import check_command_line
-from treernn.lifecycle.resolvers import register_resolvers
-from treernn.lifecycle.runs import check_before_loading
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 PACKAGED_CONFIGS = Path(__file__).resolve().parent / "conf"
 CHECKOUT_CONFIGS = Path(__file__).resolve().parents[2] / "conf"
@@ -29,9 +29,21 @@ def config_dir() -> Path:
     return PACKAGED_CONFIGS if PACKAGED_CONFIGS.is_dir() else CHECKOUT_CONFIGS
 
 
+def require_training() -> None:
+    """Without the ``train`` extra (Hydra, OmegaConf), one line that says what to install and
+    exit status 1: an inference install (``pip install treernn``) has neither."""
+    try:
+        for module in ("hydra", "omegaconf"):
+            require(module, f"training ({trainer_name()})")
+    except MissingExtraError as error:
+        sys.exit(f"error: {error}")
+
+
 def train(cfg: DictConfig):
     """The run of a composed config (``train.py``'s too): the checks that need no torch, then
     `treernn.lifecycle.entry.main`; returns the monitored metric for an Optuna sweep."""
+    from treernn.lifecycle.runs import check_before_loading
+
     check_before_loading(cfg)  # a wrong switch or number, answered before torch loads
     from treernn.lifecycle import entry
 
@@ -41,6 +53,8 @@ def train(cfg: DictConfig):
 def check_arguments() -> None:
     """What Hydra's override parser would answer without saying how to fix it (an unquoted
     character outside ASCII): one line and exit status 1."""
+    from treernn.config_checks import check_command_line
+
     problem = check_command_line(sys.argv[1:])
     if problem:
         sys.exit(f"error: {problem}")
@@ -48,7 +62,12 @@ def check_arguments() -> None:
 
 def main() -> None:
     """The console script: Hydra parses the command line and calls `train`."""
+    require_training()
     check_arguments()
+    import hydra
+
+    from treernn.lifecycle.resolvers import register_resolvers
+
     register_resolvers()
     hydra_main = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
     hydra_main(train)()

@@ -39,8 +39,23 @@ def import_trusted(target: Any, prefixes: tuple[str, ...]) -> type:
     module_name, _, name = target.rpartition(".")
     try:
         found = getattr(importlib.import_module(module_name), name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and not _names_part_of(module_name, error.name):
+            # the module exists and needs a package that is not installed: say which, not
+            # that the class does not exist
+            from treernn.extras import EXTRAS, missing
+
+            if error.name.partition(".")[0] in EXTRAS:
+                raise missing(error.name, f"{target}") from None
+            raise
+        raise UntrustedClass("missing") from None
     except (ImportError, AttributeError, ValueError):
         raise UntrustedClass("missing") from None
     if not inspect.isclass(found):
         raise UntrustedClass("not a class")
     return found
+
+
+def _names_part_of(module_name: str, missing: str) -> bool:
+    """Whether the module found missing is ``module_name`` or a package above it."""
+    return module_name == missing or module_name.startswith(missing + ".")

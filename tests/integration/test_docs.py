@@ -49,6 +49,13 @@ def test_the_docs_site_builds_strict(tmp_path):
         r":(?:func|class|mod|meth|attr|data|exc|obj):`[^`]*`|^\s*={4,}\s|^\s*\.\. \w+::", text, re.M
     )
     assert not literal_rst, f"reStructuredText on the API page: {literal_rst[:5]}"
+    # the commands page is the commands' --help, whose descriptions come from docstrings: it
+    # shows them as a terminal does, without RST literals, roles or backquoted references
+    commands = (tmp_path / "reference/commands/index.html").read_text()
+    shown = html.unescape(re.sub(r"<[^>]+>", "", commands))
+    markup = re.findall(r"``[^`]*``|:[a-z]+:`[^`]*`|`[^`\s][^`\n]*`", shown)
+    assert not markup, f"raw markup on the commands page: {markup[:5]}"
+    assert "usage: treernn parse" in shown and "python -m treernn parse" not in shown
 
 
 def test_the_results_pages_are_what_report_pages_writes():

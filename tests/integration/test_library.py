@@ -149,20 +149,47 @@ def test_an_export_gives_the_checkpoints_numbers_in_a_new_process(tmp_path, monk
     ]
     card = (export / "README.md").read_text()
     assert "Ordered Neurons" in card and "test/ppl" in card
+    # no local path in what is shared (the run's directory is under tmp_path), and the commit of
+    # the checkout that trained it
+    for name in ("README.md", "config.json", "kernel_choices.json"):
+        assert str(tmp_path) not in (export / name).read_text(), name
+    provenance = json.loads((export / "config.json").read_text())["provenance"]
+    assert provenance["commit"] and f"at commit `{provenance['commit']}`" in card
+    if importlib.util.find_spec("huggingface_hub") is not None:
+        from huggingface_hub import ModelCard
+
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        results = ModelCard(card).data.eval_results
+        assert {r.metric_name: r.metric_value for r in results if r.dataset_split == "test"} == {
+            key: value for key, value in metrics.items() if key.startswith("test/")
+        }
     from_checkpoint = probe(sys.executable, run_dir, tmp_path, env)
     from_export = probe(sys.executable, export, tmp_path, env)
     assert from_export == from_checkpoint  # every float, to the last digit
     assert from_checkpoint["surprisals"][1][-2][0] == "N"  # "$5" read as "$ N"
-    # a second export into the same directory is refused
+    # a second export into the same directory is refused, and replaces it with --force
+    command = [sys.executable, "-m", "treernn", "export", "--ckpt", str(run_dir)]
     again = subprocess.run(
-        [sys.executable, "-m", "treernn", "export", "--ckpt", str(run_dir), "--out", str(export)],
+        [*command, "--out", str(export)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert again.returncode == 1 and "is not empty" in again.stderr
+    assert again.returncode == 1 and "holds an exported model already: add --force" in again.stderr
+    before = export_contents(export, sorted(p.name for p in export.iterdir()))
+    (export / "README.md").write_text("edited")  # replaced whole: the edit goes
+    forced = subprocess.run(
+        [*command, "--out", str(export), "--force"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    assert export_contents(export, sorted(before)) == before
 
 
 @pytest.mark.skipif(
@@ -212,17 +239,30 @@ def test_a_wheel_trains_from_an_empty_directory_and_serves_its_run(tmp_path, dat
     assert status.returncode != 0 or status.stdout == ""
     venv = tmp_path / "venv"
     python = venv_seeing_this_environment(venv)
+    # without PYTHONPATH: a checkout's src/ on it (its egg-info) would make pip take treernn as
+    # installed already, and install no console scripts
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     install = subprocess.run(
         [python, "-m", "pip", "install", "--no-deps", str(wheel)],
         capture_output=True,
         text=True,
+        env=env,
         timeout=900,
     )
     assert install.returncode == 0, install.stderr[-3000:]
     empty = tmp_path / "empty"
     empty.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(TREERNN_DATA_DIR=str(data_dir), WANDB_MODE="offline", TREERNN_GEMM_BACKEND="aten")
+    # the console scripts' help names them, not the modules behind them
+    for script, first in (
+        ("treernn-train", "treernn-train: train and test a treernn model."),
+        ("treernn", "usage: treernn [-h] <command> ..."),
+    ):
+        shown = subprocess.run(
+            [str(venv / "bin" / script), "--help"], cwd=empty, env=env, capture_output=True,
+            text=True, timeout=300,
+        )  # fmt: skip
+        assert shown.returncode == 0 and shown.stdout.splitlines()[0] == first, shown.stderr
     train = subprocess.run(
         [str(venv / "bin" / "treernn-train"), "task=logic", "model=onlstm", "trainer=smoke"],
         cwd=empty,

@@ -177,6 +177,18 @@ def test_a_run_records_the_commit_of_the_code_it_ran(tmp_path):
     assert records.code_version(tmp_path) == head[:12] + "+changes"
 
 
+def test_the_commit_is_read_from_the_checkout_that_runs():
+    """The checkout of the running package, not a folder inside it: runs from a checkout
+    recorded no commit, and every model card said "commit unknown"."""
+    root = Path(records.__file__).resolve().parents[3]
+    if not (root / ".git").exists():
+        pytest.skip("treernn runs from an installed package here, not from a git checkout")
+    head = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout
+    assert records.code_version() in (head[:12], head[:12] + "+changes")
+
+
 def test_the_machine_entry_holds_the_commit_where_there_is_one(monkeypatch):
     monkeypatch.setattr(records, "code_version", lambda: "0123456789ab+changes")
     assert records.machine()["commit"] == "0123456789ab+changes"

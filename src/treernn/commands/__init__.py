@@ -14,10 +14,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 
 from treernn.errors import UserError, say
+from treernn.extras import missing_extra
+from treernn.invocation import commands_name
+
+#: how the docstrings name the program; the help says it as the user typed it
+PROGRAM = "python -m treernn"
 
 #: command -> (module under treernn.commands, its one-line summary), in the order --help lists them
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -39,12 +45,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = (), prog: str | None = None) -> argparse.ArgumentParser:
     """The parser; only the command named in ``argv`` (if any) is imported and given its
-    arguments, so that ``--help`` and each command start quickly."""
+    arguments, so that ``--help`` and each command start quickly. ``prog``: the program's name
+    in the help (default: as it was typed, ``treernn`` or ``python -m treernn``)."""
+    prog = prog or commands_name()
     parser = argparse.ArgumentParser(
-        prog="python -m treernn",
-        description="Evaluate and inspect treernn models (train them with python train.py).",
+        prog=prog,
+        description="Evaluate and inspect treernn models (train them with treernn-train, or "
+        "python train.py in a clone).",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="<command>")
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
@@ -61,14 +70,46 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         )
         command.set_defaults(run=module.run)
         module.add_arguments(command)
+        _plain_help(command, prog)
     return parser
+
+
+#: the markup of docstrings, which a terminal (and the docs' copy of --help) would show as typed
+_MARKUP = re.compile(r"(?::[a-z]+:)?``?([^`]+?)``?")
+
+
+def plain_text(text: str, prog: str) -> str:
+    """Help text as a terminal shows it: ``code`` and `references` as their words, and the
+    program named as it was typed."""
+    return _MARKUP.sub(r"\1", text).replace(PROGRAM, prog)
+
+
+def _plain_help(parser: argparse.ArgumentParser, prog: str) -> None:
+    """The description and every option's help of ``parser`` and its subcommands in plain text
+    (`plain_text`): the commands' docstrings are written for the API docs."""
+    for each in [parser, *_subcommands(parser)]:
+        for attribute in ("description", "epilog"):
+            if getattr(each, attribute):
+                setattr(each, attribute, plain_text(getattr(each, attribute), prog))
+        for action in each._actions:
+            if action.help and action.help is not argparse.SUPPRESS:
+                action.help = plain_text(action.help, prog)
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                found += [sub, *_subcommands(sub)]
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit status (1 for a user's mistake)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(argv).parse_args(argv)
     try:
+        args = build_parser(argv).parse_args(argv)
         return int(args.run(args) or 0)
     except BrokenPipeError:
         # the reader went away (``... | head``): stop quietly, with the status a shell gives a
@@ -78,4 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + 13
     except UserError as error:
         say(error)
+        return 1
+    except ModuleNotFoundError as error:
+        # a command that needs an extra the install lacks (report and sweep: the train extra)
+        missing = missing_extra(error, " ".join([commands_name(), *argv[:1]]))
+        if missing is None:
+            raise
+        say(missing)
         return 1

@@ -414,7 +414,10 @@ def code_version(root: Path | None = None) -> str | None:
     files differ from it), or None outside a git checkout (an installed package) or without git:
     which code a table's job ran, beside the machine (a sweep that runs for days is meant to run
     from a fixed commit)."""
-    root = Path(__file__).resolve().parents[2] if root is None else root
+    if root is None:  # the checkout that holds the package: <root>/src/treernn/__init__.py
+        import treernn
+
+        root = Path(treernn.__file__).resolve().parents[2]
     if not (root / ".git").exists():  # a directory, or a file in a worktree
         return None
     git = ["git", "-C", str(root)]

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from treernn.invocation import trainer_name
 from treernn.lifecycle.identity import is_rank_zero, process_started
 
 
@@ -83,7 +84,8 @@ def sweep_dir_name(*, _root_: Any = None) -> str:
 def register_resolvers() -> None:
     """The resolvers the configs use: ``${run_dir_name:}``, ``${sweep_dir_name:}``, ``${pid:}``,
     the SLURM task counts, and ``${rank_zero_only:value,otherwise}`` and
-    ``${unless_finished:value,run_dir,otherwise}`` for Hydra's own files; call before Hydra
+    ``${unless_finished:value,run_dir,otherwise}`` for Hydra's own files, ``${program_name:}`` for
+    the help; call before Hydra
     composes a config."""
     from omegaconf import OmegaConf
 
@@ -103,6 +105,9 @@ def register_resolvers() -> None:
         )
     if not OmegaConf.has_resolver("unless_finished"):
         OmegaConf.register_new_resolver("unless_finished", unless_finished)
+    if not OmegaConf.has_resolver("program_name"):
+        # --help names the program as typed (conf/hydra/default.yaml's hydra.help)
+        OmegaConf.register_new_resolver("program_name", trainer_name)
 
 
 def unless_finished(value: Any, run_dir: str, otherwise: Any = None) -> Any:

@@ -191,18 +191,39 @@ def replace_excerpt(readme: str, excerpt: str) -> str:
     return f"{before}{START}\n{excerpt}{END}{after}"
 
 
+#: the commands page's width: its code blocks hold this many characters beside the table of
+#: contents on a 1024 px screen, so that no line scrolls sideways
+HELP_COLUMNS = 86
+
+
 def _help(parser) -> str:
+    """``parser``'s help as the commands page shows it: argparse's text at `HELP_COLUMNS`,
+    with a description line longer than that (a docstring keeps its own line breaks) wrapped at
+    its indentation."""
     import os
+    import textwrap
 
     width = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "100"  # the page reads the same whatever terminal wrote it
+    os.environ["COLUMNS"] = str(HELP_COLUMNS + 2)  # argparse leaves two columns free
     try:
-        return parser.format_help().rstrip("\n")
+        text = parser.format_help().rstrip("\n")
     finally:
         if width is None:
             del os.environ["COLUMNS"]
         else:
             os.environ["COLUMNS"] = width
+    lines = []
+    for line in text.splitlines():
+        indent = line[: len(line) - len(line.lstrip())]
+        lines += textwrap.wrap(
+            line,
+            HELP_COLUMNS,
+            initial_indent="",
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [line]
+    return "\n".join(lines)
 
 
 def _subparsers(parser) -> dict:
@@ -215,23 +236,26 @@ def _subparsers(parser) -> dict:
 
 
 def commands_page() -> str:
-    """``docs/reference/commands.md``: every ``python -m treernn`` command and subcommand with
-    its options, as its argparse parser prints them (`treernn.commands.build_parser`)."""
+    """``docs/reference/commands.md``: every ``treernn`` command and subcommand with its
+    options, as its argparse parser prints them (`treernn.commands.build_parser`), under the
+    console script's name whichever way this command was run, so that the page does not change
+    with it."""
     from treernn.commands import COMMANDS, build_parser
 
     lines = [
         "# Commands",
         "",
         "Written by `python -m treernn report pages` from the commands' parsers: each section is "
-        "what `python -m treernn <command> --help` prints. Training is `python train.py` "
+        "what `treernn <command> --help` prints (`python -m treernn <command>` is the same "
+        "program). Training is `treernn-train`, or `python train.py` in a clone "
         "(see [Configuration](config.md)).",
         "",
         "```text",
-        _help(build_parser()),
+        _help(build_parser(prog="treernn")),
         "```",
     ]
     for name in COMMANDS:
-        command = _subparsers(build_parser([name]))[name]
+        command = _subparsers(build_parser([name], prog="treernn"))[name]
         lines += ["", f"## {name}", "", "```text", _help(command), "```"]
         for sub_name, sub in _subparsers(command).items():
             lines += ["", f"### {name} {sub_name}", "", "```text", _help(sub), "```"]
