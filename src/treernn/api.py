@@ -11,8 +11,10 @@ or a directory written by ``python -m treernn export`` (`treernn.sharing`), and 
 in as raw text (tokenised the way the model's dataset was: `Model.words`) or as lists of
 words taken as they are; results come out per sentence, batched inside. The methods by kind:
 
-- a language model (task=ptb): ``log_probs``, ``surprisals``, ``perplexity``; ``trees`` when
-  its encoder has syntactic distances (ON-LSTM);
+- a language model (task=ptb): ``log_probs``, ``surprisals``, ``perplexity``; minicons'
+  scoring surface ``token_score`` (with each token's offsets in the input), ``sequence_score``
+  and ``conditional_score`` (reductions, DataFrames, any iterable, progress bars); ``blimp``
+  (BLiMP's three methods); ``trees`` when its encoder has syntactic distances (ON-LSTM);
 - a classifier (logic, ListOps, SST): ``predict``; ``trees`` when its encoder induces trees
   (ON-LSTM distances, Ordered Memory attention);
 - a dependency language model: ``score``, ``generate``.
@@ -28,8 +30,9 @@ directory ``python -m treernn export`` writes, and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -70,10 +73,33 @@ class TokenSurprisal:
 
 
 @dataclass(frozen=True)
+class TokenScore:
+    """One token of a scored sentence (`LanguageModel.token_score`): ``word`` (after
+    tokenisation; ``<eos>`` for the end of the sentence), ``token`` (what the model saw: the word,
+    or ``<unk>``), ``log_prob`` = ``ln p(token | what came before)`` in nats and ``surprisal`` =
+    ``-log2 p`` in bits (the ``surprisals`` method's and LM-Zoo's unit), whether it was unknown,
+    and ``start``/``end``: the span of the input string it was read from (``text[start:end]``;
+    ``N`` the number's characters), None where no character of the input gave it (``<eos>``) or
+    the input was a list of words."""
+
+    word: str
+    token: str
+    log_prob: float
+    surprisal: float
+    unknown: bool
+    start: int | None
+    end: int | None
+
+
+@dataclass(frozen=True)
 class SentenceTrees:
     """The induced trees of one sentence: ``trees[i]`` is the bracketed tree of layer
     ``layers[i]`` (1 = the lowest) over ``words``; ``unknown`` are the words read as ``<unk>``;
-    ``distances[i]`` the syntactic distance read at each word (ON-LSTM; None for attention)."""
+    ``distances[i]`` the syntactic distance read at each word (ON-LSTM; None for attention);
+    ``structures[i]`` the same tree as nested tuples of word positions (`treernn.parsing.trees`).
+
+    The brackets carry no labels: ``((the cat) sat)``. ``nltk.Tree.fromstring`` would take each
+    bracket's first word for a label; `nltk_trees` gives the trees as ``nltk.Tree`` objects."""
 
     sentence: str
     words: list[str]
@@ -81,6 +107,15 @@ class SentenceTrees:
     layers: list[int]
     unknown: list[str] = field(default_factory=list)
     distances: list[list[float]] | None = None
+    structures: list[Any] = field(default_factory=list, repr=False)
+
+    def nltk_trees(self, label: str = "") -> list[Any]:
+        """One ``nltk.Tree`` per layer in ``layers`` (draw one with ``.pretty_print()`` or
+        ``.draw()``, score it with nltk's tools), unlabeled unless ``label`` is given for every
+        bracket (``str`` of a labeled tree reads back with ``nltk.Tree.fromstring``)."""
+        from treernn.parsing.trees import to_nltk
+
+        return [to_nltk(structure, self.words, label) for structure in self.structures]
 
 
 @dataclass(frozen=True)
@@ -421,6 +456,22 @@ class Model(HubMixin):
         """Tree-inducing encoders (ON-LSTM, Ordered Memory): each sentence's induced trees."""
         raise self._unsupported("trees")
 
+    def sequence_score(self, sentences, reduction: Any = "mean", **options: Any) -> Any:
+        """Language models: each sentence's log-probability, reduced over its tokens."""
+        raise self._unsupported("sequence_score")
+
+    def conditional_score(self, prefixes, continuations, reduction: Any = "mean", **options: Any):
+        """Language models: each continuation's log-probability given its prefix."""
+        raise self._unsupported("conditional_score")
+
+    def token_score(self, sentences, **options: Any) -> Any:
+        """Language models: each token's log-probability, with its offsets in the input."""
+        raise self._unsupported("token_score")
+
+    def blimp(self, pairs, method: str = "full", **options: Any) -> Any:
+        """Language models: BLiMP minimal pairs, by BLiMP's full-sentence or prefix methods."""
+        raise self._unsupported("blimp")
+
     def predict(self, inputs, **options: Any) -> list[Prediction]:
         """Classifiers: the label of each input and the probabilities of every label."""
         raise self._unsupported("predict")
@@ -452,76 +503,164 @@ class Model(HubMixin):
 
 
 def _numbered_words(
-    model: Model, sentences: Sequence[str | Sequence[str]], allow_empty: bool = False
+    model: Model,
+    sentences: Iterable[str | Sequence[str]],
+    allow_empty: bool = False,
+    tokenized: bool = False,
 ) -> list[list[str]]:
-    """Each sentence's words; a sentence with none is one line naming it, unless
-    ``allow_empty`` (a language model scores it as its closing ``<eos>`` alone)."""
+    """Each sentence's words (``tokenized``: a string's words between spaces, taken as they are);
+    a sentence with none is one line naming it, unless ``allow_empty`` (a language model scores
+    it as its closing ``<eos>`` alone)."""
+    sentences = _sentence_list(sentences)
+    words = [
+        model.words(sentence, tokenized=True) if tokenized else model.words(sentence)
+        for sentence in sentences
+    ]
+    for number, (sentence, sentence_words) in enumerate(zip(sentences, words), start=1):
+        _check_words(model, f"sentence {number}", sentence, sentence_words, allow_empty)
+    return words
+
+
+def _sentence_list(sentences: Iterable[Any], name: str = "sentences") -> list[Any]:
+    _not_one_string(sentences, name)
+    return list(sentences)
+
+
+def _not_one_string(sentences: Any, name: str) -> None:
     if isinstance(sentences, str):
         raise ConfigValueError(
-            "sentences: give a list of sentences (one string is one sentence: [text])"
+            f"{name}: give a list of sentences (one string is one sentence: [text])"
         )
-    words = [model.words(sentence) for sentence in sentences]
+
+
+def _check_words(
+    model: Model, label: str, sentence: Any, words: Sequence[str], allow_empty: bool
+) -> None:
+    """One line where ``words`` (of ``sentence``, called ``label`` in the message) cannot be
+    read: none at all (unless ``allow_empty``), or words the vocabulary lacks without an
+    ``<unk>`` to read them as."""
+    if not words and not allow_empty:
+        raise ConfigValueError(f"{label} ({sentence!r}) has no words after dropping punctuation")
     vocab = model.vocab
-    has_unk = "<unk>" in vocab
-    for number, (sentence, sentence_words) in enumerate(zip(sentences, words), start=1):
-        if not sentence_words and not allow_empty:
-            raise ConfigValueError(
-                f"sentence {number} ({sentence!r}) has no words after dropping punctuation"
-            )
-        unknown = [word for word in sentence_words if word not in vocab]
-        if unknown and not has_unk:
-            raise ConfigValueError(
-                f"sentence {number} ({sentence!r}): {', '.join(map(repr, unknown))} not in the "
-                "model's vocabulary, which has no <unk> to read unknown words as"
-            )
-    return words
+    unknown = [word for word in words if word not in vocab]
+    if unknown and "<unk>" not in vocab:
+        raise ConfigValueError(
+            f"{label} ({sentence!r}): {', '.join(map(repr, unknown))} not in the "
+            "model's vocabulary, which has no <unk> to read unknown words as"
+        )
 
 
 def _shown(sentence: str | Sequence[str]) -> str:
     return sentence if isinstance(sentence, str) else " ".join(sentence)
 
 
+#: how many sentences a streamed input is read ahead, in batches (sorted by length within)
+_READ_AHEAD_BATCHES = 16
+#: the reductions `LanguageModel.sequence_score` names
+REDUCTIONS = ("sum", "mean")
+
+
+def _reduced(values: list[float], reduction: Any, label: str, item: Any) -> float:
+    """One score from a sequence's per-token log-probabilities (module `LanguageModel`)."""
+    if not values:
+        raise ConfigValueError(
+            f"{label} ({_shown(item)!r}) has no token to score: its words are all punctuation "
+            "and its <eos> is not counted (include_end=False)"
+        )
+    if reduction == "sum":
+        return math.fsum(values)
+    if reduction == "mean":
+        return math.fsum(values) / len(values)
+    if callable(reduction):
+        import torch
+
+        reduced = reduction(torch.tensor(values, dtype=torch.float64))
+        return float(reduced)
+    raise ConfigValueError(
+        f"reduction={reduction!r}: use 'sum', 'mean' or a function of the tokens' "
+        "log-probabilities (a 1-D tensor, as minicons passes)"
+    )
+
+
+def _dataframe(rows: list[dict[str, Any]], columns: Sequence[str], purpose: str) -> Any:
+    """A pandas DataFrame of ``rows`` (pandas, an optional package, is imported only here)."""
+    from treernn.progress import optional_module
+
+    pandas = optional_module("pandas", purpose)
+    return pandas.DataFrame(rows, columns=list(columns))
+
+
 class LanguageModel(Model):
     """A word-level language model (task=ptb): PTB's words, each sentence read after ``<eos>``
     from a fresh state, as the ON-LSTM paper's syntactic evaluation and tree induction read it."""
 
-    methods = ("log_probs", "surprisals", "perplexity", "syntaxgym", "trees (ON-LSTM)")
+    methods = (
+        "log_probs",
+        "surprisals",
+        "perplexity",
+        "token_score",
+        "sequence_score",
+        "conditional_score",
+        "blimp",
+        "syntaxgym",
+        "trees (ON-LSTM)",
+    )
 
-    def words(self, sentence: str | Sequence[str]) -> list[str]:
+    def words(self, sentence: str | Sequence[str], tokenized: bool = False) -> list[str]:
         """Raw text as the PTB language-modelling files write it (`treernn.data.raw_text`:
-        Treebank tokenisation, lower case, numbers and ``%`` as ``N``, punctuation dropped); a
-        list of words is taken as it is."""
+        Treebank tokenisation, lower case, numbers and ``%`` as ``N``, punctuation dropped; a
+        line already in that form, such as one of ``ptb.test.txt``, keeps its words). With
+        ``tokenized=True`` a string's words between spaces are taken as they are; a list of words
+        always is."""
         from treernn.data.raw_text import ptb_words
 
         if isinstance(sentence, str):
-            return ptb_words(sentence, self.vocab)
+            return sentence.split() if tokenized else ptb_words(sentence, self.vocab)
         return list(sentence)
+
+    def _tokens(self, sentence: str | Sequence[str], tokenized: bool = False) -> list[Any]:
+        """`words` with where each came from: ``(word, start, end)``, ``text[start:end]`` the
+        characters it was read from (None and None for a list of words)."""
+        from treernn.data.raw_text import ptb_tokens, whitespace_tokens
+
+        if not isinstance(sentence, str):
+            return [(word, None, None) for word in sentence]
+        found = whitespace_tokens(sentence) if tokenized else ptb_tokens(sentence, self.vocab)
+        return [tuple(token) for token in found]
 
     def log_probs(
         self,
-        sentences: Sequence[str | Sequence[str]],
+        sentences: Iterable[str | Sequence[str]],
         include_end: bool = True,
         batch_size: int = 64,
+        *,
+        tokenized: bool = False,
     ) -> list[float]:
         """``log p(w_1 .. w_n <eos> | <eos>)`` of each sentence in nats (without the closing
         ``<eos>``'s term when not ``include_end``), each read alone from a fresh state. The same
-        numbers ``python -m treernn syneval`` compares."""
+        numbers ``python -m treernn syneval`` compares; ``sequence_score(..., reduction="sum")``
+        gives them too (summed in float64: equal to float32's rounding). ``tokenized``: as
+        `words` takes it."""
         from treernn.evaluation.syneval import sentence_log_probs
 
-        words = _numbered_words(self, sentences, allow_empty=True)
+        words = _numbered_words(self, sentences, allow_empty=True, tokenized=tokenized)
         return sentence_log_probs(self.module, words, batch_size, include_end)
 
     def surprisals(
-        self, sentences: Sequence[str | Sequence[str]], batch_size: int = 64
+        self,
+        sentences: Iterable[str | Sequence[str]],
+        batch_size: int = 64,
+        *,
+        tokenized: bool = False,
     ) -> list[list[TokenSurprisal]]:
         """Per sentence, every word and the closing ``<eos>`` with its surprisal in bits
         (``-log2 p``), each sentence read alone after ``<eos>`` from a fresh state; a word
         outside the vocabulary is read (and scored) as ``<unk>`` and marked ``unknown``. A sentence
         with no words (a line of punctuation, which PTB's normalisation drops) is its ``<eos>``
-        alone."""
+        alone. ``tokenized``: as `words` takes it."""
         from treernn.evaluation.surprisal import bits, word_log_probs
 
-        words = _numbered_words(self, sentences, allow_empty=True)
+        words = _numbered_words(self, sentences, allow_empty=True, tokenized=tokenized)
         vocab = self.vocab
         results = []
         for sentence, values in zip(words, word_log_probs(self.module, words, batch_size)):
@@ -566,22 +705,39 @@ class LanguageModel(Model):
         label = name or model_label(*model_name_parts(self))
         return evaluate_suites(chosen, scorer, label, progress)
 
-    def perplexity(self, text: str | Sequence[str | Sequence[str]], bptt: int = 70) -> float:
+    def perplexity(
+        self,
+        text: str | Iterable[str | Sequence[str]],
+        bptt: int = 70,
+        *,
+        tokenized: bool = False,
+        progress: bool | None = None,
+    ) -> float:
         """Perplexity of a text read as PTB's test split is: its lines (a string is split into
-        lines; blank ones are skipped) as one stream, each line closed by ``<eos>``, the state
-        carried along; the first word is not predicted. On PTB's test file this is the run's
-        ``test/ppl`` at test batch size 1."""
+        lines at ``\\n``; blank ones are skipped) as one stream, each line closed by ``<eos>``,
+        the state carried along; the first word is not predicted. On PTB's test file this is the
+        run's ``test/ppl`` at test batch size 1, whether the file is read as raw text (its lines
+        keep their words) or with ``tokenized=True`` (each line's words between spaces, as the
+        data reader splits them). ``progress``: a bar over the tokens (`treernn.progress`:
+        ``None`` shows it in interactive use once the call runs two seconds)."""
         from treernn.evaluation.surprisal import stream_perplexity
         from treernn.files import text_lines
+        from treernn.progress import progress_bar
 
         if isinstance(text, str):  # lines end at \n only, as the data's readers split them
-            lines: Sequence[Any] = [line for line in text_lines(text) if line.strip()]
+            lines: Iterable[Any] = (line for line in text_lines(text) if line.strip())
         else:
             lines = text
-        words = _numbered_words(self, [line for line in lines if self.words(line)])
-        if sum(len(line) + 1 for line in words) < 2:
+        words = [
+            line_words
+            for line_words in _numbered_words(self, lines, allow_empty=True, tokenized=tokenized)
+            if line_words
+        ]
+        tokens = sum(len(line) + 1 for line in words)
+        if tokens < 2:
             raise ConfigValueError("perplexity: the text has no words")
-        return stream_perplexity(self.module, words, bptt)
+        with progress_bar(progress, tokens - 1, "perplexity", unit="token") as bar:
+            return stream_perplexity(self.module, words, bptt, advance=bar.advance)
 
     def check_distances(self) -> None:
         """One line unless the encoder has syntactic distances (what ``trees`` reads)."""
@@ -594,17 +750,22 @@ class LanguageModel(Model):
 
     def trees(
         self,
-        sentences: Sequence[str | Sequence[str]],
+        sentences: Iterable[str | Sequence[str]],
         layer: int | None = None,
         batch_size: int = 64,
+        *,
+        tokenized: bool = False,
     ) -> list[SentenceTrees]:
         """Each sentence's greedy tree per layer from ON-LSTM's syntactic distances (Sec. 5.2,
-        read as ``<eos> w_1 .. w_n <eos>``); ``layer`` (1 = lowest): that layer only."""
+        read as ``<eos> w_1 .. w_n <eos>``); ``layer`` (1 = lowest): that layer only. Each
+        result holds the trees as bracket strings and, through ``nltk_trees()``, as
+        ``nltk.Tree`` objects. ``tokenized``: as `words` takes it."""
         from treernn.parsing.induce import induce_distances, trees_from_distances
         from treernn.parsing.trees import to_bracketed
 
         self.check_distances()
-        words = _numbered_words(self, sentences)
+        sentences = _sentence_list(sentences)
+        words = _numbered_words(self, sentences, tokenized=tokenized)
         vocab = self.vocab
         distances = induce_distances(
             self.module.embedding,
@@ -624,9 +785,267 @@ class LanguageModel(Model):
                 layers=layers,
                 unknown=[word for word in sentence_words if word not in vocab],
                 distances=[distances[index][k - 1].tolist() for k in layers],
+                structures=[per_layer[k - 1][index] for k in layers],
             )
             for index, (sentence, sentence_words) in enumerate(zip(sentences, words))
         ]
+
+    # ------------------------------------------------------------------ scoring as minicons does
+    # The surface of minicons' IncrementalLMScorer (sequence_score, conditional_score,
+    # token_score), on this model's words: every log-probability is in nats (natural log, as
+    # minicons and log_probs give it; base_two=True: in bits), a surprisal is in bits (as
+    # surprisals and LM-Zoo's table give it). Each sentence is read alone after <eos> from a
+    # fresh state; inputs are any iterable, read ahead in slices so that a generator streams.
+
+    def token_score(
+        self,
+        sentences: Iterable[str | Sequence[str]],
+        *,
+        include_end: bool = True,
+        tokenized: bool = False,
+        batch_size: int = 64,
+        progress: bool | None = None,
+        as_dataframe: bool = False,
+    ) -> Any:
+        """Per sentence, a `TokenScore` for every token: its ``word``, the ``token`` the model
+        read (``<unk>`` for a word outside the vocabulary), ``log_prob`` (nats), ``surprisal``
+        (bits), ``unknown``, and ``start``/``end``, the characters of the input string it was read
+        from (`TokenScore`; the PTB normalisation lower-cases and rewrites numbers as ``N``, so a
+        token's text is ``sentence[start:end]`` read as `words` reads it). The closing ``<eos>``
+        ends each sentence unless not ``include_end``; unlike minicons, the first word is scored
+        too (it is predicted from ``<eos>``). ``as_dataframe=True``: one pandas DataFrame, a row
+        per token (``sentence_id`` and ``token_id`` from 1, as LM-Zoo counts); pandas is optional
+        (``pip install pandas``). ``progress``: a bar over the sentences (`treernn.progress`)."""
+        from treernn.evaluation.surprisal import bits
+
+        _not_one_string(sentences, "sentences")
+        vocab = self.vocab
+        results: list[list[TokenScore]] = []
+        for _, tokens, values in self._scored(
+            ((sentence, "", sentence) for sentence in sentences),
+            include_end,
+            tokenized,
+            batch_size,
+            progress,
+            "token_score",
+            _length_of(sentences),
+        ):
+            pieces = [*tokens, ("<eos>", None, None)] if include_end else tokens
+            results.append(
+                [
+                    TokenScore(
+                        word=word,
+                        token=word if word in vocab else "<unk>",
+                        log_prob=value,
+                        surprisal=bits(value),
+                        unknown=word not in vocab,
+                        start=start,
+                        end=end,
+                    )
+                    for (word, start, end), value in zip(pieces, values)
+                ]
+            )
+        if not as_dataframe:
+            return results
+        columns = ("sentence_id", "token_id", *TokenScore.__dataclass_fields__)
+        rows = [
+            {"sentence_id": number, "token_id": position} | asdict(token)
+            for number, sentence in enumerate(results, start=1)
+            for position, token in enumerate(sentence, start=1)
+        ]
+        frame = _dataframe(rows, columns, "token_score(as_dataframe=True)")
+        # offsets stay integers, with <NA> where a token has none (not floats and NaN)
+        return frame.astype({"start": "Int64", "end": "Int64"})
+
+    def sequence_score(
+        self,
+        sentences: Iterable[str | Sequence[str]],
+        reduction: Any = "mean",
+        *,
+        base_two: bool = False,
+        include_end: bool = True,
+        tokenized: bool = False,
+        batch_size: int = 64,
+        progress: bool | None = None,
+        as_dataframe: bool = False,
+    ) -> Any:
+        """Each sentence's score, minicons' ``sequence_score``: its tokens' log-probabilities
+        (nats; ``base_two=True``: bits) reduced by ``reduction``: ``"mean"`` (the default, as
+        minicons': the log-probability per token, normalised by the number of tokens), ``"sum"``
+        (the sentence's log-probability, `log_probs`'s number) or a function of a 1-D float64
+        tensor of them (``lambda x: -x.sum(0).item()``: minicons' surprisal). The tokens are the
+        words and the closing ``<eos>`` (not when ``include_end=False``). ``as_dataframe=True``:
+        a DataFrame with ``sentence_id`` (from 1), ``sentence``, ``score`` and ``tokens`` (how
+        many were scored). ``tokenized``, ``progress``: as `token_score` takes them."""
+        rows = []
+        _not_one_string(sentences, "sentences")
+        for number, (sentence, _, values) in enumerate(
+            self._scored(
+                ((sentence, "", sentence) for sentence in sentences),
+                include_end,
+                tokenized,
+                batch_size,
+                progress,
+                "sequence_score",
+                _length_of(sentences),
+            ),
+            start=1,
+        ):
+            values = [value / math.log(2) for value in values] if base_two else values
+            score = _reduced(values, reduction, f"sentence {number}", sentence)
+            rows.append(
+                {
+                    "sentence_id": number,
+                    "sentence": _shown(sentence),
+                    "score": score,
+                    "tokens": len(values),
+                }
+            )
+        if as_dataframe:
+            columns = ("sentence_id", "sentence", "score", "tokens")
+            return _dataframe(rows, columns, "sequence_score(as_dataframe=True)")
+        return [row["score"] for row in rows]
+
+    def conditional_score(
+        self,
+        prefixes: Iterable[str | Sequence[str]],
+        continuations: Iterable[str | Sequence[str]],
+        reduction: Any = "mean",
+        *,
+        base_two: bool = False,
+        include_end: bool = False,
+        tokenized: bool = False,
+        batch_size: int = 64,
+        progress: bool | None = None,
+        as_dataframe: bool = False,
+    ) -> Any:
+        """Each continuation's score given its prefix, minicons' ``conditional_score``: the
+        sentence ``<eos> prefix continuation`` is read from a fresh state and only the
+        continuation's tokens are scored (``include_end=True``: and the closing ``<eos>``),
+        reduced as `sequence_score` reduces them (default ``"mean"``; ``"sum"`` is
+        ``log p(continuation | prefix)``). Prefix and continuation are tokenised apart (a
+        continuation ``hasn't`` is ``has n't``); an empty prefix scores the continuation as a
+        sentence. ``as_dataframe=True``: ``item_id``, ``prefix``, ``continuation``, ``score``,
+        ``tokens``."""
+        prefixes = _sentence_list(prefixes, "prefixes")
+        continuations = _sentence_list(continuations, "continuations")
+        if len(prefixes) != len(continuations):
+            raise ConfigValueError(
+                f"conditional_score: {len(prefixes)} prefixes and {len(continuations)} "
+                "continuations; give one prefix per continuation"
+            )
+        rows = []
+        for number, ((prefix, continuation), _, values) in enumerate(
+            self._scored(
+                ((pair, pair[0], pair[1]) for pair in zip(prefixes, continuations)),
+                include_end,
+                tokenized,
+                batch_size,
+                progress,
+                "conditional_score",
+                len(prefixes),
+                conditional=True,
+            ),
+            start=1,
+        ):
+            values = [value / math.log(2) for value in values] if base_two else values
+            score = _reduced(values, reduction, f"continuation {number}", continuation)
+            rows.append(
+                {
+                    "item_id": number,
+                    "prefix": _shown(prefix),
+                    "continuation": _shown(continuation),
+                    "score": score,
+                    "tokens": len(values),
+                }
+            )
+        if as_dataframe:
+            columns = ("item_id", "prefix", "continuation", "score", "tokens")
+            return _dataframe(rows, columns, "conditional_score(as_dataframe=True)")
+        return [row["score"] for row in rows]
+
+    def blimp(
+        self,
+        pairs: Any,
+        method: str = "full",
+        *,
+        include_end: bool = True,
+        batch_size: int = 64,
+        progress: bool | None = None,
+    ) -> Any:
+        """BLiMP minimal pairs scored as BLiMP's own evaluation scores them
+        (`treernn.evaluation.blimp`): ``pairs`` a BLiMP jsonl file, a list of them, or
+        `MinimalPair`s / dicts in BLiMP's keys. ``method``: ``"full"`` (the sentences' whole
+        log-probabilities, with ``<eos>`` unless ``include_end=False``), ``"one_prefix"`` (the
+        good and bad word given the shared prefix) or ``"two_prefix"`` (the shared word given
+        the good and the bad prefix); pairs without the method's keys are left out and counted.
+        Returns a `treernn.evaluation.blimp.BlimpResult`: accuracy over all pairs, per paradigm
+        (UID), phenomenon (``linguistics_term``) and ``field``, every pair's two scores (nats)
+        and which pairs tied (counted wrong)."""
+        from treernn.evaluation.blimp import evaluate_blimp, pairs_from
+
+        def score(prefixes: list[str], continuations: list[str], end: bool) -> list[float]:
+            return self.conditional_score(
+                prefixes,
+                continuations,
+                reduction="sum",
+                include_end=end,
+                batch_size=batch_size,
+                progress=progress,
+            )
+
+        return evaluate_blimp(score, pairs_from(pairs), method, include_end=include_end)
+
+    def _scored(
+        self,
+        items: Iterable[tuple[Any, Any, Any]],
+        include_end: bool,
+        tokenized: bool,
+        batch_size: int,
+        progress: bool | None,
+        description: str,
+        total: int | None,
+        conditional: bool = False,
+    ):
+        """For each ``(item, prefix, text)``: ``(item, text's tokens, log-probabilities)``, in
+        order, the tokens of ``text`` scored after ``<eos>`` and ``prefix``'s words (their
+        ``<eos>`` too when ``include_end``). Reads ``items`` a slice at a time."""
+        from itertools import islice
+
+        from treernn.evaluation.surprisal import word_log_probs
+        from treernn.progress import progress_bar
+
+        iterator = iter(items)
+        number = 0
+        with progress_bar(progress, total, description, unit="sentence") as bar:
+            while chunk := list(islice(iterator, batch_size * _READ_AHEAD_BATCHES)):
+                read = []
+                for item, prefix, text in chunk:
+                    number += 1
+                    context = self.words(prefix, tokenized=tokenized) if prefix else []
+                    tokens = self._tokens(text, tokenized=tokenized)
+                    words = [word for word, _, _ in tokens]
+                    label = f"{'continuation' if conditional else 'sentence'} {number}"
+                    _check_words(self, label, _shown(prefix), context, allow_empty=True)
+                    _check_words(self, label, text, words, allow_empty=True)
+                    read.append((item, context, tokens))
+                values = word_log_probs(
+                    self.module,
+                    [[*context, *(word for word, _, _ in tokens)] for _, context, tokens in read],
+                    batch_size,
+                    advance=bar.advance,
+                )
+                for (item, context, tokens), sentence_values in zip(read, values):
+                    end = len(context) + len(tokens) + (1 if include_end else 0)
+                    yield item, tokens, sentence_values[len(context) : end]
+
+
+def _length_of(items: Any) -> int | None:
+    """How many items there are, where that is known before reading them (a bar's total)."""
+    try:
+        return len(items)
+    except TypeError:  # a generator: the bar counts without a total
+        return None
 
 
 class Classifier(Model):
@@ -755,6 +1174,7 @@ class Classifier(Model):
                         words=leaves,
                         trees=[to_bracketed(per_layer[k - 1][row], leaves) for k in layers],
                         layers=layers,
+                        structures=[per_layer[k - 1][row] for k in layers],
                     )
                 )
         return results

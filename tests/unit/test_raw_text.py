@@ -6,7 +6,10 @@ from __future__ import annotations
 import io
 import math
 
-from treernn.data.raw_text import formula_tokens, ptb_words
+import pytest
+
+from treernn.data.ptb import read_lines
+from treernn.data.raw_text import formula_tokens, ptb_tokens, ptb_words, whitespace_tokens
 from treernn.evaluation.surprisal import (
     read_surprisal_table,
     surprisal_rows,
@@ -24,10 +27,12 @@ def test_numbers_and_percent_become_n_as_in_the_ptb_files():
 
 def test_treebank_tokenisation_and_kept_symbols():
     # contractions split as the treebank does; $ & # and the possessive ' are kept, other
-    # punctuation (quotes, dashes, commas) is dropped; words with digits stay words
+    # punctuation (quotes, dashes, commas) is dropped; words with digits stay words; a & inside
+    # a name stays in it, as the PTB files write at&t and s&p
     assert ptb_words('He said "don\'t" -- the investors\' 1950s AT&T cars.') == [
-        "he", "said", "do", "n't", "the", "investors", "'", "1950s", "at", "&", "t", "cars",
+        "he", "said", "do", "n't", "the", "investors", "'", "1950s", "at&t", "cars",
     ]  # fmt: skip
+    assert ptb_words("Tom & Jerry's R&D") == ["tom", "&", "jerry", "'s", "r&d"]
     assert ptb_words("?! ...") == []
 
 
@@ -38,6 +43,60 @@ def test_a_period_inside_a_line_is_split_off_only_where_the_vocabulary_says_so()
         "he", "left", "the", "u.s.", "that", "year", "he", "left",
     ]  # fmt: skip
     assert ptb_words("He left the U.S. that year. He left")[5] == "year."
+
+
+def test_text_already_in_ptb_form_keeps_its_words():
+    # what the PTB files write comes back word for word: N stays the number (not n, which the
+    # vocabulary lacks), <unk> stays whole, s&p and c$ are words, and a line's last word keeps
+    # an abbreviation's period (the tokeniser splits a text's last period off)
+    vocab = {"N", "<unk>", "s&p", "c$", "u.s.", "corp.", "corp", "rose", "in", "the", "of"}
+    line = "the s&p rose N N in c$ N <unk> of the u.s."
+    assert ptb_words(line, vocab) == line.split()
+    assert ptb_words("shares of <unk> corp.", vocab)[-1] == "corp."
+    assert ptb_words("shares of <unk> corp", vocab)[-1] == "corp"
+    # raw text: a sentence's period after a word is dropped, an abbreviation's kept
+    assert ptb_words("He lives in the U.S.", vocab)[-1] == "u.s."
+    assert ptb_words("He works at Acme Corp.", vocab)[-1] == "corp."
+    assert ptb_words("Prices rose in the year.", vocab)[-1] == "year"
+    # without a vocabulary, a word with a period inside is an abbreviation
+    assert ptb_words("He lives in the U.S.")[-1] == "u.s."
+
+
+def test_the_ptb_test_file_reads_as_the_data_reader_reads_it(data_dir):
+    # every line of PTB's own test file, through the normaliser with the run's vocabulary
+    # (train, valid and test, as the DataModule builds it), is the reader's words exactly
+    files = {split: data_dir / "ptb" / f"ptb.{split}.txt" for split in ("train", "valid", "test")}
+    vocab = {word for path in files.values() for line in read_lines(path) for word in line}
+    raw = files["test"].read_text(encoding="utf-8").split("\n")[: len(read_lines(files["test"]))]
+    different = [
+        (number, line)
+        for number, (line, words) in enumerate(zip(raw, read_lines(files["test"])), start=1)
+        if ptb_words(line, vocab) != words[:-1]  # the reader's words end with <eos>
+    ]
+    assert len(raw) == 3761 and different == []
+
+
+def test_every_word_keeps_the_span_it_was_read_from():
+    text = "AT&T's price rose 5% to $1,000 in the U.S."
+    tokens = ptb_tokens(text, {"at&t", "'s", "u.s."})
+    assert [(t.word, text[t.start : t.end]) for t in tokens] == [
+        ("at&t", "AT&T"), ("'s", "'s"), ("price", "price"), ("rose", "rose"), ("N", "5"),
+        ("N", "%"), ("to", "to"), ("$", "$"), ("N", "1,000"), ("in", "in"), ("the", "the"),
+        ("u.s.", "U.S."),
+    ]  # fmt: skip
+    # a word that loses its period inside a line keeps the span of the word alone
+    (year,) = [t for t in ptb_tokens("the year. then", {"year", "the", "then"}) if t.word == "year"]
+    assert (year.start, year.end) == (4, 8)
+    # text already tokenised: the words between spaces, as they are
+    assert [tuple(t) for t in whitespace_tokens(" the  N\tu.s.")] == [
+        ("the", 1, 4), ("N", 6, 7), ("u.s.", 8, 12),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", ['"', "''a", "a ''", "<unk", "x&", "&&y", "C$", "..", "''\"x"])
+def test_odd_text_tokenises_without_error(text):
+    for token in ptb_tokens(text):
+        assert 0 <= token.start < token.end <= len(text)
 
 
 def test_formula_brackets_need_no_spaces():

@@ -7,13 +7,15 @@
 The input (a UTF-8 text file, or ``-``: standard input) has one sentence per line, lines ending
 at ``\\n`` only (a form feed or U+2028 inside a line is part of it); blank lines are skipped.
 Each is tokenised as the model's training data was (PTB: Treebank tokenisation, lower case,
-numbers and ``%`` as ``N``, punctuation dropped; `treernn.data.raw_text`) and read alone after
-``<eos>`` from a fresh state. The table (tab-separated, to standard output or to ``--out``, a new
-file unless ``--force``) has the header ``sentence_id token_id token surprisal`` and one row per
-token: ids from 1, the token as the model read it (``<unk>`` for a word outside the vocabulary;
-``--words`` writes the word instead), the closing ``<eos>`` last, the surprisal ``-log2 p(token |
-<eos> and the tokens before)`` in bits. A line with no word left (only punctuation: ``...``)
-keeps its id and has the one row of its ``<eos>``.
+numbers and ``%`` as ``N``, punctuation dropped; `treernn.data.raw_text`; a line already in that
+form keeps its words; ``--tokenized``: the words between spaces, as they are) and read alone
+after ``<eos>`` from a fresh state. The table (tab-separated, to standard output or to
+``--out``, a new file unless ``--force``) has the header ``sentence_id token_id token
+surprisal`` and one row per token: ids from 1, the token as the model read it (``<unk>`` for a
+word outside the vocabulary; ``--words`` writes the word instead), the closing ``<eos>`` last,
+the surprisal ``-log2 p(token | <eos> and the tokens before)`` in bits. A line with no word left
+(only punctuation: ``...``) keeps its id and has the one row of its ``<eos>``. A long input
+shows a progress bar on standard error when that is a terminal (``--no-progress``: never).
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--words", action="store_true", help="write unknown words as they are, not as <unk>"
     )
+    parser.add_argument(
+        "--tokenized", action="store_true", help="take each line's words between spaces"
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar on standard error"
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default=default_device())
 
@@ -53,7 +61,12 @@ def run(args: argparse.Namespace) -> int:
         raise DataError(f"--input {args.input} has no sentence")
     model = load(args.ckpt, args.device, kind="language_model", command="surprisals")
     # a line whose words are all punctuation keeps its id: the model scores it as its <eos>
-    results = model.surprisals(sentences, batch_size=args.batch_size)
+    results = model.token_score(
+        sentences,
+        tokenized=args.tokenized,
+        batch_size=args.batch_size,
+        progress=False if args.no_progress else None,
+    )
     rows = [
         [(token.word if args.words else token.token, token.surprisal) for token in sentence]
         for sentence in results

@@ -1,12 +1,15 @@
 """Induced trees of a language model for sentences you type (ON-LSTM paper, Appendix A).
 
-    python -m treernn trees --ckpt PATH "sentence one" "sentence two" ... [--layer K] [--json]
+    python -m treernn trees --ckpt PATH "sentence one" "sentence two" ... [--layer K]
+        [--json | --draw] [--tokenized]
 
 ``--ckpt``: a checkpoint, a run directory or an exported model. Each sentence is tokenised as the
 PTB language-modelling data was (Treebank tokenisation, lower case, numbers and ``%`` as ``N``,
-punctuation dropped: `treernn.data.raw_text`); every layer's greedy tree over the words
-(``--layer``: one) is printed as brackets (``--json``: with the distances). The same trees come
-from ``treernn.load(PATH).trees(sentences)``.
+punctuation dropped: `treernn.data.raw_text`; ``--tokenized``: its words between spaces, as
+they are); every layer's greedy tree over the words (``--layer``: one) is printed as unlabeled
+brackets (``--json``: with the distances; ``--draw``: drawn, as nltk's ``Tree.pretty_print``
+draws them). The same trees come from ``treernn.load(PATH).trees(sentences)``, with
+``nltk.Tree`` objects from each result's ``nltk_trees()``.
 """
 
 from __future__ import annotations
@@ -28,19 +31,40 @@ def induced_trees(
     device: str = "cpu",
     batch_size: int = 64,
     layer: int | None = None,
+    tokenized: bool = False,
+    drawn: bool = False,
 ) -> list[dict[str, Any]]:
-    """For each sentence: its words, the words read as ``<unk>``, and the tree of every layer."""
+    """For each sentence: its words, the words read as ``<unk>``, and the tree of every layer
+    (brackets; ``drawn``: and ``drawings``, each tree drawn as nltk draws it)."""
     model = load(ckpt, device, kind="language_model", command="trees")
     model.check_distances()
-    return [asdict(result) for result in model.trees(sentences, layer, batch_size)]
+    results = []
+    for result in model.trees(sentences, layer, batch_size, tokenized=tokenized):
+        record = asdict(result)
+        del record["structures"]  # the brackets say the same, as text
+        if drawn:
+            record["drawings"] = [draw(tree) for tree in result.nltk_trees()]
+        results.append(record)
+    return results
+
+
+def draw(tree: Any) -> str:
+    """An ``nltk.Tree`` drawn as text (``Tree.pretty_print``), trailing spaces cut."""
+    import io
+
+    out = io.StringIO()
+    tree.pretty_print(stream=out)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines() if line.strip())
 
 
 def format_trees(results: Sequence[dict[str, Any]]) -> str:
     lines = []
     for number, result in enumerate(results, start=1):
         lines.append(f"sentence {number}: {' '.join(result['words'])}")
-        for layer, tree in zip(result["layers"], result["trees"]):
+        drawings = result.get("drawings") or [""] * len(result["trees"])
+        for layer, tree, drawing in zip(result["layers"], result["trees"], drawings):
             lines.append(f"  layer {layer}: {tree}")
+            lines.extend("    " + line for line in drawing.splitlines())
         if result["unknown"]:
             lines.append(f"  read as <unk>: {', '.join(result['unknown'])}")
     return "\n".join(lines)
@@ -52,12 +76,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("sentences", nargs="+")
     parser.add_argument("--layer", type=int, default=None, help="one layer (1 = lowest)")
-    parser.add_argument("--json", action="store_true", help="print JSON with the distances")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print JSON with the distances")
+    shown.add_argument("--draw", action="store_true", help="draw each tree under its brackets")
+    parser.add_argument(
+        "--tokenized", action="store_true", help="take each sentence's words between spaces"
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default=default_device())
 
 
 def run(args: argparse.Namespace) -> int:
-    results = induced_trees(args.ckpt, args.sentences, args.device, args.batch_size, args.layer)
+    results = induced_trees(
+        args.ckpt,
+        args.sentences,
+        args.device,
+        args.batch_size,
+        args.layer,
+        args.tokenized,
+        drawn=args.draw,
+    )
     print(json.dumps(results, indent=2) if args.json else format_trees(results))
     return 0

@@ -16,7 +16,7 @@ surprisal table (the format SyntaxGym and psycholinguistic studies read).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -37,10 +37,16 @@ SURPRISAL_HEADER = ("sentence_id", "token_id", "token", "surprisal")
 
 
 @torch.no_grad()
-def word_log_probs(task: Any, sentences: Sequence[Sequence[str]], batch_size: int = 64):
+def word_log_probs(
+    task: Any,
+    sentences: Sequence[Sequence[str]],
+    batch_size: int = 64,
+    advance: Callable[[int], None] | None = None,
+):
     """``log p`` (nats) of each word of each sentence and of its closing ``<eos>``: a list of
     ``len(words) + 1`` floats per sentence. ``task``: a language model task (its ``vocab`` with
-    ``<eos>`` and ``token_log_probs``). Sentences are batched by length; padding changes nothing."""
+    ``<eos>`` and ``token_log_probs``). Sentences are batched by length; padding changes nothing.
+    ``advance``: called with the number of sentences of each batch once it is scored."""
     vocab = task.vocab
     eos = vocab.eos_index
     device = next(task.parameters()).device
@@ -62,13 +68,21 @@ def word_log_probs(task: Any, sentences: Sequence[Sequence[str]], batch_size: in
         log_probs = log_probs.float().cpu()  # (B, T)
         for row, index in enumerate(chunk):
             results[index] = log_probs[row, : len(encoded[index]) + 1].tolist()
+        if advance is not None:
+            advance(len(chunk))
     return results
 
 
 @torch.no_grad()
-def stream_perplexity(task: Any, lines: Sequence[Sequence[str]], bptt: int = 70) -> float:
+def stream_perplexity(
+    task: Any,
+    lines: Sequence[Sequence[str]],
+    bptt: int = 70,
+    advance: Callable[[int], None] | None = None,
+) -> float:
     """Perplexity of ``lines`` (words, without ``<eos>``) read as one stream, as the PTB test split
-    is read (module docstring). Needs at least two tokens (one word and its ``<eos>``)."""
+    is read (module docstring). Needs at least two tokens (one word and its ``<eos>``).
+    ``advance``: called with the number of tokens predicted in each segment."""
     vocab = task.vocab
     stream = [index for line in lines for index in [*vocab.encode(line), vocab.eos_index]]
     if len(stream) < 2:
@@ -88,6 +102,8 @@ def stream_perplexity(task: Any, lines: Sequence[Sequence[str]], bptt: int = 70)
             log_probs = logits.float().log_softmax(-1).gather(-1, targets.unsqueeze(-1))
             total -= float(log_probs.double().sum())
             count += targets.numel()
+            if advance is not None:
+                advance(targets.numel())
     finally:
         task.train(was_training)
     return math.exp(total / count)

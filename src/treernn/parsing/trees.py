@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 Tree: TypeAlias = int | tuple["Tree", ...]
 Span: TypeAlias = tuple[int, int]
@@ -213,6 +213,32 @@ def to_bracketed(tree: Tree, words: Sequence[str]) -> str:
             stack.append(None)
             stack.extend(reversed(node))
     return "".join(parts)
+
+
+def to_nltk(tree: Tree, words: Sequence[str], label: str = "") -> Any:
+    """The tree as an ``nltk.Tree`` with ``words`` at its leaves and ``label`` on every bracket
+    (default: none, an unlabeled tree); a one-word sentence is one bracket around the word.
+    ``nltk.Tree.fromstring`` reads back what ``str`` of it writes only when ``label`` is given
+    (unlabeled, it takes each bracket's first word for its label)."""
+    from nltk import Tree as NltkTree
+
+    if isinstance(tree, int):
+        return NltkTree(label, [words[tree]])
+    built: list[Any] = []
+    # (node, number of results before its children, expanded?)
+    stack: list[tuple[Tree, int, bool]] = [(tree, 0, False)]
+    while stack:
+        node, first_child, expanded = stack.pop()
+        if isinstance(node, int):
+            built.append(words[node])
+        elif expanded:
+            children = built[first_child:]
+            del built[first_child:]
+            built.append(NltkTree(label, children))
+        else:
+            stack.append((node, len(built), True))
+            stack.extend((child, 0, False) for child in reversed(node))
+    return built[0]
 
 
 def tree_from_nested(nested: object) -> Tree:
