@@ -37,20 +37,40 @@ PROBE = textwrap.dedent(
     started = time.perf_counter()
     import treernn
     model = treernn.load(sys.argv[1], device="cpu")
-    sentences = json.loads(sys.argv[2])
+    sentences, pairs = json.loads(sys.argv[2]), json.loads(sys.argv[3])
     out = {
         "module": treernn.__file__,
         "surprisals": [[(t.token, t.surprisal) for t in s] for s in model.surprisals(sentences)],
         "log_probs": model.log_probs(sentences),
         "trees": [t.trees for t in model.trees(sentences)],
         "perplexity": model.perplexity("\\n".join(sentences)),
+        "tokens": [[(t.word, t.start, t.end, t.log_prob) for t in s]
+                   for s in model.token_score(sentences)],
+        "blimp": {method: [(item.good, item.bad) for item in model.blimp(pairs, method).items]
+                  for method in ("full", "one_prefix", "two_prefix")},
         "seconds": time.perf_counter() - started,
-        "loaded": sorted(name for name in sys.modules if name.partition(".")[0] in sys.argv[3:]),
-        "installed": [name for name in sys.argv[3:] if importlib.util.find_spec(name)],
+        "loaded": sorted(name for name in sys.modules if name.partition(".")[0] in sys.argv[4:]),
+        "installed": [name for name in sys.argv[4:] if importlib.util.find_spec(name)],
     }
     print(json.dumps(out))
     """
 )
+#: two BLiMP lines in BLiMP's keys, with what the prefix methods need
+PAIRS = [
+    {
+        "sentence_good": "The cat sees a dog.", "sentence_bad": "The cat likes a dog.",
+        "one_prefix_prefix": "The cat", "one_prefix_word_good": "sees",
+        "one_prefix_word_bad": "likes", "field": "morphology",
+        "linguistics_term": "subject_verb_agreement", "UID": "regular_plural_subject_verb",
+        "pairID": "0",
+    },
+    {
+        "sentence_good": "A woman buys the company.", "sentence_bad": "Company the buys woman a.",
+        "two_prefix_prefix_good": "A woman buys", "two_prefix_prefix_bad": "A man sells",
+        "two_prefix_word": "the", "field": "syntax", "linguistics_term": "argument_structure",
+        "UID": "transitive", "pairID": "1",
+    },
+]  # fmt: skip
 
 
 def run(command: list[str], **options) -> subprocess.CompletedProcess:
@@ -96,7 +116,15 @@ def test_the_core_install_loads_an_export_and_scores_without_the_training_stack(
         assert package not in names, f"{package} came with the core install"
 
     probe = run(
-        [python, "-c", PROBE, str(FIXTURE), json.dumps(EXPECTED["sentences"]), *TRAINING_STACK],
+        [
+            python,
+            "-c",
+            PROBE,
+            str(FIXTURE),
+            json.dumps(EXPECTED["sentences"]),
+            json.dumps(PAIRS),
+            *TRAINING_STACK,
+        ],
         cwd=tmp_path,
         env=env,
         timeout=900,
@@ -113,6 +141,33 @@ def test_the_core_install_loads_an_export_and_scores_without_the_training_stack(
     assert got["log_probs"] == pytest.approx(EXPECTED["log_probs"], rel=1e-5)
     assert got["trees"] == EXPECTED["trees"]
     assert got["perplexity"] == pytest.approx(EXPECTED["perplexity"], rel=1e-5)
+    # per-token scores with the input's spans, and BLiMP by each method: what this checkout's
+    # install computes, pair by pair and token by token
+    here = run(
+        [sys.executable, "-c", PROBE, str(FIXTURE), json.dumps(EXPECTED["sentences"]),
+         json.dumps(PAIRS)],
+        cwd=tmp_path, env={**env, "TREERNN_CACHE_DIR": str(tmp_path / "cache-here")}, timeout=900,
+    )  # fmt: skip
+    assert here.returncode == 0, here.stderr[-3000:]
+    expected = json.loads(here.stdout.strip().splitlines()[-1])
+    assert [word for word, *_ in got["tokens"][0]] == ["the", "cat", "sees", "a", "dog", "<eos>"]
+    text = EXPECTED["sentences"][0]
+    assert [text[start:end] for _, start, end, _ in got["tokens"][0][:5]] == [
+        "The", "cat", "sees", "a", "dog",
+    ]  # fmt: skip
+    for sentence, expected_sentence in zip(got["tokens"], expected["tokens"], strict=True):
+        assert [row[:3] for row in sentence] == [row[:3] for row in expected_sentence]
+        assert [row[3] for row in sentence] == pytest.approx(
+            [row[3] for row in expected_sentence], rel=1e-5
+        )
+    # the full method scores both pairs; each prefix method the one pair with its keys
+    assert {method: len(rows) for method, rows in got["blimp"].items()} == {
+        "full": 2, "one_prefix": 1, "two_prefix": 1,
+    }  # fmt: skip
+    for method, rows in got["blimp"].items():
+        assert [list(row) for row in rows] == [
+            pytest.approx(list(row), rel=1e-5) for row in expected["blimp"][method]
+        ]
 
     # the console script scores a file too, and the training entry says what it lacks
     sentences = tmp_path / "sentences.txt"
@@ -132,6 +187,25 @@ def test_the_core_install_loads_an_export_and_scores_without_the_training_stack(
     )
     assert table.returncode == 0, table.stderr[-3000:]
     assert "cat" in table.stdout and "4.4796" in table.stdout
+    drawn_at = time.perf_counter()
+    drawing = run(
+        [str(venv / "bin" / "treernn"), "trees", "--ckpt", str(FIXTURE), "--layer", "1",
+         "--draw", EXPECTED["sentences"][0]],
+        cwd=tmp_path, env=env, timeout=600,
+    )  # fmt: skip
+    draw_seconds = time.perf_counter() - drawn_at
+    assert drawing.returncode == 0, drawing.stderr[-3000:]
+    # the fixture's first layer, ((the (cat sees)) (a dog)), as nltk draws it
+    assert drawing.stdout.splitlines()[1:] == [
+        "  layer 1: ((the (cat sees)) (a dog))",
+        "                 X",
+        "          _______|________",
+        "         X                |",
+        "      ___|___             |",
+        "     |       X            X",
+        "     |    ___|___      ___|___",
+        "    the cat     sees  a      dog",
+    ]
     train = run([str(venv / "bin" / "treernn-train"), "task=ptb"], cwd=tmp_path, env=env)
     assert train.returncode == 1
     assert train.stderr.strip().splitlines() == [
@@ -146,6 +220,6 @@ def test_the_core_install_loads_an_export_and_scores_without_the_training_stack(
     print(
         f"\ncore install: {len(names)} packages, {size} (torch {torch_size}); wheel and install "
         f"{installed_at - started:.0f} s; load and score (C++ kernels built on first use) "
-        f"{got['seconds']:.1f} s"
+        f"{got['seconds']:.1f} s; a drawn tree (the console script) {draw_seconds:.1f} s"
     )
     shutil.rmtree(venv)
