@@ -224,3 +224,26 @@ def test_a_gru_on_the_lstm_recipe_stops_as_diverged(tmp_path):
     (status,) = tmp_path.glob("ptb/example_gru/*/status.json")
     record = json.loads(status.read_text())
     assert record["status"] == "failed" and record["error"] == errors[0].removeprefix("error: ")
+
+
+def test_the_raw_test_file_scores_the_runs_test_perplexity(tmp_path, data_dir):
+    """``treernn.load(run).perplexity(open("ptb.test.txt").read())``, as the docs show it, is the
+    run's ``test/ppl`` over the whole test split at test batch size 1: the file is already in PTB
+    form, and reading it again keeps its words (``N``, ``<unk>``, ``s&p``, a line's last ``u.s.``;
+    the normaliser once turned 2,434 ``N`` into ``n`` and gave 581.46 for a run's 546.26). The
+    same file with ``tokenized=True`` gives the same number."""
+    import treernn
+
+    run_dir = _single_run(
+        tmp_path,
+        "trainer.max_steps=3",
+        "trainer.limit_test_batches=1.0",
+        "task.datamodule.test_batch_size=1",
+    )
+    expected = json.loads((run_dir / "metrics.json").read_text())["test/ppl"]
+    model = treernn.load(run_dir, device="cpu")
+    text = (data_dir / "ptb" / "ptb.test.txt").read_text()
+    assert model.perplexity(text, progress=False) == pytest.approx(expected, rel=1e-5)
+    assert model.perplexity(text, tokenized=True, progress=False) == pytest.approx(
+        expected, rel=1e-5
+    )
