@@ -49,7 +49,7 @@ from treernn.lifecycle.process import (
     route_lightning_logs,
     set_threads,
 )
-from treernn.lifecycle.records import RunState
+from treernn.lifecycle.records import RunState, is_fraction
 from treernn.lifecycle.sweeps import layout
 
 log = logging.getLogger("treernn")
@@ -270,8 +270,6 @@ def _report(cfg: DictConfig, metrics: dict[str, float]) -> None:
     output_dir = Path(cfg.paths.output_dir)
     text_json = json.dumps(metrics, indent=2, sort_keys=True).encode()
     atomic_write(output_dir / "metrics.json", lambda handle: handle.write(text_json))
-    from treernn.reporting.run_records import is_fraction
-
     keys = [k for k in sorted(metrics) if k.startswith(("val/", "test/"))]
     # accuracies in %, as every table and report prints them (metrics.json keeps the logged
     # fractions)
