@@ -43,7 +43,17 @@ CHOICES: dict[str, tuple[Any, ...]] = {
 }
 
 #: config nodes whose ``_target_`` constructors are checked, with their nested partials
-TARGET_NODES = ("model", "task.module", "task.datamodule", "trainer")
+TARGET_NODES = ("model", "task.module", "task.datamodule", "trainer", "builtin_callbacks")
+
+#: the callbacks every run has (conf/builtin_callbacks/default.yaml), which the executor
+#: (`treernn.lifecycle.execute`) builds by these keys
+BUILTIN_CALLBACKS = (
+    "divergence",
+    "progress_bar",
+    "last_checkpoint",
+    "graceful_stop",
+    "unvalidated_tail",
+)
 
 Check = Callable[[Any], bool]
 
@@ -146,10 +156,26 @@ def _walk(node: Any, prefix: str) -> Iterator[tuple[str, str, Any]]:
 def check_config(cfg: DictConfig) -> None:
     """Raise `ConfigValueError` for the first value of the wrong type, range or choice."""
     check_switches(cfg)
+    check_builtin_callbacks(cfg)
     for section in TARGET_NODES:
         node = OmegaConf.select(cfg, section)
         if isinstance(node, DictConfig):
             check_targets(node, section)
+
+
+def check_builtin_callbacks(cfg: DictConfig) -> None:
+    """Every built-in callback is there with its ``_target_``: the executor holds on to them (the
+    last checkpoint to test, the stop on a signal), and the switches that turn two of them off
+    are the trainer's ``enable_progress_bar`` and ``enable_checkpointing``."""
+    for key in BUILTIN_CALLBACKS:
+        node = OmegaConf.select(cfg, f"builtin_callbacks.{key}")
+        if not (isinstance(node, DictConfig) and "_target_" in node):
+            raise ConfigValueError(
+                f"builtin_callbacks.{key} names no callback (a _target_): every run builds it "
+                "(conf/builtin_callbacks/default.yaml); drop the override that removed it (the "
+                "progress bar and last.ckpt go with trainer.enable_progress_bar=false and "
+                "trainer.enable_checkpointing=false)"
+            )
 
 
 def check_switches(cfg: DictConfig) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from treernn.commands import command_parsers
 from treernn.reporting.pages import planned_pages, stale_pages
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +62,9 @@ def test_the_docs_site_builds_strict(tmp_path):
 def test_the_results_pages_are_what_report_pages_writes():
     """Complete sweeps only: a sweep still running beside the kept ones (untracked in a
     checkout that runs one) changes nothing."""
-    files = planned_pages(REPO_ROOT / "results", REPO_ROOT / "docs", REPO_ROOT / "README.md")
+    parsers = command_parsers("treernn")
+    files = planned_pages(
+        REPO_ROOT / "results", REPO_ROOT / "docs", REPO_ROOT / "README.md", parsers
+    )
     stale = stale_pages(files, REPO_ROOT / "docs")
     assert not stale, f"run `python -m treernn report pages` and commit: {stale}"

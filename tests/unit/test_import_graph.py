@@ -1,6 +1,7 @@
 """The shape of the package (CONTRIBUTING's map): no import circle between treernn's modules (a
 function-level import counts: it is a circle that a reader must untangle all the same), callbacks
-used only by the run entry, and no command importing another command."""
+built from config and imported by no module outside them, and no command importing another
+command."""
 
 from __future__ import annotations
 
@@ -71,10 +72,10 @@ def test_no_import_circles():
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_callbacks_are_used_only_by_the_run_entry(name):
-    # the run entry: treernn.lifecycle.entry, and the executor it hands a plan to
-    entry = ("treernn.lifecycle.entry", "treernn.training", "treernn.lifecycle.execute")
-    if name.startswith("treernn.callbacks") or name in entry:
+def test_callbacks_are_built_from_config_not_imported(name):
+    # every callback, the run's built-in ones too, is built by its _target_ (conf/callbacks/,
+    # conf/builtin_callbacks/, a task's callbacks)
+    if name.startswith("treernn.callbacks"):
         return
     assert not {m for m in imports_of(name) if m.startswith("treernn.callbacks")}, name
 
@@ -83,3 +84,40 @@ def test_no_command_imports_another():
     commands = [name for name in MODULES if name.startswith("treernn.commands.")]
     for name in commands:
         assert not {m for m in imports_of(name) if m in commands and m != name}, name
+
+
+def in_package(module: str, package: str) -> bool:
+    return module == package or module.startswith(f"{package}.")
+
+
+#: (lower, upper): no module of the lower package imports one of the upper. The lifecycle builds
+#: callbacks from their config (conf/callbacks/, conf/builtin_callbacks/) and hands a sweep's
+#: report to the function conf/hydra/default.yaml names; the commands hand their parsers to the
+#: docs' commands page.
+NO_TIES_UP = [
+    ("treernn.lifecycle", "treernn.callbacks"),
+    ("treernn.lifecycle", "treernn.reporting"),
+    ("treernn.reporting", "treernn.commands"),
+]
+
+
+@pytest.mark.parametrize(("lower", "upper"), NO_TIES_UP)
+def test_no_tie_runs_back_up(lower, upper):
+    ties = sorted(
+        f"{name} -> {target}"
+        for name in MODULES
+        if in_package(name, lower)
+        for target in imports_of(name)
+        if in_package(target, upper)
+    )
+    assert ties == [], f"{lower} imports {upper}:\n" + "\n".join(ties)
+
+
+def test_a_tie_up_is_seen(tmp_path, monkeypatch):
+    """The check finds a function-level import as it finds one at the top."""
+    module = tmp_path / "runner.py"
+    module.write_text("def run():\n    from treernn.reporting import table\n")
+    monkeypatch.setitem(MODULES, "treernn.lifecycle.runner", module)
+    assert imports_of("treernn.lifecycle.runner") == {"treernn.reporting.table"}
+    with pytest.raises(AssertionError, match="treernn.lifecycle.runner -> treernn.reporting"):
+        test_no_tie_runs_back_up("treernn.lifecycle", "treernn.reporting")

@@ -9,7 +9,7 @@ import json
 from omegaconf import OmegaConf
 
 from treernn.lifecycle.execute import _report
-from treernn.reporting.run_records import is_fraction
+from treernn.lifecycle.records import is_fraction
 
 
 def test_which_logged_metrics_are_fractions():

@@ -9,6 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.unit.test_report_claims import make_run
+from treernn.commands import command_parsers
 from treernn.commands import main as treernn_main
 from treernn.errors import UserError
 from treernn.reporting.pages import (
@@ -58,7 +59,7 @@ def test_the_pages_and_the_excerpt_are_written_and_checked(tmp_path):
     sst2_sweep(results, "done", 6)
     sst2_sweep(results, "running", 2)
     readme.write_text(README)
-    files = planned_pages(results, docs, readme)
+    files = planned_pages(results, docs, readme, command_parsers("treernn"))
     assert set(files) == {
         docs / "results" / "index.md",
         docs / "results" / "sst2" / "done.md",

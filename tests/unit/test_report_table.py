@@ -13,11 +13,11 @@ import types
 from pathlib import Path
 
 import pytest
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from treernn.commands import main as treernn_main
 from treernn.lifecycle.sweeps.layout import sweep_job_dirs
-from treernn.lifecycle.sweeps.summary import SweepSummary
 from treernn.reporting.paper import PAPER_LENGTH_ACCURACY, PAPER_RESULTS, PAPER_SYSGEN_ACCURACY
 from treernn.reporting.run_records import load_runs
 from treernn.reporting.table import Cell, report_table
@@ -450,6 +450,12 @@ def test_runs_logged_to_wandb_send_the_table_there(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- the sweep's end
+def sweep_summary():
+    """The multirun's Hydra callback as the sweep's config builds it, with the report it names."""
+    hydra_conf = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf/hydra/default.yaml")
+    return instantiate(hydra_conf.callbacks.sweep_summary)
+
+
 def sweep_config(log_dir: Path, name: str):
     return OmegaConf.create(
         {"hydra": {"sweep": {"dir": f"{log_dir}/multirun/logic/onlstm/{name}"}}}
@@ -524,7 +530,7 @@ def test_a_broken_report_does_not_hide_the_sweep_summary(tmp_path, monkeypatch, 
     make_run(sweep, "0", [], {"test/acc": 0.5})
     make_run(sweep, "1", [], {"val/acc": 0.5})  # no test results: the table is one line
     config = sweep_config(tmp_path, "T1")
-    SweepSummary().on_multirun_end(config)
+    sweep_summary().on_multirun_end(config)
     captured = capsys.readouterr()
     assert "sweep finished: 2 jobs" in captured.out
     assert "sweep table: " in captured.err and "without test results" in captured.err
@@ -534,7 +540,7 @@ def test_a_broken_report_does_not_hide_the_sweep_summary(tmp_path, monkeypatch, 
 
     monkeypatch.setattr("treernn.reporting.table.report_table", broken)
     with pytest.raises(SystemExit) as exit_:
-        SweepSummary().on_multirun_end(config)
+        sweep_summary().on_multirun_end(config)
     assert exit_.value.code == 1
     captured = capsys.readouterr()
     assert "RuntimeError: a bug in the report" in captured.err
@@ -546,7 +552,7 @@ def test_failed_jobs_still_get_the_table_of_the_others(tmp_path, capsys):
     make_run(sweep, "0", ["seed=1"], {"test/acc": 0.5})
     make_run(sweep, "1", ["seed=2"], None, status="failed")
     with pytest.raises(SystemExit):
-        SweepSummary().on_multirun_end(sweep_config(tmp_path, "T1"))
+        sweep_summary().on_multirun_end(sweep_config(tmp_path, "T1"))
     captured = capsys.readouterr()
     assert "| lstm | 1 |" in captured.out and (sweep / "table.md").is_file()
     assert "sweep: 1 of 2 jobs did not finish" in captured.err

@@ -74,6 +74,22 @@ def build_parser(argv: Sequence[str] = (), prog: str | None = None) -> argparse.
     return parser
 
 
+def command_parsers(
+    prog: str,
+) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The program's parser and each command's with its arguments, in `COMMANDS`' order: what
+    the docs' commands page shows (`treernn.reporting.pages.commands_page`)."""
+    commands = {}
+    for name in COMMANDS:
+        (subparsers,) = [
+            action
+            for action in build_parser([name], prog=prog)._actions
+            if isinstance(action, argparse._SubParsersAction)
+        ]
+        commands[name] = subparsers.choices[name]
+    return build_parser(prog=prog), commands
+
+
 #: the markup of docstrings, which a terminal (and the docs' copy of --help) would show as typed
 _MARKUP = re.compile(r"(?::[a-z]+:)?``?([^`]+?)``?")
 

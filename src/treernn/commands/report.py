@@ -396,10 +396,12 @@ def table_report(args: argparse.Namespace) -> int:
 
 
 def pages_report(args: argparse.Namespace) -> int:
+    from treernn.commands import command_parsers
     from treernn.errors import UserError
     from treernn.reporting.pages import planned_pages, stale_pages, write_pages
 
-    files = planned_pages(args.results, args.docs, args.readme)
+    # the commands page names the console script, however this command was run
+    files = planned_pages(args.results, args.docs, args.readme, command_parsers("treernn"))
     if args.check:
         stale = stale_pages(files, args.docs)
         if stale:

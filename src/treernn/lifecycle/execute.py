@@ -27,11 +27,6 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from treernn import checkpoints
-from treernn.callbacks.checkpoint import LastCheckpoint
-from treernn.callbacks.divergence import DivergenceMonitor
-from treernn.callbacks.graceful_stop import GracefulStop
-from treernn.callbacks.progress import ProgressBar
-from treernn.callbacks.unvalidated_tail import UnvalidatedTail
 from treernn.checkpoints import RunInfo, build_task
 from treernn.datamodules import prepared_datamodule
 from treernn.errors import ConfigValueError, RunInterrupted, UserError
@@ -49,7 +44,7 @@ from treernn.lifecycle.process import (
     route_lightning_logs,
     set_threads,
 )
-from treernn.lifecycle.records import RunState
+from treernn.lifecycle.records import RunState, is_fraction
 from treernn.lifecycle.sweeps import layout
 
 log = logging.getLogger("treernn")
@@ -164,23 +159,29 @@ def _run(plan: Plan, attempt: Attempt, tested: pl.LightningModule | None) -> dic
     if plan.action == "resume":
         loggers_.keep_csv_history(loggers, plan.info.global_step)
     try:
+        # the chosen callbacks, then every run's own (conf/builtin_callbacks/), in this order
+        builtin = cfg.builtin_callbacks
         callbacks = _instantiate_group(cfg.get("callbacks"))
         callbacks += _instantiate_group(cfg.task.get("callbacks"))
-        callbacks.append(DivergenceMonitor(cfg.task.monitor, cfg.task.mode))
+        callbacks.append(hydra.utils.instantiate(builtin.divergence))
         if cfg.trainer.get("enable_progress_bar", True):
-            callbacks.append(ProgressBar())
+            callbacks.append(hydra.utils.instantiate(builtin.progress_bar))
         callbacks.append(RunInfo(cfg, task_kwargs, loggers_.wandb_id(loggers)))
         if plan.apply_on_resume:
             resolved = OmegaConf.to_container(cfg, resolve=True)
             callbacks.append(resume.ResumeOverrides(resolved, list(plan.apply_on_resume)))
         last = None
         if cfg.trainer.get("enable_checkpointing", True):
-            last = LastCheckpoint(run_dir / "checkpoints", cfg.get("checkpoint_minutes"))
+            last = hydra.utils.instantiate(builtin.last_checkpoint)
             callbacks.append(last)
-        requeue = signals.requeue_signum(cfg.get("requeue_signal"))
-        poll = signals.stop_requested if signals.in_worker_sweep() else None
-        stop = GracefulStop(last, requeue, launch.slurm_job_id(), poll)
-        tail = UnvalidatedTail()
+        stop = hydra.utils.instantiate(
+            builtin.graceful_stop,
+            last=last,
+            requeue_signal=signals.requeue_signum(cfg.get("requeue_signal")),
+            job_id=launch.slurm_job_id(),
+            poll=signals.stop_requested if signals.in_worker_sweep() else None,
+        )
+        tail = hydra.utils.instantiate(builtin.unvalidated_tail)
         callbacks += [launch.ProcessGroupTeardown(), stop, tail]
         trainer: pl.Trainer = hydra.utils.instantiate(
             cfg.trainer,
@@ -254,7 +255,9 @@ def _instantiate_group(group: DictConfig | None, **kwargs) -> list[Any]:
     ]
 
 
-def _test_checkpoint(trainer: pl.Trainer, cfg: DictConfig, last: LastCheckpoint | None):
+def _test_checkpoint(trainer: pl.Trainer, cfg: DictConfig, last: Any):
+    """The checkpoint to test after fitting: ``last``'s file (the built-in ``last_checkpoint``)
+    or the best one."""
     if cfg.test_ckpt == "last":
         return str(last.path) if last is not None and last.path.is_file() else None
     callback = trainer.checkpoint_callback
@@ -270,8 +273,6 @@ def _report(cfg: DictConfig, metrics: dict[str, float]) -> None:
     output_dir = Path(cfg.paths.output_dir)
     text_json = json.dumps(metrics, indent=2, sort_keys=True).encode()
     atomic_write(output_dir / "metrics.json", lambda handle: handle.write(text_json))
-    from treernn.reporting.run_records import is_fraction
-
     keys = [k for k in sorted(metrics) if k.startswith(("val/", "test/"))]
     # accuracies in %, as every table and report prints them (metrics.json keeps the logged
     # fractions)

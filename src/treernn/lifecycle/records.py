@@ -162,6 +162,15 @@ def read_metrics(path: str | Path) -> dict[str, float]:
     return {key: float(value) for key, value in metrics.items()}
 
 
+def is_fraction(key: str) -> bool:
+    """Whether a logged metric is an accuracy logged as a fraction (torchmetrics' ``Accuracy``:
+    ``test/acc``, ``test/acc/ops7``, ``train/acc_epoch``). Every printed table and report shows
+    accuracies in % (x 100); the other metrics are logged in their printed unit already
+    (perplexity, parse F1 and the evaluations' accuracies such as ``test/completion_acc`` in %)."""
+    parts = key.split("/")
+    return len(parts) >= 2 and parts[1] in ("acc", "acc_epoch", "acc_step")
+
+
 def read_yaml(path: str | Path, todo: str = FIX_RUN) -> Any:
     """A YAML file as plain containers, interpolations left as written."""
     from omegaconf.errors import OmegaConfBaseException

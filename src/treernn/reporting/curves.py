@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from treernn.errors import UserError
-from treernn.lifecycle.records import read_metrics_csv
-from treernn.reporting.run_records import Run, is_fraction, load_runs
+from treernn.lifecycle.records import is_fraction, read_metrics_csv
+from treernn.reporting.run_records import Run, load_runs
 from treernn.reporting.table import Cell, group_runs, row_keys
 from treernn.reporting.table_output import format_cell
 

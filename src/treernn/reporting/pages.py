@@ -9,7 +9,8 @@ From ``results/tables/<table>/<sweep>/`` (the claims' sweeps, committed job by j
   with the figures the sweep wrote (``table.png``, ``curves.png``) copied beside it;
 - the README's excerpt, a short claims table between the markers `START` and
   `END`, rewritten in place;
-- ``docs/reference/commands.md``: every command's options, from its argparse parser.
+- ``docs/reference/commands.md``: every command's options, from the argparse parsers that
+  the command hands over (this package does not import the commands).
 
 Only complete sweeps are read: those whose every job (as many as their ``multirun.yaml`` makes)
 has finished. A sweep still running, archived into ``results/`` while it trains, has no verdict
@@ -20,6 +21,7 @@ the committed pages differ from what the command would write (the test suite run
 
 from __future__ import annotations
 
+import argparse
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,22 +228,20 @@ def _help(parser) -> str:
     return "\n".join(lines)
 
 
-def _subparsers(parser) -> dict:
-    import argparse
-
+def _subparsers(parser: argparse.ArgumentParser) -> dict:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             return dict(action.choices)
     return {}
 
 
-def commands_page() -> str:
-    """``docs/reference/commands.md``: every ``treernn`` command and subcommand with its
-    options, as its argparse parser prints them (`treernn.commands.build_parser`), under the
-    console script's name whichever way this command was run, so that the page does not change
-    with it."""
-    from treernn.commands import COMMANDS, build_parser
-
+def commands_page(
+    program: argparse.ArgumentParser, commands: dict[str, argparse.ArgumentParser]
+) -> str:
+    """``docs/reference/commands.md``: the program's help, then every command and subcommand with
+    its options, as its argparse parser prints them. The command that writes the pages hands
+    the parsers over (`treernn.commands.command_parsers`), named as the console script whichever
+    way that command was run, so that the page does not change with it."""
     lines = [
         "# Commands",
         "",
@@ -251,19 +251,24 @@ def commands_page() -> str:
         "(see [Configuration](config.md)).",
         "",
         "```text",
-        _help(build_parser(prog="treernn")),
+        _help(program),
         "```",
     ]
-    for name in COMMANDS:
-        command = _subparsers(build_parser([name], prog="treernn"))[name]
+    for name, command in commands.items():
         lines += ["", f"## {name}", "", "```text", _help(command), "```"]
         for sub_name, sub in _subparsers(command).items():
             lines += ["", f"### {name} {sub_name}", "", "```text", _help(sub), "```"]
     return "\n".join(lines) + "\n"
 
 
-def planned_pages(results: Path, docs_dir: Path, readme: Path) -> dict[Path, str | Path]:
-    """Every file the command writes: path -> its text, or the file it is a copy of."""
+def planned_pages(
+    results: Path,
+    docs_dir: Path,
+    readme: Path,
+    parsers: tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]],
+) -> dict[Path, str | Path]:
+    """Every file the command writes: path -> its text, or the file it is a copy of.
+    ``parsers``: the program's and each command's (`commands_page`)."""
     kept = kept_sweeps(results)
     if not kept:
         raise UserError(
@@ -277,7 +282,7 @@ def planned_pages(results: Path, docs_dir: Path, readme: Path) -> dict[Path, str
     plans = load_plans(results / "plans")
     files: dict[Path, str | Path] = {
         docs_dir / "results" / "index.md": results_index(kept, full),
-        docs_dir / "reference" / "commands.md": commands_page(),
+        docs_dir / "reference" / "commands.md": commands_page(*parsers),
     }
     for sweep in kept:
         text, copies = sweep_page(sweep, docs_dir)

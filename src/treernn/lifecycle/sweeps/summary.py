@@ -5,16 +5,17 @@ At the start, before any job runs: the launcher's settings, links in the sweep's
 a command that would change a resumed sweep are refused; a joblib sweep gets its stop file.
 `treernn.lifecycle.entry.main` records a failed job in its ``status.json`` and lets the
 sweep go on, returning `sweep_value` (NaN for an Optuna trial that failed). At the end this
-callback reads those records: when at least one job finished it prints the papers' comparison
-table of the sweep and writes ``table.{md,csv,png}`` (`treernn.reporting.table`) and the
-learning curves ``curves.{md,png}`` into the sweep directory; then one line per job that did not
+callback reads those records: when at least one job finished it hands the finished sweep to its
+``report`` (``conf/hydra/default.yaml`` names `treernn.reporting.sweep_report.report_sweep`:
+the papers' comparison table printed and ``table.{md,csv,png}`` and the learning curves
+``curves.{md,png}`` written into the sweep directory); then one line per job that did not
 finish, and a non-zero exit if any did not.
 """
 
 from __future__ import annotations
 
 import sys
-import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,33 +50,6 @@ def sweep_value(cfg: DictConfig, metrics: dict[str, float] | None) -> Any:
     if key not in metrics:
         raise UserError(f"optimized_metric={key} is not a metric of this run: {sorted(metrics)}")
     return metrics[key]
-
-
-def report_sweep(job_dirs: list[Path], out_dir: Path) -> bool:
-    """Print and write the sweep's table, and write its learning curves (``curves.{md,png}``);
-    False if a report itself failed with a bug."""
-    from treernn.reporting import curves, table, table_output
-
-    def write_table() -> list[Path]:
-        report = table.report_table(job_dirs)
-        print("\n" + table_output.to_markdown(report), end="", flush=True)
-        return table_output.write_table(report, out_dir / "table")
-
-    def write_curves() -> list[Path]:
-        return curves.write_curves(curves.learning_curves(job_dirs), out_dir / "curves")
-
-    reported = True
-    for name, write in (("table", write_table), ("curves", write_curves)):
-        try:
-            written = write()
-            print(f"wrote {', '.join(str(path) for path in written)}", flush=True)
-        except UserError as error:
-            print(f"sweep {name}: {error}", file=sys.stderr, flush=True)
-        except Exception:  # noqa: BLE001 - a bug in a report keeps its traceback, not the
-            # sweep's exit: the sweep's own summary below is what the user must see
-            traceback.print_exc()
-            reported = False
-    return reported
 
 
 # ----------------------------------------------------------------------------- stopping
@@ -115,8 +89,15 @@ def check_launcher(config: DictConfig) -> None:
         )
 
 
+#: a sweep's report: (its job directories, the sweep directory) -> False if the report itself
+#: failed with a bug (its traceback printed), which makes the sweep's exit non-zero
+SweepReport = Callable[[list[Path], Path], bool]
+
+
 class SweepSummary(Callback):
-    def __init__(self) -> None:
+    def __init__(self, report: SweepReport | None = None) -> None:
+        #: given by the config (``hydra.callbacks.sweep_summary.report``); None: no report
+        self.report = report
         self._stop: signals.StopSweep | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -146,7 +127,7 @@ class SweepSummary(Callback):
             job for job in jobs if status_for_listing(job).get("status") == RunState.FINISHED
         ]
         # the table first: the summary stays the last thing printed, whatever the report says
-        reported = report_sweep(jobs, sweep_dir) if finished else True
+        reported = self.report(jobs, sweep_dir) if finished and self.report else True
         failures = sweep_failures(jobs)
         if not failures:
             print(f"sweep finished: {len(jobs)} jobs in {sweep_dir}", flush=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from treernn.errors import UserError
+from treernn.lifecycle.records import is_fraction
 from treernn.lifecycle.sweeps.layout import sweep_size
 from treernn.reporting.claims.catalogue import TRIVIAL_BEST, Comparison
 from treernn.reporting.curves import run_curve
@@ -25,7 +26,6 @@ from treernn.reporting.run_records import (
     IGNORED_OVERRIDES,
     Run,
     config_value,
-    is_fraction,
     load_runs,
 )
 
