@@ -165,7 +165,7 @@ def _load(
     hint: str | None,
     links_within: Path | None,
 ) -> Model:
-    from treernn.kernels import choices
+    from treernn import kernels
 
     if not source.exists():
         raise CheckpointError(f"{source} does not exist: give a checkpoint, run or export path")
@@ -180,13 +180,13 @@ def _load(
         export_choices = exported.choices
         # the kernels' choices the run recorded, kept with the export; new ones go to the
         # user's cache, never into the export's folder
-        choices.attach_loaded(exported.choices, exported.key)
+        kernels.attach_loaded(exported.choices, exported.key)
     else:
         checkpoint, export_config = checkpoint_of(source), None
         module, config, found_kind = _from_checkpoint(checkpoint, kind, command, hint)
         meta = sharing.meta_from_config(config)
         folder = checkpoint.resolve().parent
-        choices.attach(folder.parent if folder.name == "checkpoints" else folder, write=False)
+        kernels.attach(folder.parent if folder.name == "checkpoints" else folder, write=False)
     module = module.to(device).eval()
     model_class = MODEL_CLASSES[found_kind]
     model = model_class(module, found_kind, meta, source, config, checkpoint, export_config)

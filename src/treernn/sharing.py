@@ -252,7 +252,7 @@ def _from_checkpoint(
 
 def _run_choices(run_dir: Path | None) -> bytes | None:
     """A run's record of the kernels' choices, as an export keeps it; None where it has none."""
-    from treernn.kernels.choices import RUN_RECORD, read_record
+    from treernn.kernels import RUN_RECORD, read_record
 
     if run_dir is None or not os.path.lexists(run_dir / RUN_RECORD):
         return None
@@ -260,7 +260,7 @@ def _run_choices(run_dir: Path | None) -> bytes | None:
 
 
 def _choices_record(choices: dict[str, str]) -> bytes | None:
-    from treernn.kernels.choices import RECORD_FORMAT
+    from treernn.kernels import RECORD_FORMAT
 
     if not choices:
         return None

@@ -11,9 +11,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from treernn import kernels
+from treernn.encoders.base import EncoderOutput
 from treernn.encoders.lstm import LSTMEncoder
 from treernn.kernels import gemm
 from treernn.tasks.classification import ClassificationTask
+from treernn.tasks.dependency_lm import DependencyLanguageModel
+from treernn.tasks.language_model import LanguageModelTask
 
 
 class Decision:
@@ -94,3 +98,83 @@ def test_a_classifier_keeps_its_fp32_logits_where_bf16_does_not_pay(monkeypatch)
             mixed = task.classify(pooled)
     assert mixed.dtype == torch.float32 and torch.equal(mixed, fp32)
     assert [asked[1:3] for asked in decision.asked] == [(5, 7), (7, 3)]
+
+
+# ----------------------------------------------------------------------------- the tasks' heads
+@pytest.fixture
+def pinned(tmp_path, monkeypatch):
+    """Every kernel choice at its reference, as a run with a probing budget of 0 s and nothing
+    recorded or kept: fp32 products, aten's GEMM."""
+    monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TREERNN_PROBE_SECONDS", "0")
+    kernels.attach(tmp_path / "run", write=False)
+
+
+def _language_model() -> LanguageModelTask:
+    encoder = functools.partial(LSTMEncoder, hidden_size=4)
+    return LanguageModelTask(encoder, vocab_size=3, embedding_size=4).eval()
+
+
+def test_the_heads_keep_their_parameter_names() -> None:
+    """Checkpoints and exports name the heads' parameters: the encoder's part in the product
+    leaves them as the tasks' own ``nn.Linear`` layers named them."""
+    encoder = functools.partial(LSTMEncoder, hidden_size=5)
+    tasks = {
+        "lm": LanguageModelTask(encoder, vocab_size=7, embedding_size=5),
+        "classifier": ClassificationTask(
+            encoder, vocab_size=7, num_classes=3, num_sentences=2, embedding_size=4,
+            mlp_layers=1, mlp_hidden_size=6,
+        ),
+        "dependency lm": DependencyLanguageModel(encoder, vocab_size=7, embedding_size=4),
+    }  # fmt: skip
+    heads = {
+        name: [k for k in task.state_dict() if not k.startswith(("encoder.", "embedding."))]
+        for name, task in tasks.items()
+    }
+    assert heads == {
+        "lm": ["decoder.weight", "decoder.bias"],
+        "classifier": [
+            "classifier.1.weight", "classifier.1.bias", "classifier.4.weight", "classifier.4.bias"
+        ],
+        "dependency lm": ["log_z", "decoder.weight", "decoder.bias"],
+    }  # fmt: skip
+    assert type(tasks["lm"].decoder) is type(tasks["dependency lm"].decoder) is torch.nn.Linear
+
+
+@pytest.mark.parametrize("bf16_mixed", [False, True])
+def test_a_language_model_decodes_as_before_with_the_choices_pinned(bf16_mixed, pinned) -> None:
+    """The decoder's logits with every choice pinned: worked out by hand on values every
+    precision holds exactly (in fp32, as with precision=32, under bf16-mixed too), and bit for
+    bit ``F.linear``'s fp32 product on random ones."""
+    task = _language_model()
+    weight = torch.tensor([[1.0, -2.0, 0.5, 3.0], [0.0, 1.0, 1.0, -1.0], [2.0, 2.0, -0.25, 0.0]])
+    with torch.no_grad():
+        task.decoder.weight.copy_(weight)
+        task.decoder.bias.copy_(torch.tensor([0.5, -1.0, 0.0]))
+    hidden = torch.tensor([[[1.0, 2.0, 4.0, -1.0], [0.5, 0.0, -2.0, 3.0]]])  # (1, 2, 4)
+    random = torch.randn(3, 5, 4)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16_mixed):
+        logits, _ = task.decode(EncoderOutput(hidden=hidden, pooled=hidden[:, -1]))
+        random_logits, _ = task.decode(EncoderOutput(hidden=random, pooled=random[:, -1]))
+    # -4 + 0.5, 7 - 1, 5 + 0; 8.5 + 0.5, -5 - 1, 1.5 + 0
+    expected = torch.tensor([[[-3.5, 6.0, 5.0], [9.0, -6.0, 1.5]]])
+    assert logits.dtype == random_logits.dtype == torch.float32
+    assert torch.equal(logits, expected)
+    assert torch.equal(random_logits, F.linear(random, task.decoder.weight, task.decoder.bias))
+
+
+@pytest.mark.parametrize("bf16_mixed", [False, True])
+def test_a_classifier_classifies_as_before_with_the_choices_pinned(bf16_mixed, pinned) -> None:
+    """Every layer of the MLP with every choice pinned: the fp32 products bit for bit."""
+    task = ClassificationTask(
+        encoder=functools.partial(LSTMEncoder, hidden_size=5), vocab_size=6, num_classes=3,
+        num_sentences=1, embedding_size=4, mlp_layers=1, mlp_hidden_size=7,
+    ).eval()  # fmt: skip
+    pooled = torch.randn(4, 5)
+    with torch.no_grad():
+        first, activation, last = task.classifier[1], task.classifier[2], task.classifier[4]
+        hidden = activation(F.linear(pooled, first.weight, first.bias))  # ELU
+        expected = F.linear(hidden, last.weight, last.bias)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16_mixed):
+            logits = task.classify(pooled)
+    assert logits.dtype == torch.float32 and torch.equal(logits, expected)

@@ -121,3 +121,48 @@ def test_a_tie_up_is_seen(tmp_path, monkeypatch):
     assert imports_of("treernn.lifecycle.runner") == {"treernn.reporting.table"}
     with pytest.raises(AssertionError, match="treernn.lifecycle.runner -> treernn.reporting"):
         test_no_tie_runs_back_up("treernn.lifecycle", "treernn.reporting")
+
+
+# ----------------------------------------------------------------------------- the kernels' door
+KERNELS = "treernn.kernels"
+#: the modules that may import the kernels' package (never a submodule of it): the encoders,
+#: the run's execution (its kernel context) and its planner (the record check before a resume or
+#: a test records anything), and the code that reads and exports models
+KERNEL_USERS = ("treernn.encoders.", "treernn.models.")
+KERNEL_USERS_NAMED = (
+    "treernn.lifecycle.execute",
+    "treernn.lifecycle.plan",
+    "treernn.api",
+    "treernn.sharing",
+)
+
+
+def kernel_imports(name: str) -> tuple[set[str], bool]:
+    """The kernels' submodules that module ``name`` imports, and whether it imports the kernels'
+    package at all (a submodule's import runs the package too)."""
+    found = {m for m in imports_of(name) if m == KERNELS or m.startswith(KERNELS + ".")}
+    return found - {KERNELS}, bool(found)
+
+
+def outside_kernels() -> list[str]:
+    return sorted(n for n in MODULES if n != KERNELS and not n.startswith(KERNELS + "."))
+
+
+def test_the_kernel_check_tells_the_package_from_its_submodules():
+    assert kernel_imports("treernn.lifecycle.execute") == (set(), True)
+    assert kernel_imports("treernn.tasks.base") == (set(), False)
+    # inside the package a module imports its neighbours: the count is not empty
+    assert f"{KERNELS}.gemm" in kernel_imports(f"{KERNELS}.onlstm")[0]
+
+
+def test_no_module_outside_the_kernels_imports_a_kernels_submodule():
+    reaching_in = {n: sorted(kernel_imports(n)[0]) for n in outside_kernels()}
+    assert {n: found for n, found in reaching_in.items() if found} == {}
+
+
+def test_only_the_encoders_the_run_and_the_model_readers_import_the_kernels():
+    def allowed(name: str) -> bool:
+        return name.startswith(KERNEL_USERS) or name in KERNEL_USERS_NAMED
+
+    users = [n for n in outside_kernels() if kernel_imports(n)[1]]
+    assert [n for n in users if not allowed(n)] == []

@@ -11,8 +11,10 @@ import torch
 from torch import nn
 
 from treernn.callbacks.step_timer import StepTimer
+from treernn.encoders.lstm import LSTMEncoder
 from treernn.kernels import gemm
 from treernn.reporting.timing import step_summary
+from treernn.tasks.base import Task
 
 
 def test_summary_leaves_out_the_warmup_and_interpolates_the_deciles():
@@ -69,7 +71,7 @@ def test_a_fit_records_every_update_up_to_its_optimizer_step(tmp_path, monkeypat
         enable_progress_bar=False, enable_model_summary=False,
         callbacks=[StepTimer(str(path), warmup=2)],
     )  # fmt: skip
-    trainer.fit(SlowUpdate(sleep=0.03))
+    trainer.fit(SlowTask(sleep=0.03))
     record = json.loads(path.read_text())
     assert len(record["seconds"]) == 6
     assert min(record["seconds"]) >= 0.03
@@ -79,6 +81,29 @@ def test_a_fit_records_every_update_up_to_its_optimizer_step(tmp_path, monkeypat
     assert record["products"] == [
         ["ON-LSTM", "recurrent steps", "(20 x 400) @ (400 x 1680)", "bfloat16"]
     ]
+
+
+class SlowTask(SlowUpdate):
+    """`SlowUpdate` with an encoder, reporting its products' precisions as a treernn task does
+    (from its encoder, which has them from the kernels)."""
+
+    product_precisions = Task.product_precisions
+
+    def __init__(self, sleep: float):
+        super().__init__(sleep)
+        self.encoder = LSTMEncoder(4, 4)
+
+
+def test_a_module_that_reports_no_precisions_records_none(tmp_path):
+    path = tmp_path / "step_times.json"
+    trainer = pl.Trainer(
+        max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[StepTimer(str(path), warmup=0)],
+    )  # fmt: skip
+    trainer.fit(SlowUpdate(sleep=0.0))
+    record = json.loads(path.read_text())
+    assert len(record["seconds"]) == 2 and record["products"] == []
 
 
 def test_a_negative_warmup_is_refused():

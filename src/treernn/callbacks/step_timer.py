@@ -6,7 +6,8 @@ Lightning update: embedding, recurrence, decoder, loss, backward, clipping, opti
 callback times that, from the batch's arrival (``on_train_batch_start``, after the loader has
 made it) to the end of its optimizer step (on a GPU the device is synchronised at both ends, so
 the time is the device's, not the launch queue's). When fitting ends it writes the times to a JSON
-file with the machine, the run's precision and the precision each of treernn's products ran in.
+file with the machine, the run's precision and the precision each of treernn's products ran in
+(as the task reports them).
 ``scripts/benchmark_training.py`` runs short fits in fp32 and bf16-mixed and compares them.
 """
 
@@ -22,7 +23,6 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from treernn.files import atomic_write
-from treernn.kernels import gemm
 from treernn.lifecycle import records
 from treernn.reporting.timing import step_summary
 
@@ -66,7 +66,14 @@ class StepTimer(Callback):
             "seconds": self.seconds,
             "summary": step_summary(self.seconds, self.warmup),
             # under bf16-mixed: each product's precision as the probes chose it in this process
-            "products": [[*key, dtype] for key, dtype in sorted(gemm.DECISIONS.items())],
+            "products": _product_precisions(pl_module),
         }
         text = json.dumps(record, indent=1) + "\n"
         atomic_write(self.path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def _product_precisions(pl_module: pl.LightningModule) -> list[list[str]]:
+    """A treernn task's report of its products' precisions (`Task.product_precisions`); none
+    for a module that keeps no such report."""
+    report = getattr(pl_module, "product_precisions", None)
+    return report() if report is not None else []

@@ -16,8 +16,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from treernn import kernels
 from treernn.errors import ConfigValueError
-from treernn.kernels import gemm
 
 #: What an encoder reads besides the embedded tokens (see ``Encoder.input_view``).
 InputView = Literal["tokens", "constituency_tree", "dependency_tree"]
@@ -109,6 +109,22 @@ class Encoder(nn.Module):
         way in both and ignore it. Ordered Memory validates with its training slot count and
         tests with ``test_memory_slots``."""
 
+    def head_linear(self, layer: nn.Linear, x: Tensor, model: str, product: str) -> Tensor:
+        """``layer(x)`` for an output layer of the task over this encoder's outputs (a language
+        model's decoder, a classifier's layers), ``model`` and ``product`` naming it in the
+        precision's log line and record. Each encoder here decides the precision of its own
+        products under bf16-mixed, and asks the same for its task's output layers: bf16 only
+        where it pays on this machine (`treernn.kernels.decided_linear`; ``F.linear``, as
+        ``nn.Linear`` computes it, without bf16 autocast). An encoder whose task's layers should
+        follow autocast as plain ``nn.Linear`` does returns ``layer(x)``."""
+        return kernels.decided_linear(x, layer.weight, layer.bias, model, product)
+
+    def product_precisions(self) -> list[list[str]]:
+        """What each product of this process ran in under bf16-mixed, as the probes chose it
+        (this encoder's, its task's output layers' and any other model's in the process):
+        ``[model, product, shape, dtype]``, sorted (`treernn.kernels.product_precisions`)."""
+        return kernels.product_precisions()
+
 
 def last_real_step(hidden: Tensor, mask: Tensor | None) -> Tensor:
     """(B, T, H) -> (B, H): the output at each row's last real token (right padding)."""
@@ -130,20 +146,20 @@ def in_decided_precision(
     """``encode(x)``, under bf16-mixed only where bf16 pays for this encoder here.
 
     For encoders whose products follow autocast (plain torch modules), under a bf16 autocast:
-    `gemm.product_dtype` times ``encode`` on the batch being read, in fp32 and under bf16
+    `kernels.product_dtype` times ``encode`` on the batch being read, in fp32 and under bf16
     autocast, forward and (in training) backward to ``module``'s parameters, and where bf16 is
     not at least 10% faster the encoder runs as with precision=32 (autocast off, fp32 input;
     logged once). Their row counts (a tree level's nodes, a batch's words) change from batch to
     batch, so a product timed alone does not tell: on an Intel Xeon with AMX the Tree-LSTM's
     ListOps update ran at 0.49x fp32 in bf16. The decision is kept per (batch, ``width``) like the
     GEMM backends'; ``flops()`` (about one forward's products) is for the log line only."""
-    if not gemm.bf16_requested(x.device):
+    if not kernels.bf16_requested(x.device):
         return encode(x)
     training = torch.is_grad_enabled()
     label = f"{product}, {'training' if training else 'inference'}"
     runs = partial(_autocast_runs, module, encode, x, training, flops)
     name = type(module).__name__
-    if gemm.product_dtype(x.size(0), width, width, x.device, name, label, runs) is not None:
+    if kernels.product_dtype(x.size(0), width, width, x.device, name, label, runs) is not None:
         return encode(x)
     with torch.autocast(x.device.type, enabled=False):
         return encode(x.float())
@@ -184,7 +200,7 @@ def _autocast_runs(
                 torch.autograd.grad(loss, parameters, allow_unused=True)
 
     loops = {"float32": partial(run, False)}
-    if gemm.bf16_kernels(device):
+    if kernels.bf16_kernels(device):
         loops["bfloat16"] = partial(run, True)
     return loops, flops() * (3 if training else 1)
 

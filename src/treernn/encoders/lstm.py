@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from treernn import kernels
 from treernn.encoders.base import (
     Encoder,
     EncoderOutput,
@@ -36,8 +37,6 @@ from treernn.encoders.base import (
     last_real_step,
 )
 from treernn.errors import ConfigValueError
-from treernn.kernels import gemm
-from treernn.kernels.weight_ops import dropconnect
 
 LSTMState = list[tuple[Tensor, Tensor]]  # per layer (h, c), each (B, H_l)
 
@@ -88,7 +87,7 @@ class LSTMEncoder(Encoder):
         h0, c0 = (s.unsqueeze(0).contiguous() for s in state)  # (1, B, H)
         if self.weight_drop > 0 and self.training:
             raw = layer.weight_hh_l0
-            weight = dropconnect(raw, self.weight_drop, rescale=True)  # F.dropout's scaling
+            weight = kernels.dropconnect(raw, self.weight_drop, rescale=True)  # F.dropout's scaling
             run = lambda inputs, hx: functional_call(layer, {"weight_hh_l0": weight}, (inputs, hx))  # noqa: E731
         else:
             run = layer
@@ -101,8 +100,8 @@ class LSTMEncoder(Encoder):
         self, x: Tensor, mask: Tensor | None = None, state: LSTMState | None = None
     ) -> EncoderOutput:
         training = torch.is_grad_enabled()
-        if gemm.bf16_requested(x.device) and not all(
-            gemm.product_dtype(
+        if kernels.bf16_requested(x.device) and not all(
+            kernels.product_dtype(
                 x.size(0), layer.hidden_size, 4 * layer.hidden_size, x.device, "LSTM",
                 f"nn.LSTM layer, {'training' if training else 'inference'}",
                 _bf16_runs(layer, x.size(0), x.device, training),
@@ -165,7 +164,7 @@ def run_by_lengths(
 
 
 def _bf16_runs(layer: nn.LSTM, batch: int, device: torch.device, training: bool):
-    """For `gemm.product_dtype`: a layer of ``layer``'s sizes over 16 steps of ``batch`` rows
+    """For `kernels.product_dtype`: a layer of ``layer``'s sizes over 16 steps of ``batch`` rows
     in fp32 and under bf16 autocast (oneDNN's bf16 LSTM primitive on CPU, where oneDNN has bf16
     kernels; elsewhere on CPU there is no bf16 run), forward only or, ``training``, forward and
     backward, to be timed against each other: what runs under bf16-mixed is the primitive, whose
@@ -185,7 +184,7 @@ def _bf16_runs(layer: nn.LSTM, batch: int, device: torch.device, training: bool)
                     out.float().sum().backward()
 
         loops = {"float32": functools.partial(run, False)}
-        if gemm.bf16_kernels(device):
+        if kernels.bf16_kernels(device):
             loops["bfloat16"] = functools.partial(run, True)
         products = 3 if training else 1  # backward: the input and the weight gradients
         flops = 2.0 * products * steps * batch * (layer.input_size + layer.hidden_size)

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from treernn import kernels
 from treernn.encoders.base import (
     Encoder,
     EncoderOutput,
@@ -46,18 +47,19 @@ from treernn.encoders.base import (
     last_real_step,
 )
 from treernn.errors import ConfigValueError
-from treernn.kernels import gemm
-from treernn.kernels.gemm import GemmBackend, check_backend
-from treernn.kernels.onlstm import fused_kernel, precision_runs
-from treernn.kernels.onlstm_projected import (
+from treernn.kernels import (
     IN_LOOP,
+    GemmBackend,
+    check_backend,
+    dropconnect,
     fast_projected_recurrence,
+    fused_kernel,
     in_loop_bf16,
     infer_in_loop,
     loop_placement,
     loop_precision_runs,
+    precision_runs,
 )
-from treernn.kernels.weight_ops import dropconnect
 
 
 def cumax(logits: Tensor, dim: int = -1) -> Tensor:
@@ -271,7 +273,7 @@ class ONLSTMEncoder(Encoder):
         self, layer: ONLSTMLayer, steps: int, batch: int, x: Tensor
     ) -> tuple[torch.dtype | None, torch.dtype | None]:
         """Under bf16 autocast, the dtypes of a layer's input projection and recurrent products
-        (`gemm.product_dtype`: bf16 where a probe finds it faster here, else None). Where
+        (`kernels.product_dtype`: bf16 where a probe finds it faster here, else None). Where
         the projection runs inside the step loop (fp32 placement, `loop_placement`, and
         ``treernn``'s bf16 kernels here) the loop is one product per step and its precision one
         decision, timed on that loop in this mode (`loop_precision_runs`); elsewhere the
@@ -281,8 +283,8 @@ class ONLSTMEncoder(Encoder):
         if (
             kernel is not None
             and x.dtype == torch.float32
-            and gemm.bf16_requested(x.device)
-            and gemm.treernn_available(torch.bfloat16)
+            and kernels.bf16_requested(x.device)
+            and kernels.treernn_available(torch.bfloat16)
         ):
             placement = loop_placement(
                 batch, layer.input_size, layer.hidden_size, layer.chunk_size, x.dtype, x.device,
@@ -290,7 +292,7 @@ class ONLSTMEncoder(Encoder):
             )  # fmt: skip
             if placement in IN_LOOP:
                 mode = "training" if training else "inference"
-                dtype = gemm.product_dtype(
+                dtype = kernels.product_dtype(
                     batch, layer.input_size + layer.hidden_size, num_gates, x.device, "ON-LSTM",
                     f"projection + steps in one loop, {mode}",
                     loop_precision_runs(
@@ -299,14 +301,14 @@ class ONLSTMEncoder(Encoder):
                     ),
                 )  # fmt: skip
                 return dtype, dtype
-        projection_dtype = gemm.product_dtype(
-            gemm.rows_bucket(steps * batch), layer.input_size, num_gates, x.device,
+        projection_dtype = kernels.product_dtype(
+            kernels.rows_bucket(steps * batch), layer.input_size, num_gates, x.device,
             "ON-LSTM", "input projection",
         )  # fmt: skip
         steps_name = "recurrent steps"
         if x.device.type != "cpu":  # the loop is timed as it runs there, training or not
             steps_name += ", training" if training else ", inference"
-        step_dtype = gemm.product_dtype(
+        step_dtype = kernels.product_dtype(
             batch, layer.hidden_size, num_gates, x.device, "ON-LSTM", steps_name,
             precision_runs(
                 batch, layer.hidden_size, layer.chunk_size, kernel, x.device, training
@@ -403,7 +405,7 @@ class ONLSTMEncoder(Encoder):
                 # Under autocast with bf16 (bf16-mixed) the input projection and the recurrence's
                 # products (per step, and its weight gradient) each run in bf16, with fp32
                 # accumulation, where a probe finds that faster on this machine at their shapes
-                # (gemm.product_dtype), else in fp32; the gates, states, distances and the
+                # (kernels.product_dtype), else in fp32; the gates, states, distances and the
                 # recurrence's elementwise work stay fp32 either way.
                 projection_dtype, step_dtype = self._product_dtypes(layer, steps, batch, x)
                 with torch.autocast(x.device.type, enabled=False):

@@ -102,8 +102,13 @@ from treernn.encoders.ordered_memory_state import (
     masked_attention,
 )
 from treernn.errors import ConfigValueError
-from treernn.kernels.gemm import GemmBackend, bf16_kernels, check_backend
-from treernn.kernels.ordered_memory import fused_ordered_memory, product_dtype
+from treernn.kernels import (
+    GemmBackend,
+    bf16_kernels,
+    check_backend,
+    fused_ordered_memory,
+    ordered_memory_product_dtype,
+)
 
 #: tokens of the loop that decides the products' precision (precision_runs)
 PROBE_STEPS = 16
@@ -263,7 +268,7 @@ class OrderedMemoryRecurrence(nn.Module):
             runs = partial(  # see precision_runs
                 self.precision_runs, mask, num_slots, torch.is_grad_enabled(), x.device
             )
-            gemm_dtype = product_dtype(x, self.hidden_size, runs)
+            gemm_dtype = ordered_memory_product_dtype(x, self.hidden_size, runs)
         with torch.autocast(x.device.type, enabled=False):
             if x.dtype in (torch.float16, torch.bfloat16):
                 x = x.float()  # the reference runs in fp32; the kernel's non-products too

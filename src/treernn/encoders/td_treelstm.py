@@ -38,12 +38,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from treernn import kernels
 from treernn.encoders.base import Encoder, EncoderOutput, check_dropout, in_decided_precision
 from treernn.encoders.lstm import run_by_lengths
 from treernn.encoders.top_down_tree import RIGHT, TopDownTree
 from treernn.errors import ConfigValueError
-from treernn.kernels import gemm
-from treernn.kernels.td_treelstm import LayerStates, batched_forward, lstm_cell
+from treernn.kernels import LayerStates, batched_forward, lstm_cell
 
 GENERATORS = ("GEN-L", "GEN-R", "GEN-NX-L", "GEN-NX-R")
 
@@ -135,8 +135,8 @@ class TopDownTreeLSTM(Encoder):
         row_lengths = lengths[rows]
         # fp32 under bf16-mixed on the CPU: the rows and the steps of a call change from batch
         # to batch, and oneDNN would build a bf16 kernel for each new shape (see
-        # gemm.rounded_rows_linear)
-        in_fp32 = gemm.autocast_row_multiple(sequences.device) > 1
+        # `rounded_rows_linear` in kernels/gemm.py)
+        in_fp32 = kernels.autocast_row_multiple(sequences.device) > 1
         with torch.autocast("cpu", enabled=False) if in_fp32 else contextlib.nullcontext():
             outputs = run_by_lengths(self.left_dependent_lstm, sequences[rows], row_lengths)
         last = outputs[torch.arange(rows.numel(), device=rows.device), row_lengths - 1]

@@ -3,6 +3,106 @@
 Each kernel takes tensors and parameters and returns tensors; it imports nothing from the model
 file it speeds up (the model imports it). ``onlstm``, ``ordered_memory`` and ``td_treelstm`` are
 the fast recurrences of the encoders of the same names, tested equal to their references; ``gemm``
-picks the library of the per-step matrix products, and ``cpp_ext`` builds the C++ sources in
-``csrc/`` on first use.
+picks the library of the per-step matrix products, ``choices`` records those picks with the run,
+and ``cpp_ext`` builds the C++ sources in ``csrc/`` on first use.
+
+This package is the kernels' one door: code outside it imports ``treernn.kernels`` and the names
+below, never a submodule (``tests/unit/test_import_graph.py`` checks it), and only the encoders,
+the run's execution (its kernel context) with its planner, and the code that reads and exports
+models import it at all. The kernels' own tests and benchmarks reach inside.
+
+The names, by who needs them (each documented where it is defined):
+
+- a run's choices (the kernel context: recorded with the run, reused on resume, by a sweep's other
+  jobs and by ``mode=test``): `attach` (a run), `attach_loaded` (a model loaded outside a run),
+  `check_run_record` (the planner, before a resume or a test records anything);
+- exports, which carry a run's choices: `RUN_RECORD` (where a run keeps them), `read_record`,
+  `RECORD_FORMAT` (the version an export's ``kernel_choices.json`` is written with);
+- output layers and reports: `decided_linear` (a task head's product, under bf16-mixed in bf16
+  only where it pays here), `product_precisions` (what each product ran in, for the step timer);
+- the encoders' products: `GemmBackend`, `check_backend` (the ``gemm_backend`` option),
+  `bf16_requested`, `bf16_kernels`, `treernn_available`, `product_dtype`, `rows_bucket`,
+  `autocast_row_multiple` (the precision and row rounding of products under bf16-mixed) and
+  `dropconnect` (DropConnect of a whole weight with one Philox mask);
+- the recurrences: ON-LSTM's `fast_projected_recurrence` and `infer_in_loop`, with
+  `fused_kernel`, `loop_placement`, `IN_LOOP`, `in_loop_bf16`, `precision_runs` and
+  `loop_precision_runs` for its precision decisions; Ordered Memory's `fused_ordered_memory` and
+  `ordered_memory_product_dtype`; the top-down Tree-LSTMs' `batched_forward`, `lstm_cell` and
+  `LayerStates`.
 """
+
+from __future__ import annotations
+
+from treernn.kernels import gemm
+from treernn.kernels.choices import (
+    RECORD_FORMAT,
+    RUN_RECORD,
+    attach,
+    attach_loaded,
+    check_run_record,
+    read_record,
+)
+from treernn.kernels.gemm import (
+    GemmBackend,
+    autocast_row_multiple,
+    bf16_kernels,
+    bf16_requested,
+    check_backend,
+    decided_linear,
+    product_dtype,
+    rows_bucket,
+    treernn_available,
+)
+from treernn.kernels.onlstm import fused_kernel, precision_runs
+from treernn.kernels.onlstm_projected import (
+    IN_LOOP,
+    fast_projected_recurrence,
+    in_loop_bf16,
+    infer_in_loop,
+    loop_placement,
+    loop_precision_runs,
+)
+from treernn.kernels.ordered_memory import fused_ordered_memory
+from treernn.kernels.ordered_memory import product_dtype as ordered_memory_product_dtype
+from treernn.kernels.td_treelstm import LayerStates, batched_forward, lstm_cell
+from treernn.kernels.weight_ops import dropconnect
+
+
+def product_precisions() -> list[list[str]]:
+    """Each product's precision as this process's probes chose it under bf16-mixed, sorted:
+    ``[model, product, shape, "bfloat16" | "float32"]`` (`gemm.product_dtype` records them)."""
+    return [[*key, dtype] for key, dtype in sorted(gemm.DECISIONS.items())]
+
+
+__all__ = [
+    "IN_LOOP",
+    "RECORD_FORMAT",
+    "RUN_RECORD",
+    "GemmBackend",
+    "LayerStates",
+    "attach",
+    "attach_loaded",
+    "autocast_row_multiple",
+    "batched_forward",
+    "bf16_kernels",
+    "bf16_requested",
+    "check_backend",
+    "check_run_record",
+    "decided_linear",
+    "dropconnect",
+    "fast_projected_recurrence",
+    "fused_kernel",
+    "fused_ordered_memory",
+    "in_loop_bf16",
+    "infer_in_loop",
+    "loop_placement",
+    "loop_precision_runs",
+    "lstm_cell",
+    "ordered_memory_product_dtype",
+    "precision_runs",
+    "product_dtype",
+    "product_precisions",
+    "read_record",
+    "rows_bucket",
+    "treernn_available",
+]

@@ -136,6 +136,11 @@ class Task(pl.LightningModule):
         inputs = self.encoder_inputs(batch)
         return EncodedBatch(inputs, self.run_encoder(inputs, state))
 
+    def product_precisions(self) -> list[list[str]]:
+        """What each product ran in under bf16-mixed, the encoder's and the task's output
+        layers' (`Encoder.product_precisions`): the step timer writes them with its times."""
+        return self.encoder.product_precisions()
+
     # ----------------------------------------------------------------- divergence
     def chance_levels(self) -> dict[str, float]:
         """What a model predicting the uniform distribution over the task's outputs scores, by

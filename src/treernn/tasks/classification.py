@@ -33,7 +33,6 @@ from treernn.data.classification import ClassificationBatch
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.base import Encoder, check_dropout
 from treernn.errors import ConfigValueError
-from treernn.kernels.gemm import decided_linear
 from treernn.tasks.base import Task, build_encoder
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
@@ -187,9 +186,9 @@ class ClassificationTask(Task):
         if self.num_sentences == 2:
             u, v = pooled.chunk(2, dim=0)  # (B, H) each: first sentences, then second ones
             pooled = torch.cat([u, v, u * v, (u - v).abs()], dim=-1)  # (B, 4H)
-        for layer in self.classifier:  # the products under bf16-mixed where bf16 pays here
+        for layer in self.classifier:  # each product as the encoder asks (Encoder.head_linear)
             if isinstance(layer, nn.Linear):
-                pooled = decided_linear(pooled, layer.weight, layer.bias, "classifier", "MLP")
+                pooled = self.encoder.head_linear(layer, pooled, "classifier", "MLP")
             else:
                 pooled = layer(pooled)
         return pooled

@@ -30,7 +30,6 @@ from treernn.data.dependency import DependencyBatch
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.base import Encoder
 from treernn.errors import ConfigValueError
-from treernn.kernels.gemm import decided_linear
 from treernn.metrics import Perplexity
 from treernn.tasks.base import Task, build_encoder
 
@@ -154,8 +153,7 @@ class DependencyLanguageModel(Task):
         """Exact-softmax negative log-likelihood of each word (B, T) and the word mask (B, T)."""
         hidden, targets, mask = self.hidden_and_targets(batch)
         # (B, T, V); T changes from batch to batch (rows rounded under bf16, see there)
-        decoder = self.decoder
-        logits = decided_linear(hidden, decoder.weight, decoder.bias, "dependency LM", "decoder")
+        logits = self.encoder.head_linear(self.decoder, hidden, "dependency LM", "decoder")
         nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
         return nll * mask, mask
 

@@ -27,7 +27,6 @@ from treernn.data.ptb import TokenStreamBatch
 from treernn.data.vocab import Vocabulary
 from treernn.encoders.base import Encoder, EncoderOutput, LockedDropout, TreeSignal, check_dropout
 from treernn.errors import CheckpointError, DivergedError
-from treernn.kernels.gemm import decided_linear
 from treernn.metrics import Perplexity
 from treernn.parsing.induce import sentence_signals
 from treernn.tasks.base import Task, build_encoder
@@ -162,8 +161,7 @@ class LanguageModelTask(Task):
     def decode(self, output: EncoderOutput) -> tuple[Tensor, Tensor]:
         """Logits (B, T, V) from the encoder's output, and the output after locked dropout."""
         dropped = self.lockdrop(output.hidden, self.hparams.output_dropout)
-        decoder = self.decoder
-        logits = decided_linear(dropped, decoder.weight, decoder.bias, "language model", "decoder")
+        logits = self.encoder.head_linear(self.decoder, dropped, "language model", "decoder")
         return logits, dropped
 
     def forward(self, inputs: Tensor, state: Any = None, mask: Tensor | None = None):
