@@ -17,7 +17,6 @@ writing them atomically.
 
 from __future__ import annotations
 
-import inspect
 import io
 import pickle
 import re
@@ -34,7 +33,7 @@ from lightning.pytorch.callbacks import Callback
 from treernn.errors import CheckpointError
 from treernn.extras import require
 from treernn.files import CHECKPOINT_EXPANSION, RefusedFile, atomic_write, check_zip_expansion
-from treernn.trust import TRUSTED_ENV, UntrustedClass, import_trusted, user_prefixes
+from treernn.models.trust import TRUSTED_ENV, UntrustedClass, import_trusted, user_prefixes
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -166,22 +165,6 @@ def check_task_and_model(info: CheckpointInfo, task: str, model: str) -> None:
             f"model={info.model_name}, not task={task} model={model}: run with "
             f"task={info.task_name} model={info.model_name}, or give a checkpoint of this task "
             "and model"
-        )
-
-
-def require_task(info: CheckpointInfo, kind: type, command: str, hint: str) -> None:
-    """A command given a checkpoint of a task it cannot use: one line naming what it needs.
-    ``kind``: the task class the command works with (a subclass is fine)."""
-    target = info.config.get("task", {}).get("module", {}).get("_target_", "")
-    name = str(target).rpartition(".")[2]
-    try:
-        found = import_trusted(target, trusted_prefixes())
-    except UntrustedClass:
-        found = None
-    if not (inspect.isclass(found) and issubclass(found, kind)):
-        raise CheckpointError(
-            f"{command}: checkpoint {info.path} is a task={info.task_name} "
-            f"model={info.model_name} run ({name or 'unknown task'}); {command} needs {hint}"
         )
 
 
@@ -324,45 +307,6 @@ class RunInfo(Callback):
         if self._restored_rng is not None:
             torch.set_rng_state(self._restored_rng)
             self._restored_rng = None
-
-
-@dataclass
-class Trained:
-    """A trained task rebuilt from its checkpoint, with what commands need to know about it."""
-
-    task: Any  # the LightningModule, in eval mode
-    config: DictConfig  # the run's config as stored in the checkpoint
-    info: CheckpointInfo
-
-
-def load_trained(
-    path: str | Path,
-    *,
-    kind: type | None = None,
-    command: str = "this command",
-    hint: str = "another kind of checkpoint",
-    averaged: bool = True,
-) -> Trained:
-    """Rebuild the task of a treernn checkpoint, in eval mode (the averaged NT-ASGD weights if
-    any). ``kind``: the task class the caller works with, checked before anything is built."""
-    path = Path(path)
-    info = inspect_checkpoint(path)
-    if kind is not None:
-        require_task(info, kind, command, hint)
-    check_stored_targets(info.config, f"checkpoint {path}")
-    checkpoint = read_checkpoint(path)
-    stored = checkpoint["treernn"]
-    # a checkpoint's config is built with Hydra (the train extra); an export needs neither
-    omegaconf = require("omegaconf", f"reading checkpoint {path}")
-    require("hydra.utils", f"reading checkpoint {path}")
-    cfg = omegaconf.OmegaConf.create(stored["config"])
-    # subnormal floats as zero before the model's first operation (conf/config.yaml)
-    torch.set_flush_denormal(bool(cfg.get("flush_denormal", True)))
-    task = build_task(cfg, deserialise_task_kwargs(stored["task_kwargs"]))
-    state = checkpoint.get("averaged_state_dict") if averaged else None
-    task.load_state_dict(state or checkpoint["state_dict"])
-    task.on_load_checkpoint(checkpoint)
-    return Trained(task=task.eval(), config=cfg, info=info)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -4,9 +4,9 @@
 Lightning and torchmetrics, since the tasks are LightningModules, numpy, nltk, safetensors,
 conllu, ninja for the C++ kernels). Training, reading a checkpoint, the loggers, the figures and
 the statistics of the reports need the ``train`` extra (Hydra, OmegaConf, wandb, TensorBoard,
-matplotlib, scipy); the Hub's methods need ``hub`` (`treernn.hub`). `require` imports a module of
-an extra, or raises `MissingExtraError`: one line naming the package and the ``pip install``
-that brings it.
+matplotlib, scipy); the Hub's methods need ``hub`` (`treernn.models.hub`). `require` imports a
+module of an extra, or raises `MissingExtraError`: one line naming the package and the
+``pip install`` that brings it.
 """
 
 from __future__ import annotations

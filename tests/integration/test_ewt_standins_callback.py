@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import train_in_process
-from treernn.checkpoints import load_trained
 from treernn.evaluation.ewt_standins import (
     StandInOptions,
     build_standins,
@@ -19,6 +18,7 @@ from treernn.evaluation.ewt_standins import (
     read_treebanks,
     standin_metrics,
 )
+from treernn.models.load import load_trained
 
 pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.slow]
 

@@ -1,9 +1,9 @@
-"""An exported model is data to its last file (`treernn.export_format`, `treernn.sharing`): each
-damaged or hostile export below is refused with one line that names the folder and the file,
-before anything is built from it; a link inside it is never read or written through; a FIFO or
-device never blocks or fills memory; a config asking for more than the weights hold is refused
-before it is allocated; an export cut short by a full disk leaves nothing that loads; loading
-writes nothing into the folder.
+"""An exported model is data to its last file (`treernn.models.export_format`,
+`treernn.models.export`): each damaged or hostile export below is refused with one line that
+names the folder and the file, before anything is built from it; a link inside it is never read
+or written through; a FIFO or device never blocks or fills memory; a config asking for more than
+the weights hold is refused before it is allocated; an export cut short by a full disk leaves
+nothing that loads; loading writes nothing into the folder.
 
 Every case starts from a copy of the small exported language model in
 ``tests/fixtures/exported_onlstm_lm`` (format 2), damaged in one way."""
@@ -25,8 +25,8 @@ import pytest
 
 import treernn
 from tests.fixtures.exports import record_files
-from treernn import sharing
 from treernn.errors import CheckpointError, StorageError, UserError
+from treernn.models import export as sharing
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "exported_onlstm_lm"
 REPO_ROOT = Path(__file__).resolve().parents[2]

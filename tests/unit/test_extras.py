@@ -9,10 +9,11 @@ import types
 
 import pytest
 
-from treernn import extras, train_entry, trust
+from treernn import extras, train_entry
 from treernn.commands import build_parser, main, plain_text
 from treernn.extras import MissingExtraError
 from treernn.invocation import commands_name, trainer_name
+from treernn.models import trust
 
 
 def without(monkeypatch, *missing: str) -> None:

@@ -24,9 +24,9 @@ import pytest
 
 import treernn
 from tests.fixtures.exports import EXPORT_FILES, export_contents, record_files
-from treernn import sharing
 from treernn.api import Classifier, LanguageModel, Model
 from treernn.errors import CheckpointError, OutputError
+from treernn.models import export as sharing
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "exported_onlstm_lm"
 SENTENCES = json.loads((FIXTURE.parent / "exported_onlstm_lm_expected.json").read_text())[

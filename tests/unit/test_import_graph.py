@@ -132,8 +132,6 @@ KERNEL_USERS = ("treernn.encoders.", "treernn.models.")
 KERNEL_USERS_NAMED = (
     "treernn.lifecycle.execute",
     "treernn.lifecycle.plan",
-    "treernn.api",
-    "treernn.sharing",
 )
 
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import treernn
-from treernn import sharing
 from treernn.commands import main
 from treernn.errors import OutputError
+from treernn.models import export as sharing
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "exported_onlstm_lm"
 #: a local path in a file's text: absolute (after a space, a quote, '=', '(' or '[') or in $HOME

@@ -1,5 +1,5 @@
-"""The trusted-class check that checkpoints and exports share (`treernn.trust`): a path outside
-the trusted packages is refused before anything is imported."""
+"""The trusted-class check that checkpoints and exports share (`treernn.models.trust`): a path
+outside the trusted packages is refused before anything is imported."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from treernn.trust import UntrustedClass, import_trusted, user_prefixes
+from treernn.models.trust import UntrustedClass, import_trusted, user_prefixes
 
 
 @pytest.fixture
@@ -41,10 +41,10 @@ def test_a_trusted_package_gives_its_class(planted_package):
     ("target", "why"),
     [
         ("treernn.encoders.nothing.Here", "missing"),
-        ("treernn.trust.NoSuchClass", "missing"),
+        ("treernn.models.trust.NoSuchClass", "missing"),
         ("treernn.", "missing"),  # an empty module name
-        ("treernn.trust.user_prefixes", "not a class"),
-        (["treernn.trust.UntrustedClass"], "untrusted"),  # not a string
+        ("treernn.models.trust.user_prefixes", "not a class"),
+        (["treernn.models.trust.UntrustedClass"], "untrusted"),  # not a string
         ("treernn_evil.Model", "untrusted"),  # a prefix match must end at a dot
     ],
 )

@@ -1,5 +1,5 @@
 """``python -m treernn export``: a trained model as a directory people can share
-(`treernn.sharing`): weights as safetensors, config and vocabulary as text, a model card.
+(`treernn.models.export`): weights as safetensors, config and vocabulary as text, a model card.
 
     python -m treernn export --ckpt outputs/ptb/onlstm/<run>[/checkpoints/last.ckpt] --out DIR
 
@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from treernn.api import load
-    from treernn.sharing import check_target, export
+    from treernn.models.export import check_target, export
+    from treernn.models.load import load
 
     check_target(args.out, overwrite=args.force)  # before the model is read
     model = load(args.ckpt, device="cpu")

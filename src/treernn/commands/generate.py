@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from treernn.api import load
     from treernn.data.download import default_data_dir
+    from treernn.models.load import load
 
     hint = "a tree language model's checkpoint (task=dependency_lm, td_treelstm or ld_treelstm)"
     model = load(args.ckpt, "cpu", kind="dependency_lm", command="generate", hint=hint)

@@ -44,7 +44,7 @@ SUMMARIES = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from treernn.loading import default_device
+    from treernn.models.load import default_device
 
     actions = parser.add_subparsers(dest="action", required=True, metavar="<command>")
     for action in ACTIONS:
@@ -64,10 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from treernn.api import load
     from treernn.errors import ConfigValueError
     from treernn.evaluation.lmzoo import lmzoo_output
     from treernn.files import new_result_file, read_input_text, text_lines, write_result_text
+    from treernn.models.load import load
 
     batch_size = getattr(args, "batch_size", 64)
     if batch_size < 1:

@@ -104,8 +104,8 @@ def format_report(kind: str, report: dict[str, float | None], ties: str, seed: i
 
 
 def run(args: argparse.Namespace) -> int:
-    from treernn.api import load
     from treernn.data.download import default_data_dir
+    from treernn.models.load import load
 
     out = None if args.out is None else new_result_file(args.out, "msr.json", args.force)
     task = load(

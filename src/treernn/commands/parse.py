@@ -41,10 +41,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from treernn.api import load
 from treernn.errors import ConfigValueError
 from treernn.files import new_result_file, write_result_text
-from treernn.loading import default_device
+from treernn.models.load import default_device, load
 from treernn.parsing.scoreboard import (
     KNOWN_SPLITS,
     PUNCTUATION_CHOICES,

@@ -284,7 +284,10 @@ def tree_f1_report(args: argparse.Namespace) -> int:
     print(format_tree_f1({**result["layers"], **result["baselines"]}, title))
     for example in result["examples"]:
         print("\n" + "\n".join(f"  {name:<8} {tree}" for name, tree in example.items()))
-    out = args.out or args.ckpt.resolve().parent.parent / f"tree_f1_{args.split}.json"
+    # the loading ladder also takes a run directory: the result goes beside the run either way
+    where = args.ckpt.resolve()
+    run_dir = where.parent.parent if where.is_file() else where
+    out = args.out or run_dir / f"tree_f1_{args.split}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out}")

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "make-candidates":  # an existing file is refused before any work
         new_result_file(args.out, "candidates.conllu", args.force)
     if args.action == "score":  # the checkpoint is checked before any data is read
-        from treernn.api import load
+        from treernn.models.load import load
 
         model = load(args.ckpt, "cpu", kind="dependency_lm", command="rerank", hint=TREE_MODEL)
         if model.encoder.input_view != "dependency_tree":

@@ -25,7 +25,7 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from treernn.loading import default_device
+    from treernn.models.load import default_device
 
     parser.add_argument("--ckpt", required=True, help="a language model: checkpoint, run or export")
     parser.add_argument(
@@ -49,10 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import io
 
-    from treernn.api import load
     from treernn.errors import DataError
     from treernn.evaluation.surprisal import write_surprisal_table
     from treernn.files import new_result_file, read_input_text, text_lines, write_result_text
+    from treernn.models.load import load
 
     out = None if args.out is None else new_result_file(args.out, "surprisals.tsv", args.force)
     text = read_input_text(args.input, "--input", standard_input=True)

@@ -44,7 +44,7 @@ from treernn.evaluation.syneval import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from treernn.loading import default_device
+    from treernn.models.load import default_device
 
     parser.add_argument("--ckpt", required=True, help="a language-model checkpoint")
     parser.add_argument("--syneval-dir", default=None, help="default: <data dir>/syneval")
@@ -76,9 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from treernn.api import load
     from treernn.data.download import default_data_dir
     from treernn.files import new_result_file
+    from treernn.models.load import load
 
     if args.blimp:
         return run_blimp(args)
@@ -111,9 +111,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_blimp(args: argparse.Namespace) -> int:
-    from treernn.api import load
     from treernn.evaluation.blimp import format_blimp, read_blimp
     from treernn.files import new_result_file
+    from treernn.models.load import load
 
     default = "blimp.json" if args.method == "full" else f"blimp_{args.method}.json"
     out = new_result_file(args.out, default, args.force)

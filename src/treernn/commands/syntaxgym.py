@@ -45,7 +45,7 @@ RECORD_FILE = "syntaxgym.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from treernn.loading import default_device
+    from treernn.models.load import default_device
 
     parser.add_argument(
         "paths",
@@ -85,11 +85,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def score(args: argparse.Namespace) -> int:
-    from treernn.api import load
     from treernn.data.syntaxgym import read_suite_csv
     from treernn.errors import ConfigValueError
     from treernn.evaluation.syntaxgym import format_items, format_table, read_suites
     from treernn.files import new_result_file, write_result_text
+    from treernn.models.load import load
 
     if args.batch_size < 1:
         raise ConfigValueError(f"--batch-size {args.batch_size}: use a positive number")

@@ -20,8 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from treernn.api import load
-from treernn.loading import default_device
+from treernn.models.load import default_device, load
 
 
 def induced_trees(

@@ -108,12 +108,12 @@ def tree_f1_from_checkpoint(
     from omegaconf import open_dict
 
     from treernn.datamodules import prepared_datamodule
-    from treernn.loading import load_run
+    from treernn.models.load import load
 
     if split not in ("val", "test"):
         raise ConfigValueError(f"--split {split}: use val or test")
-    trained = load_run(ckpt, "classifier", "report tree-f1")
-    task = trained.task
+    trained = load(ckpt, "cpu", kind="classifier", command="report tree-f1", needs_config=True)
+    task = trained.module
     config = trained.config.task.datamodule
     with open_dict(config):
         if data_dir is not None:

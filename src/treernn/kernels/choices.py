@@ -18,8 +18,8 @@ of the run. When a kernel asks for one, `choose` looks, in this order, at
 
 A model loaded outside a run (`treernn.load`) reads the choices its run recorded and never writes
 into its folder: an export's ``kernel_choices.json`` (read and checked by
-`treernn.export_format`) comes first, then the choices kept for that model in the user's cache
-(``$TREERNN_CACHE_DIR/models/<the export's key>.json``, `attach_loaded`), where new ones go.
+`treernn.models.export_format`) comes first, then the choices kept for that model in the user's
+cache (``$TREERNN_CACHE_DIR/models/<the export's key>.json``, `attach_loaded`), where new ones go.
 
 Records are data: each is read as a regular file, never through a link, within `RECORD_LIMIT`
 bytes; a run's or a sweep's record that cannot be read is one line (`read_record`), the

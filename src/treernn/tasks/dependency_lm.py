@@ -105,7 +105,7 @@ class DependencyLanguageModel(Task):
             raise ConfigValueError(f"loss={loss!r}: use 'nll' (exact softmax) or 'nce'")
         # Partials and data-dependent lists (vocab, counts) are not hyper-parameters: the run
         # (treernn.lifecycle.execute) stores the config and task_kwargs in the checkpoint and
-        # rebuilds the task from them (treernn.checkpoints.load_trained).
+        # rebuilds the task from them (treernn.models.load.load_trained).
         self.save_hyperparameters(
             ignore=["encoder", "vocab", "unigram_counts", "optimizer", "scheduler"]
         )

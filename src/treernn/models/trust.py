@@ -1,8 +1,8 @@
 """Which classes a file may name. A checkpoint's stored config and an export's `config.json` name
 the classes to build by import path; a class is imported only when its path lies under a trusted
 package, so a file someone hands you can name `os.system` and nothing runs. The callers
-(`treernn.checkpoints`, `treernn.sharing`) choose the packages and word the refusal; this module
-holds the check itself, without torch or Lightning, so that reading an export stays light.
+(`treernn.checkpoints`, `treernn.models.export`) choose the packages and word the refusal; this
+module holds the check itself, without torch or Lightning, so that reading an export stays light.
 """
 
 from __future__ import annotations

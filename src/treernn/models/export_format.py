@@ -1,6 +1,6 @@
 """The exported model's format, read as data: one reader per file, each checking kind, type and
-size against the format before anything is built from it (`treernn.sharing` builds the model from
-what these readers return, and writes the format).
+size against the format before anything is built from it (`treernn.models.export` builds the
+model from what these readers return, and writes the format).
 
 An export is a folder of plain files (``config.json``, ``model.safetensors``, ``vocab.txt``,
 ``README.md`` and, where the run recorded one, ``kernel_choices.json``). Someone may hand you one
@@ -13,7 +13,7 @@ that is damaged or hostile, so every reader here
   size; ``model.safetensors``' header (names, dtypes, shapes, offsets inside the file) before a
   byte of weights is read; ``kernel_choices.json`` as a map of names to choices;
 - checks the folder whole: format 2 records every file's size and SHA-256 in ``config.json``,
-  which is written last (`treernn.sharing` writes a new export into a temporary folder beside
+  which is written last (`treernn.models.export` writes a new export into a temporary folder beside
   its target and renames it into place), so a folder cut short or altered does not load.
 
 Every refusal is one `treernn.errors.CheckpointError` line naming the folder, the file, what is
@@ -36,6 +36,7 @@ from typing import Any
 
 from treernn.errors import CheckpointError
 from treernn.files import GB, MB, RefusedFile, file_kind, read_limited
+from treernn.models.kinds import KINDS
 
 log = logging.getLogger("treernn")
 
@@ -64,12 +65,6 @@ LIMITS = {
 HEADER_LIMIT = 100 * MB
 #: how deeply ``config.json``'s values may nest (the writer's deepest is four)
 MAX_DEPTH = 32
-#: the kinds of model an export may hold -> the task class each is built from
-KIND_TASKS = {
-    "language_model": "treernn.tasks.language_model.LanguageModelTask",
-    "classifier": "treernn.tasks.classification.ClassificationTask",
-    "dependency_lm": "treernn.tasks.dependency_lm.DependencyLanguageModel",
-}
 #: safetensors dtype names -> bytes per element
 DTYPE_BYTES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
@@ -273,10 +268,10 @@ def read_config(folder: str | Path, follow_links: bool = False) -> dict[str, Any
         if key not in config:
             raise refused(folder, f"{CONFIG_FILE} has no {key!r}")
     kind = config["kind"]
-    if kind not in KIND_TASKS:
+    if kind not in KINDS:
         raise refused(
             folder,
-            f"{CONFIG_FILE}: kind {kind!r} is not one of {', '.join(KIND_TASKS)}",
+            f"{CONFIG_FILE}: kind {kind!r} is not one of {', '.join(KINDS)}",
         )
     for part in ("task", "encoder"):
         node = _expect(folder, config[part], dict, part)

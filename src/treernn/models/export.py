@@ -26,7 +26,7 @@ weights; ``flush_denormal`` is kept too).
 
 `save` writes the same directory for any loaded model, an export's included (its config as
 read, with the model's present weights): it is what ``save_pretrained`` and ``push_to_hub``
-(`treernn.hub`) write.
+(`treernn.models.hub`) write.
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from treernn import export_format as fmt
 from treernn.errors import CheckpointError, OutputError, StorageError, UserError
-from treernn.export_format import (
+from treernn.files import MB, is_full_disk, read_limited
+from treernn.models import export_format as fmt
+from treernn.models.export_format import (
     CARD_FILE,
     CHOICES_FILE,
     CONFIG_FILE,
@@ -56,8 +57,8 @@ from treernn.export_format import (
     read_config,
     refused,
 )
-from treernn.files import MB, is_full_disk, read_limited
-from treernn.trust import UntrustedClass, import_trusted, user_prefixes
+from treernn.models.kinds import KINDS
+from treernn.models.trust import UntrustedClass, import_trusted, user_prefixes
 
 __all__ = [
     "EXPORT_FILES",
@@ -503,12 +504,6 @@ DATASET_CARDS = {
     "listops": (None, "ListOps (Nangia and Bowman 2018)"),
     "dependency": (None, "a dependency treebank (CoNLL-U)"),
 }
-#: per kind of model: the Hub's task type and the task's name
-TASK_CARDS = {
-    "language_model": ("text-generation", "Language modelling"),
-    "classifier": ("text-classification", "Classification"),
-    "dependency_lm": ("text-generation", "Dependency language modelling"),
-}
 #: a metric's name in the run (``test/<name>``) -> the Hub's metric type
 METRIC_TYPES = {"ppl": "perplexity", "acc": "accuracy", "f1": "f1", "parse_f1": "f1"}
 _SPLITS = {"test": "test", "val": "validation"}
@@ -521,7 +516,7 @@ def card_metadata(config: dict[str, Any]) -> dict[str, Any]:
     meta, kind = config["meta"], config["kind"]
     model, dataset = meta.get("model") or "model", meta.get("dataset") or "data"
     hub_dataset, dataset_name = DATASET_CARDS.get(dataset, (None, str(dataset)))
-    task_type, task_name = TASK_CARDS.get(kind, ("other", kind))
+    task_type, task_name = KINDS[kind].card if kind in KINDS else ("other", kind)
     results = []
     for key, value in (config["provenance"].get("metrics") or {}).items():
         split, _, name = key.partition("/")
@@ -734,7 +729,7 @@ def _classes(path: Path, config: dict[str, Any]) -> tuple[type, type]:
 
     task_class = _trusted(config["task"]["class"], ("treernn.tasks.",), Task, path)
     kind = config["kind"]
-    expected = fmt.KIND_TASKS[kind]
+    expected = KINDS[kind].task
     wanted = import_trusted(expected, ("treernn.tasks.",))
     if not issubclass(task_class, wanted):
         raise refused(

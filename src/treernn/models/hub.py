@@ -2,11 +2,11 @@
 ``push_to_hub`` come from ``huggingface_hub``'s ``ModelHubMixin``, an optional dependency
 (``pip install "treernn[hub]"``).
 
-`HubMixin` is the base of `treernn.api.Model`: the mixin itself where
+`HubMixin` is the base of `treernn.models.model.Model`: the mixin itself where
 ``huggingface_hub`` is installed, else a stand-in whose three methods each say, in one line, what
-to install. ``treernn.api`` implements the mixin's two hooks with the export format of
-`treernn.sharing`, so that what these methods write, read and push is exactly the directory
-``python -m treernn export`` writes. ``treernn.api`` imports this module, and with it
+to install. ``treernn.models.model`` implements the mixin's two hooks with the export format of
+`treernn.models.export`, so that what these methods write, read and push is exactly the directory
+``python -m treernn export`` writes. ``treernn.models.model`` imports this module, and with it
 ``huggingface_hub`` where it is installed (half a second; ``import treernn`` imports neither).
 """
 
