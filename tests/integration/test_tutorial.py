@@ -47,12 +47,13 @@ def test_the_committed_notebook_holds_its_outputs():
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("data_dir")
-def test_the_tutorial_runs_and_prints_what_was_committed(monkeypatch, tmp_path):
+def test_the_tutorial_runs_and_prints_what_was_committed(monkeypatch, tmp_path, data_dir):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("huggingface_hub")  # save_pretrained
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT / "src"))
+    # the kernel runs in tmp_path: a relative data folder (CI's ../shared/data) must not move
+    monkeypatch.setenv("TREERNN_DATA_DIR", str(data_dir))
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's temporary folders, to count
     monkeypatch.setenv("TQDM_DISABLE", "1")  # as it was executed: no bar, no timing
     notebook = nbformat.read(NOTEBOOK, as_version=4)
