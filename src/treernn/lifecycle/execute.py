@@ -26,12 +26,12 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from treernn import checkpoints, kernels
+from treernn import checkpoints
 from treernn.checkpoints import RunInfo, build_task
 from treernn.datamodules import prepared_datamodule
 from treernn.errors import ConfigValueError, RunInterrupted, UserError
 from treernn.files import atomic_write
-from treernn.lifecycle import launch, locks, records, resume, signals
+from treernn.lifecycle import kernel_context, launch, locks, records, resume, signals
 from treernn.lifecycle import loggers as loggers_
 from treernn.lifecycle.identity import process_identity
 from treernn.lifecycle.outcomes import FINISHED
@@ -221,7 +221,7 @@ def _run(plan: Plan, attempt: Attempt, tested: pl.LightningModule | None) -> dic
 def _record_attempt(plan: Plan, run_dir: Path) -> None:
     """Record this attempt in the run's ``status.json`` (rank 0), and make the kernels' choices
     part of the run: recorded with it, reused on resume and by the sweep's other jobs, read from
-    the tested run by mode=test (`treernn.kernels.attach`)."""
+    the tested run by mode=test (`treernn.lifecycle.kernel_context`)."""
     cfg = plan.config
     if rank_zero_only.rank == 0:
         started = records.read_status(run_dir).get("started") or records.now()
@@ -241,7 +241,7 @@ def _record_attempt(plan: Plan, run_dir: Path) -> None:
         records.record_machine(run_dir)
     sweep_dir = Path(HydraConfig.get().sweep.dir) if launch.is_multirun() else None
     trained_in = plan.info.run_dir if plan.info is not None else None
-    kernels.attach(run_dir, sweep_dir, trained_in, write=rank_zero_only.rank == 0)
+    kernel_context.open_for_run(run_dir, sweep_dir, trained_in, write=rank_zero_only.rank == 0)
 
 
 def _instantiate_group(group: DictConfig | None, **kwargs) -> list[Any]:

@@ -384,10 +384,9 @@ def check_budget_left(
 def _check_kernel_record(run_dir: Path | None) -> None:
     """The kernels' choices a resumed or tested run recorded can be read (a FIFO, a link or a
     damaged file there is one line now, not a hang or a refusal after the attempt is recorded)."""
-    if run_dir is not None:
-        from treernn.kernels import check_run_record
+    from treernn.lifecycle import kernel_context
 
-        check_run_record(run_dir)
+    kernel_context.check(run_dir)
 
 
 def check_resumable(
