@@ -6,6 +6,7 @@ command."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import networkx as nx
@@ -162,3 +163,33 @@ def test_only_the_encoders_the_lifecycles_hook_and_the_model_package_import_the_
 
     users = [n for n in outside_kernels() if kernel_imports(n)[1]]
     assert [n for n in users if not allowed(n)] == []
+
+
+def contributing_tree() -> set[str]:
+    """The modules CONTRIBUTING.md's tree of ``src/treernn/`` names, as paths under it (a line
+    such as ``│   ├── plan.py   what ...`` under ``lifecycle/`` is ``lifecycle/plan.py``)."""
+    text = (SRC.parent / "CONTRIBUTING.md").read_text()
+    block = text.split("```\nsrc/treernn/\n", 1)[1].split("```", 1)[0]
+    named, folders = set(), []
+    for line in block.splitlines():
+        match = re.match(r"^([│ ]*)[├└]── (\S+)", line)
+        assert match, f"not a line of the tree: {line!r}"
+        depth = len(match.group(1)) // 4
+        folders = folders[:depth]
+        name = match.group(2)
+        if name.endswith("/"):
+            folders.append(name.rstrip("/"))
+        elif name.endswith(".py"):
+            named.add("/".join([*folders, name]))
+    return named
+
+
+def test_contributings_tree_names_every_module_and_no_other():
+    modules = {
+        str(path.relative_to(SRC / "treernn"))
+        for path in (SRC / "treernn").rglob("*.py")
+        if path.name != "__init__.py"
+    }
+    named = contributing_tree()
+    assert sorted(modules - named) == [], "modules missing from CONTRIBUTING.md's tree"
+    assert sorted(named - modules) == [], "CONTRIBUTING.md's tree names modules that are gone"
