@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tests.unit.test_report_claims import make_run
+from tests.unit.reporting.claims.test_claims import make_run
 from treernn.commands import command_parsers
 from treernn.commands import main as treernn_main
 from treernn.errors import UserError
