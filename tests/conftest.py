@@ -10,8 +10,6 @@ import torch
 
 from treernn.kernels import choices
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (``-n 2``, the README's test command) the workers share the cores: each

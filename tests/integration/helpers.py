@@ -14,10 +14,10 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch import Callback
 from omegaconf import open_dict
 
+from tests.paths import REPO_ROOT
 from treernn.lifecycle import entry
 from treernn.lifecycle.resolvers import register_resolvers
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = str(REPO_ROOT / "conf")
 
 #: the worked example of CONTRIBUTING "Adding a model" (a GRU: tests/fixtures/example_model/gru.py

@@ -2,9 +2,10 @@
 refused in one line (exit status 1) leaves the run it names byte for byte as it was, adds no
 directory, and the run stays in ``report table``.
 
-Each refusal itself is decided by the planner and tested there (`tests/unit/test_plan.py`); these
-two replay what a user met: a finished run marked failed by a refused differing seed, and
-Lightning's traceback for a budget below what an interrupted run had trained.
+Each refusal itself is decided by the planner and tested there
+(`tests/unit/lifecycle/test_plan.py`); these two replay what a user met: a finished run marked
+failed by a refused differing seed, and Lightning's traceback for a budget below what an
+interrupted run had trained.
 """
 
 from __future__ import annotations

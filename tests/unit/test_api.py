@@ -19,12 +19,13 @@ import torch
 
 import treernn
 from tests.fixtures.exports import record_files
+from tests.paths import FIXTURES
 from treernn.api import LanguageModel, UnsupportedMethodError
 from treernn.commands import main
 from treernn.errors import CheckpointError, ConfigValueError
 from treernn.evaluation.surprisal import read_surprisal_table
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "exported_onlstm_lm"
+FIXTURE = FIXTURES / "exported_onlstm_lm"
 EXPECTED = json.loads((FIXTURE.parent / "exported_onlstm_lm_expected.json").read_text())
 SENTENCES = EXPECTED["sentences"]
 

@@ -3,13 +3,13 @@ keys a constructor does not take, and the run's own switches."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from tests.paths import REPO_ROOT
 from treernn.config_checks import (
     BUILTIN_CALLBACKS,
     _literal_values,
@@ -55,7 +55,7 @@ def test_a_key_the_constructor_does_not_take_is_named_with_the_valid_ones():
 
 
 # ----------------------------------------------------------------------------- built-in callbacks
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = REPO_ROOT / "conf"
 
 
 def composed(*overrides: str):

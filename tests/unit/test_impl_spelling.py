@@ -5,18 +5,17 @@ is the usual one-line error listing what is valid."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import hydra
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+from tests.paths import REPO_ROOT
 from treernn.checkpoints import constructor_config
 from treernn.config_checks import check_targets
 from treernn.errors import ConfigValueError
 
-MODELS = Path(__file__).resolve().parents[2] / "conf" / "model"
+MODELS = REPO_ROOT / "conf" / "model"
 
 
 def _model_config(name: str, **changes):

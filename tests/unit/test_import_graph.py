@@ -12,7 +12,9 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+from tests.paths import REPO_ROOT
+
+SRC = REPO_ROOT / "src"
 PACKAGE = SRC / "treernn"
 
 

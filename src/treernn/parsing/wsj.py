@@ -261,7 +261,7 @@ def _parsed_sents(reader, path: Path) -> list:
     (``read_sexpr_block``) and tree parser (the reader's ``_parse``, which also normalises
     leaves and strips the empty top node) on the file's text in a ``StringIO``. Three times faster
     than the corpus view, whose seekable stream spends most of its time in ``tell``; the trees are
-    the same (tests/unit/test_parsing_wsj.py checks every tree of the sample)."""
+    the same (tests/unit/parsing/test_wsj.py checks every tree of the sample)."""
     from nltk.corpus.reader.util import read_sexpr_block
 
     stream = io.StringIO(path.read_text(encoding="utf-8"))

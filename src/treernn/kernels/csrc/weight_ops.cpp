@@ -82,7 +82,7 @@ void block_words_scalar(uint64_t counter, uint32_t k0, uint32_t k1, uint32_t* ou
 // block in four registers. A 32 x 32 -> 64-bit product per lane comes from vpmuludq on the even
 // lanes and on the odd lanes shifted down; four independent groups of registers per round hide
 // the products' latency (3.4x the scalar loop with AVX-512 and 2.7x with AVX2 on a Zen 4; the
-// words are bit for bit the scalar loop's: tests/unit/test_weight_ops.py).
+// words are bit for bit the scalar loop's: tests/unit/kernels/test_weight_ops.py).
 #define WEIGHT_OPS_AVX2 __attribute__((target("avx2,fma")))
 #define WEIGHT_OPS_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 constexpr int kGroups = 4;

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 import treernn
+from tests.paths import FIXTURES
 from treernn.commands import main
 from treernn.errors import ConfigValueError, DataError
 from treernn.evaluation.surprisal import read_surprisal_table
 from treernn.files import decode_input_text, new_result_file, read_input_text, text_lines
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "exported_onlstm_lm"
+FIXTURE = FIXTURES / "exported_onlstm_lm"
 #: words of the fixture's vocabulary
 SENTENCES = ["the cat sees a dog", "a man buys the company", "the woman likes the cat"]
 

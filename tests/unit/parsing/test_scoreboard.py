@@ -310,7 +310,7 @@ def test_right_branching_file_matches_the_baseline_on_the_sample(data_dir: Path,
     board = score_tree_file(path, gold)
     mine, baseline = board.row("right.txt"), board.row("right_branching")
     assert mine.as_dict()["corpus_f1"] == baseline.as_dict()["corpus_f1"]
-    assert 100 * mine.mean("corpus_f1") == pytest.approx(39.41, abs=0.01)  # as test_parsing_wsj
+    assert 100 * mine.mean("corpus_f1") == pytest.approx(39.41, abs=0.01)  # as parsing/test_wsj.py
     assert 100 * board.row("balanced").mean("corpus_f1") == pytest.approx(25.07, abs=0.01)
 
 

@@ -25,11 +25,11 @@ import pytest
 
 import treernn
 from tests.fixtures.exports import record_files
+from tests.paths import FIXTURES, REPO_ROOT
 from treernn.errors import CheckpointError, StorageError, UserError
 from treernn.models import export as sharing
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "exported_onlstm_lm"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = FIXTURES / "exported_onlstm_lm"
 
 
 def copy_fixture(tmp_path: Path) -> Path:

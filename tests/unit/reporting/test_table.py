@@ -16,14 +16,13 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from tests.paths import REPO_ROOT
 from treernn.commands import main as treernn_main
 from treernn.lifecycle.sweeps.layout import sweep_job_dirs
 from treernn.reporting.paper import PAPER_LENGTH_ACCURACY, PAPER_RESULTS, PAPER_SYSGEN_ACCURACY
 from treernn.reporting.run_records import load_runs
 from treernn.reporting.table import Cell, report_table
 from treernn.reporting.table_output import format_cell, to_markdown, write_table
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_run(
@@ -452,7 +451,7 @@ def test_runs_logged_to_wandb_send_the_table_there(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- the sweep's end
 def sweep_summary():
     """The multirun's Hydra callback as the sweep's config builds it, with the report it names."""
-    hydra_conf = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf/hydra/default.yaml")
+    hydra_conf = OmegaConf.load(REPO_ROOT / "conf/hydra/default.yaml")
     return instantiate(hydra_conf.callbacks.sweep_summary)
 
 

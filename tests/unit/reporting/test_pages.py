@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tests.unit.test_report_claims import make_run
+from tests.unit.reporting.claims.test_claims import make_run
 from treernn.commands import command_parsers
 from treernn.commands import main as treernn_main
 from treernn.errors import UserError
@@ -66,7 +66,7 @@ def test_the_pages_and_the_excerpt_are_written_and_checked(tmp_path):
         docs / "reference" / "commands.md",
         readme,
     }
-    # claim 9: OM - LSTM = -6, [-8.267, -3.733] (tests/unit/test_report_claims.py)
+    # claim 9: OM - LSTM = -6, [-8.267, -3.733] (tests/unit/reporting/claims/test_claims.py)
     excerpt = files[readme].split(START)[1].split(END)[0]
     verdict = "**not shown**, post hoc (rule of 2026-12-05)"  # no plan in this results folder
     assert f"| 9 | Ordered Memory beats LSTM on SST-2 | {verdict} |" in excerpt

@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import ReadonlyConfigError
 
+from tests.paths import REPO_ROOT
 from treernn.checkpoints import build_task, serialise_task_kwargs
 from treernn.data.vocab import Vocabulary
 from treernn.errors import CheckpointError
@@ -25,7 +26,7 @@ from treernn.lifecycle.records import RunState
 from treernn.lifecycle.resolvers import register_resolvers
 from treernn.lifecycle.sweeps.layout import NotStarted, SweepChanged
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = REPO_ROOT / "conf"
 BASE = ["task=logic", "model=lstm", "trainer=smoke"]
 
 

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 import treernn
+from tests.paths import FIXTURES
 from treernn.api import LanguageModel, TokenScore
 from treernn.commands import main
 from treernn.errors import ConfigValueError
 from treernn.progress import MissingDependencyError
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "exported_onlstm_lm"
+FIXTURE = FIXTURES / "exported_onlstm_lm"
 SENTENCES = ["The cat sees a dog.", "A woman buys the company for $5.", "the man likes a cat"]
 LN2 = math.log(2)
 

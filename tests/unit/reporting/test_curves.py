@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_report_table import make_run
+from tests.unit.reporting.test_table import make_run
 from treernn.commands import main as treernn_main
 from treernn.reporting.curves import learning_curves, to_markdown
 

@@ -3,7 +3,7 @@ tests adjusted with Holm's method across the report, planned or post hoc by the 
 the jobs' start times, the best trivial trees and best layer, a ceiling, smoke checks in updates
 and in epochs, incomplete sweeps, the trend from a planned earlier budget only, "no run" rows, the
 plans' files and ``report plan``, and the command on run directories as sweeps leave them. (The
-statistics themselves: tests/unit/test_claims_statistics.py.)"""
+statistics themselves: tests/unit/reporting/claims/test_statistics.py.)"""
 
 from __future__ import annotations
 

@@ -14,11 +14,12 @@ import pytest
 import torch
 
 import treernn
+from tests.paths import FIXTURES
 from treernn.commands import main
 from treernn.errors import OutputError
 from treernn.models import export as sharing
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "exported_onlstm_lm"
+FIXTURE = FIXTURES / "exported_onlstm_lm"
 #: a local path in a file's text: absolute (after a space, a quote, '=', '(' or '[') or in $HOME
 ABSOLUTE = re.compile(r"""(?:^|[\s"'=(\[`])(?:/|~/)[\w.-]""", re.M)
 METRICS = {"test/ppl": 31.8636, "val/ppl": 22.7869, "val/parse_f1": 0.3125, "test/loss": 3.46}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import REPO_ROOT
 from treernn.commands import main as treernn_main
 from treernn.lifecycle import records
 from treernn.lifecycle.plan import plan_sweep_job
@@ -29,9 +30,7 @@ from treernn.lifecycle.records import (
 )
 from treernn.lifecycle.sweeps.layout import DamagedJob
 
-from .test_sweep_command import _checkout, make_sweep
-
-REPO = Path(__file__).resolve().parents[2]
+from ..commands.test_sweep import _checkout, make_sweep
 
 
 def one_error_line(capsys) -> str:
@@ -273,10 +272,10 @@ def test_resume_runs_this_projects_entry_never_the_archives(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")},
     )
     assert done.returncode != 0
-    assert f"python {REPO / 'train.py'} -m task=no_such_task" in done.stdout
+    assert f"python {REPO_ROOT / 'train.py'} -m task=no_such_task" in done.stdout
     assert "no_such_task" in done.stderr
     assert not mark.exists()
 

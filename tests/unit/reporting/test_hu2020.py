@@ -6,16 +6,15 @@ files go when they are missing."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.unit.test_report_table import make_run
+from tests.paths import REPO_ROOT
+from tests.unit.reporting.test_table import make_run
 from treernn.reporting.hu2020 import hu2020_results, paper_rows, seeds_markdown
 from treernn.reporting.table import report_table
 from treernn.reporting.table_output import to_markdown
 
-ONLSTM_PAGE = Path(__file__).resolve().parents[2] / "docs" / "papers" / "onlstm.md"
+ONLSTM_PAGE = REPO_ROOT / "docs" / "papers" / "onlstm.md"
 
 SCORES = {
     "test/ppl": 300.0,

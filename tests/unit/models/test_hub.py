@@ -24,11 +24,12 @@ import pytest
 
 import treernn
 from tests.fixtures.exports import EXPORT_FILES, export_contents, record_files
+from tests.paths import FIXTURES
 from treernn.api import Classifier, LanguageModel, Model
 from treernn.errors import CheckpointError, OutputError
 from treernn.models import export as sharing
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "exported_onlstm_lm"
+FIXTURE = FIXTURES / "exported_onlstm_lm"
 SENTENCES = json.loads((FIXTURE.parent / "exported_onlstm_lm_expected.json").read_text())[
     "sentences"
 ]

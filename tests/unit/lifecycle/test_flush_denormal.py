@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from omegaconf import OmegaConf
 
+from tests.paths import REPO_ROOT
 from treernn.lifecycle.process import flush_denormals
 
 SUBNORMAL = 1e-40  # below float32's smallest normal number, 1.18e-38
@@ -27,5 +26,5 @@ def test_flush_denormals_turns_subnormal_arithmetic_into_zeros():
 
 
 def test_the_run_config_flushes_by_default():
-    config = OmegaConf.load(Path(__file__).parents[2] / "conf" / "config.yaml")
+    config = OmegaConf.load(REPO_ROOT / "conf" / "config.yaml")
     assert config.flush_denormal is True
