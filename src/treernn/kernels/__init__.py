@@ -9,7 +9,8 @@ and ``cpp_ext`` builds the C++ sources in ``csrc/`` on first use.
 This package is the kernels' one door: code outside it imports ``treernn.kernels`` and the names
 below, never a submodule (``tests/unit/test_import_graph.py`` checks it), and only the encoders,
 the lifecycle's one hook (``lifecycle/kernel_context.py``: the run's kernel context) and the
-model package (``models/``: loading and exports) import it at all. The kernels' own tests and benchmarks reach inside.
+model package (``models/``: loading and exports) import it at all. The kernels' own tests and
+benchmarks reach inside.
 
 The names, by who needs them (each documented where it is defined):
 

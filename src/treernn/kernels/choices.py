@@ -14,7 +14,8 @@ of the run. When a kernel asks for one, `choose` looks, in this order, at
    CPU);
 3. the machine's cache, ``$TREERNN_CACHE_DIR/gemm_backends.json`` (default
    ``~/.cache/treernn``: runs on one machine share their choices, whatever the load was when a
-   probe ran; a probe taken under load is kept and marked so, under ``"taken under load"``);
+   probe ran; a probe taken under load is kept and marked so, under ``"taken under load"``, and
+   probed again by the first process that needs it on an idle machine);
 
 A model loaded outside a run (`treernn.load`) reads the choices its run recorded and never writes
 into its folder: an export's ``kernel_choices.json`` (read and checked by
@@ -271,13 +272,15 @@ def choose(
                 break
         if not how:
             stored = _read_cache(machine)
-            value = stored.get(machine_name)
-            if value in usable:
-                how = f"kept in {machine}"
+            kept = stored.get(machine_name)
+            if kept in usable and not _probe_again(stored, machine_name, busy):
+                value, how = kept, f"kept in {machine}"
             else:
                 value, how = _probe_within_budget(probe, default, busy)
                 if how.startswith("probed"):  # a default is for this run only
                     _keep_for_machine(machine, machine_name, value, how)
+                elif kept in usable:  # a choice probed under load beats a default
+                    value, how = kept, f"kept in {machine}, probed under load"
                 elif how == OUT_OF_TIME:  # the probe's own log line named a partial winner
                     log.info("%s: its probe ran out of time; %s is used (this run)", named, value)
         _STATE.used[named] = (value, how)
@@ -319,6 +322,24 @@ def _probe_within_budget(
         return default, OUT_OF_TIME
     reason = busy()
     return value, f"probed under load ({reason})" if reason else "probed"
+
+
+def _probe_again(stored: dict, machine_name: str, busy: Callable[[], str | None]) -> bool:
+    """Whether a choice kept for the machine was probed under load and the machine is idle now:
+    then it is probed again and replaced. A busy machine's timings can rank the candidates the
+    other way round (the paper-size ON-LSTM's projection placements, kept while two training
+    jobs shared a 2-core machine, trained at 1.00x nn.LSTM; probed again idle, 1.13x). A run's
+    or a sweep's record is never probed again: they come first, and keep resumes exact."""
+    notes = stored.get(UNDER_LOAD)
+    if not isinstance(notes, dict) or machine_name not in notes or busy() is not None:
+        return False
+    log.info(
+        "%s: kept for this machine from a probe under load (%s); the machine is idle now, so "
+        "it is probed again",
+        machine_name,
+        notes[machine_name],
+    )
+    return True
 
 
 def _keep_for_machine(machine: Path, name: str, value: str, how: str) -> None:

@@ -187,7 +187,8 @@ def remembered(key: tuple, decide: Callable[[], str]) -> str:
 def machine_busy() -> str | None:
     """Why a probe just taken may not speak for this machine (more runnable processes than CPUs:
     a 1-minute load average above the CPU count plus one half), or None. The choice is kept all
-    the same, noted as taken under load (`treernn.kernels.choices`)."""
+    the same, noted as taken under load, and probed again by the first process that needs it
+    on an idle machine (`treernn.kernels.choices`)."""
     try:
         load = os.getloadavg()[0]
     except OSError:

@@ -140,6 +140,42 @@ def test_a_probe_under_load_is_kept_and_recorded_as_such(tmp_path, machine) -> N
     assert how == f"probed under load ({busy()})"
 
 
+def test_a_choice_probed_under_load_is_probed_again_once_the_machine_is_idle(
+    tmp_path, machine
+) -> None:
+    """Kept under load, a choice is used while the machine stays busy, probed again by the first
+    run that finds it idle (the note goes), and then kept like any other; a run's record of the
+    old choice still wins for that run, so its resume is exact."""
+    busy = lambda: "load average 6.0 on 2 CPUs during the probe"  # noqa: E731
+    machine_name = f"{NAME} | probes 8 | of mkl onednn aten"
+    choices.attach(tmp_path / "loaded")
+    assert _choose(lambda: "onednn", busy=busy) == "onednn"
+    choices.attach(tmp_path / "still-busy")
+    assert _choose(_never, busy=busy) == "onednn"
+    choices.attach(tmp_path / "idle")
+    assert _choose(lambda: "mkl") == "mkl"
+    stored = json.loads(machine.read_text())
+    assert stored[machine_name] == "mkl" and "taken under load" not in stored
+    (how,) = _record(tmp_path / "idle")["how"].values()
+    assert how == "probed"
+    choices.attach(tmp_path / "next")
+    assert _choose(_never) == "mkl"
+    choices.attach(tmp_path / "loaded")  # its resume
+    assert _choose(_never) == "onednn"
+
+
+def test_a_choice_probed_under_load_beats_a_default_when_no_probe_fits(
+    tmp_path, machine, monkeypatch
+) -> None:
+    busy = lambda: "load average 6.0 on 2 CPUs during the probe"  # noqa: E731
+    assert _choose(lambda: "onednn", busy=busy) == "onednn"
+    monkeypatch.setenv(choices.BUDGET_ENV, "0")
+    choices.attach(tmp_path / "run")
+    assert _choose(_never, default="aten") == "onednn"
+    (how,) = _record(tmp_path / "run")["how"].values()
+    assert how.endswith("gemm_backends.json, probed under load")
+
+
 def test_no_budget_no_probe_the_default_for_this_run_only(tmp_path, machine, monkeypatch) -> None:
     """TREERNN_PROBE_SECONDS=0: the kernel's default, recorded with the run (a resume uses it
     again) but not kept for the machine, whose next run with a budget probes the shape."""
