@@ -51,6 +51,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from treernn.errors import ConfigValueError, DataError
@@ -70,6 +71,47 @@ MODELS_DIR = "models"
 MACHINE_FILE = "gemm_backends.json"
 #: the machine cache's map of choices probed under load to the load seen
 UNDER_LOAD = "taken under load"
+#: how long a kept choice's idle check watches the other processes
+IDLE_CHECK_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """The CPU time the whole machine and this process had used at one moment (Linux's
+    ``/proc/stat``, ``os.times``): two samples tell how many CPUs the other processes kept busy
+    between them, whatever the load average says (two single-threaded jobs on a 2-core machine
+    read as a load of 2, the same as this process's own two threads on an idle one)."""
+
+    machine: float  # CPU-seconds busy, all CPUs
+    own: float  # CPU-seconds of this process, all its threads
+    wall: float
+
+    def others_cpus(self) -> float | None:
+        """How many CPUs the other processes kept busy, on average, since this sample."""
+        now = cpu_sample()
+        if now is None or now.wall - self.wall <= 0:
+            return None
+        others = (now.machine - self.machine) - (now.own - self.own)
+        return max(others, 0.0) / (now.wall - self.wall)
+
+
+def cpu_sample() -> CpuSample | None:
+    """Now's `CpuSample`; None where ``/proc/stat`` cannot be read (not Linux)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 8:
+        return None
+    ticks = [int(value) for value in fields[1:9]]
+    busy = sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
+    times = os.times()
+    return CpuSample(busy / os.sysconf("SC_CLK_TCK"), times.user + times.system, time.monotonic())
+
+
+#: why a probe's figures may not speak for the machine, given the sample taken as it started
+Busy = Callable[[CpuSample | None], "str | None"]
 #: seconds of probing a run may spend in all (``TREERNN_PROBE_SECONDS`` where set)
 BUDGET_ENV = "TREERNN_PROBE_SECONDS"
 RUN_BUDGET = 5.0
@@ -249,12 +291,13 @@ def choose(
     probe: Callable[[], str],
     default: str,
     revision: int,
-    busy: Callable[[], str | None] = lambda: None,
+    busy: Busy = lambda since: None,
 ) -> str:
     """The choice named ``name`` (the machine, shape, dtype, threads and torch version; the
     machine's cache adds the probes' ``revision``), one of ``usable``: the run's record's, else
-    the sweep's, else the machine's, else ``probe()``'s within the run's budget (``busy()``: why
-    the machine may be too loaded for its figures, noted beside it), else ``default``."""
+    the sweep's, else the machine's, else ``probe()``'s within the run's budget
+    (``busy(since)``: why the machine may have been too loaded for its figures since the
+    `CpuSample` ``since``, noted beside it), else ``default``."""
     named = f"{name} | of {' '.join(usable)}"
     machine_name = f"{name} | probes {revision} | of {' '.join(usable)}"
     machine = machine_file()
@@ -290,9 +333,7 @@ def choose(
     return value
 
 
-def _probe_within_budget(
-    probe: Callable[[], str], default: str, busy: Callable[[], str | None]
-) -> tuple[str, str]:
+def _probe_within_budget(probe: Callable[[], str], default: str, busy: Busy) -> tuple[str, str]:
     outer = not _STATE.probes
     left = run_budget() - _STATE.spent if _STATE.attached else PROBE_BUDGET
     if outer and left <= 0:
@@ -311,6 +352,7 @@ def _probe_within_budget(
     if not outer:  # asked by a probe: within that probe's time
         deadline = min(deadline, _STATE.probes[-1].deadline)
     running = _Probe(deadline)
+    since = cpu_sample()
     _STATE.probes.append(running)
     try:
         value = probe()
@@ -320,18 +362,22 @@ def _probe_within_budget(
             _STATE.spent += time.perf_counter() - start
     if running.cut_short:  # a choice among the candidates it had time for: none at all
         return default, OUT_OF_TIME
-    reason = busy()
+    reason = busy(since)
     return value, f"probed under load ({reason})" if reason else "probed"
 
 
-def _probe_again(stored: dict, machine_name: str, busy: Callable[[], str | None]) -> bool:
+def _probe_again(stored: dict, machine_name: str, busy: Busy) -> bool:
     """Whether a choice kept for the machine was probed under load and the machine is idle now:
     then it is probed again and replaced. A busy machine's timings can rank the candidates the
     other way round (the paper-size ON-LSTM's projection placements, kept while two training
     jobs shared a 2-core machine, trained at 1.00x nn.LSTM; probed again idle, 1.13x). A run's
     or a sweep's record is never probed again: they come first, and keep resumes exact."""
     notes = stored.get(UNDER_LOAD)
-    if not isinstance(notes, dict) or machine_name not in notes or busy() is not None:
+    if not isinstance(notes, dict) or machine_name not in notes:
+        return False
+    since = cpu_sample()
+    time.sleep(IDLE_CHECK_SECONDS)  # what the other processes use while this one waits
+    if busy(since) is not None:
         return False
     log.info(
         "%s: kept for this machine from a probe under load (%s); the machine is idle now, so "

@@ -184,16 +184,27 @@ def remembered(key: tuple, decide: Callable[[], str]) -> str:
     return _CHOICES[key]
 
 
-def machine_busy() -> str | None:
-    """Why a probe just taken may not speak for this machine (more runnable processes than CPUs:
-    a 1-minute load average above the CPU count plus one half), or None. The choice is kept all
-    the same, noted as taken under load, and probed again by the first process that needs it
-    on an idle machine (`treernn.kernels.choices`)."""
+def machine_busy(since: choices.CpuSample | None) -> str | None:
+    """Why a probe just taken may not speak for this machine, or None: since ``since`` (taken as
+    the probe started) other processes kept so many CPUs busy that fewer than this process's
+    threads were free (less half a CPU); where that cannot be measured, a 1-minute load average
+    above the CPU count plus one half. The choice is kept all the same, noted as taken under
+    load, and probed again by the first process that needs it on an idle machine
+    (`treernn.kernels.choices`)."""
+    cpus = os.cpu_count() or 1
+    others = since.others_cpus() if since is not None else None
+    if others is not None:
+        threads = min(torch.get_num_threads(), cpus)
+        if cpus - others < threads - 0.5:
+            return (
+                f"other processes kept {others:.1f} of {cpus} CPUs busy during the probe, "
+                f"which ran {threads} threads"
+            )
+        return None
     try:
         load = os.getloadavg()[0]
     except OSError:
         return None
-    cpus = os.cpu_count() or 1
     if load > cpus + 0.5:
         return f"load average {load:.1f} on {cpus} CPUs during the probe"
     return None

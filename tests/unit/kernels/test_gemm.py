@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import time
 
 import pytest
 import torch
 
 from treernn.encoders.onlstm import ONLSTMEncoder
 from treernn.errors import ConfigValueError
-from treernn.kernels import gemm
+from treernn.kernels import choices, gemm
 
 CPU = torch.device("cpu")
 PACKED = [
@@ -145,7 +147,7 @@ def test_onlstm_float64_fast_equals_reference_per_backend(backend: str) -> None:
 def test_auto_choice_is_kept_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """A later process reads the choice instead of probing again (same seed, same products)."""
     monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(gemm, "machine_busy", lambda: None)
+    monkeypatch.setattr(gemm, "machine_busy", lambda since: None)
     gemm._CHOICES.clear()
     first = gemm.resolve("auto", 3, 5, 7, CPU, torch.float32)
     stored = json.loads((tmp_path / "gemm_backends.json").read_text())
@@ -167,7 +169,7 @@ def fresh_choices(monkeypatch: pytest.MonkeyPatch, tmp_path):
     for name in ("_CHOICES", "DECISIONS", "_PROBED"):
         monkeypatch.setattr(gemm, name, {})
     monkeypatch.setattr(gemm, "_SAID_FP32", set())
-    monkeypatch.setattr(gemm, "machine_busy", lambda: None)  # the test machine's load aside
+    monkeypatch.setattr(gemm, "machine_busy", lambda since: None)  # the test machine's load aside
     return tmp_path / "gemm_backends.json"
 
 
@@ -476,7 +478,7 @@ def test_a_probe_under_load_is_kept_and_noted(fresh_choices, monkeypatch) -> Non
     """More runnable processes than CPUs during a probe: the choice is kept all the same (a
     process that probed again could choose otherwise, and a resumed run would not end where it
     would have ended uninterrupted), noted as taken under load; the next process reads it."""
-    monkeypatch.setattr(gemm, "machine_busy", lambda: "load average 5.3 on 2 CPUs")
+    monkeypatch.setattr(gemm, "machine_busy", lambda since: "load average 5.3 on 2 CPUs")
     _injected_timings(monkeypatch, {"float32": 1.0, "bfloat16": 0.5})
     assert gemm.bf16_pays(20, 400, 1640, CPU)
     stored = json.loads(fresh_choices.read_text())
@@ -488,12 +490,44 @@ def test_a_probe_under_load_is_kept_and_noted(fresh_choices, monkeypatch) -> Non
     assert gemm.bf16_pays(20, 400, 1640, CPU)
 
 
-def test_machine_busy_reads_the_load_average(monkeypatch) -> None:
+def test_machine_busy_reads_the_load_average_where_cpu_time_is_unknown(monkeypatch) -> None:
     monkeypatch.setattr(gemm.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(gemm.os, "getloadavg", lambda: (2.4, 1.0, 1.0))
-    assert gemm.machine_busy() is None
+    assert gemm.machine_busy(None) is None
     monkeypatch.setattr(gemm.os, "getloadavg", lambda: (2.6, 1.0, 1.0))
-    assert gemm.machine_busy() == "load average 2.6 on 2 CPUs during the probe"
+    assert gemm.machine_busy(None) == "load average 2.6 on 2 CPUs during the probe"
+
+
+def test_machine_busy_counts_the_cpus_other_processes_kept_busy(monkeypatch) -> None:
+    """2 CPUs, a probe of 2 threads: over 2 s the machine used 3.4 CPU-seconds and the probe's
+    process 2.0, so the others kept 0.7 CPUs busy, leaving 1.3 < 2 - 0.5 free: busy. With the
+    others at 0.4 CPUs (2.8 - 2.0 over 2 s), 1.6 are free: not busy. The load average (2.0 in
+    both, as two one-thread jobs or the probe alone would give) is not read."""
+    monkeypatch.setattr(gemm.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(gemm.torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(gemm.os, "getloadavg", lambda: pytest.fail("the load average was read"))
+    start = choices.CpuSample(machine=100.0, own=10.0, wall=50.0)
+    for used, expected in (
+        (3.4, "other processes kept 0.7 of 2 CPUs busy during the probe, which ran 2 threads"),
+        (2.8, None),
+    ):
+        now = choices.CpuSample(machine=100.0 + used, own=12.0, wall=52.0)
+        monkeypatch.setattr(choices, "cpu_sample", lambda now=now: now)
+        assert gemm.machine_busy(start) == expected
+
+
+def test_a_cpu_sample_reads_this_machine() -> None:
+    """Two real samples around a busy loop of this process: the process's own time grows, and
+    what the others used is a number of CPUs between 0 and the machine's."""
+    start = choices.cpu_sample()
+    if start is None:
+        pytest.skip("no /proc/stat here")
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        pass
+    now = choices.cpu_sample()
+    assert now.own - start.own > 0.1
+    assert 0.0 <= start.others_cpus() <= (os.cpu_count() or 1)
 
 
 def test_a_model_can_have_its_own_loop_timed(fresh_choices, monkeypatch) -> None:
