@@ -305,9 +305,8 @@ class ONLSTMEncoder(Encoder):
             kernels.rows_bucket(steps * batch), layer.input_size, num_gates, x.device,
             "ON-LSTM", "input projection",
         )  # fmt: skip
-        steps_name = "recurrent steps"
-        if x.device.type != "cpu":  # the loop is timed as it runs there, training or not
-            steps_name += ", training" if training else ", inference"
+        # the loop is timed as it runs, forward and backward in training
+        steps_name = "recurrent steps, training" if training else "recurrent steps, inference"
         step_dtype = kernels.product_dtype(
             batch, layer.hidden_size, num_gates, x.device, "ON-LSTM", steps_name,
             precision_runs(

@@ -730,6 +730,31 @@ def test_the_precision_probe_times_both_recurrences(extension, monkeypatch) -> N
     torch.testing.assert_close(bf16[0], fp32[0], rtol=5e-2, atol=5e-2)
 
 
+def test_the_training_precision_probe_times_forward_and_backward(extension, monkeypatch) -> None:
+    """In training bf16 runs the backward pass's products too, so the probe times forward and
+    backward (three products a step: 3 x the forward FLOPs), on the backend training uses; the
+    bf16 loop's gradients are those of the fp32 one to bf16 rounding."""
+    asked = []
+
+    def backend(*args, **kwargs):
+        asked.append(args[-1] if len(args) > 6 else kwargs.get("training", False))
+        return "aten"
+
+    monkeypatch.setattr(onlstm_kernel, "recurrence_backend", backend)
+    loops, flops = onlstm_kernel.precision_runs(3, 8, 4, extension, training=True)()
+    assert asked == [True, True]
+    assert flops == 3 * 2.0 * onlstm_kernel.PROBE_STEPS * 3 * 8 * (4 * 8 + 2 * 2)
+    calls = []
+    real = onlstm_kernel.ONLSTMRecurrence.apply
+    monkeypatch.setattr(
+        onlstm_kernel.ONLSTMRecurrence,
+        "apply",
+        lambda *args: calls.append(args[-1]) or real(*args),
+    )
+    loops["float32"](), loops["bfloat16"]()
+    assert calls == [None, torch.bfloat16]  # the autograd node, with each product dtype
+
+
 def test_a_probe_runs_fewer_steps_only_where_a_step_is_large() -> None:
     """probe_steps: the full 32 steps while 32 steps stay under 5e8 FLOPs; above that as many as
     make 5e8, at least 4 (the paper's 1150 at batch 20 would run 21 GFLOP a training probe)."""

@@ -512,7 +512,7 @@ def test_separate_layers_decide_their_two_products_apart(extension, monkeypatch)
     assert taken == []
     assert not any("one loop" in label for label in asked)
     products = {product: dtype for (_, product, _), dtype in gemm.DECISIONS.items()}
-    assert products == {"input projection": "bfloat16", "recurrent steps": "float32"}
+    assert products == {"input projection": "bfloat16", "recurrent steps, inference": "float32"}
 
 
 @bf16_kernels
