@@ -1,4 +1,4 @@
-"""Benchmark the recurrent encoders against ``torch.nn.LSTM`` (issues 6 and 15).
+"""Benchmark the recurrent encoders against ``torch.nn.LSTM`` at the same sizes.
 
 In one run, times training steps (forward + backward) and inference of
 
