@@ -47,19 +47,7 @@ from treernn.encoders.base import (
     last_real_step,
 )
 from treernn.errors import ConfigValueError
-from treernn.kernels import (
-    IN_LOOP,
-    GemmBackend,
-    check_backend,
-    dropconnect,
-    fast_projected_recurrence,
-    fused_kernel,
-    in_loop_bf16,
-    infer_in_loop,
-    loop_placement,
-    loop_precision_runs,
-    precision_runs,
-)
+from treernn.kernels import GemmBackend, ONLSTMLayerWeights, check_backend, dropconnect
 
 
 def cumax(logits: Tensor, dim: int = -1) -> Tensor:
@@ -249,128 +237,31 @@ class ONLSTMEncoder(Encoder):
         )
         self.locked_dropout = LockedDropout(dropout)
 
-    def _fast_layer(
-        self,
-        layer: ONLSTMLayer,
-        layer_input: Tensor,
-        weight: Tensor,
-        weight_scale: float,
-        h0: Tensor | None,
-        c0: Tensor | None,
-        step_mask: Tensor | None,
-        projection_dtype: torch.dtype | None = None,
-        step_dtype: torch.dtype | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """One layer on the fast recurrence (both biases are constant over time: they are added
-        once, to the input projection)."""
-        return fast_projected_recurrence(
-            layer_input, layer.ih.weight, layer.ih.bias, weight, h0, c0, step_mask,
-            layer.chunk_size, self.gemm_backend, projection_dtype, step_dtype, weight_scale,
-            layer.hh.bias,
-        )  # fmt: skip
+    def _kernel_weights(self, layer: ONLSTMLayer) -> ONLSTMLayerWeights:
+        """The layer's parameters for the fast recurrence (`treernn.kernels.onlstm_layer`), with
+        one DropConnect mask for the whole call (in eval: the weight and its scale)."""
+        weight, scale = layer.scaled_recurrent_weight()
+        return ONLSTMLayerWeights(
+            layer.ih.weight, layer.ih.bias, weight, scale, layer.hh.bias, layer.chunk_size
+        )
 
-    def _product_dtypes(
-        self, layer: ONLSTMLayer, steps: int, batch: int, x: Tensor
-    ) -> tuple[torch.dtype | None, torch.dtype | None]:
-        """Under bf16 autocast, the dtypes of a layer's input projection and recurrent products
-        (`kernels.product_dtype`: bf16 where a probe finds it faster here, else None). Where
-        the projection runs inside the step loop (fp32 placement, `loop_placement`, and
-        ``treernn``'s bf16 kernels here) the loop is one product per step and its precision one
-        decision, timed on that loop in this mode (`loop_precision_runs`); elsewhere the
-        projection over all steps and the recurrent products are decided apart."""
-        num_gates = layer.hh.weight.size(0)
-        kernel, training = fused_kernel(x), torch.is_grad_enabled()
-        if (
-            kernel is not None
-            and x.dtype == torch.float32
-            and kernels.bf16_requested(x.device)
-            and kernels.treernn_available(torch.bfloat16)
-        ):
-            placement = loop_placement(
-                batch, layer.input_size, layer.hidden_size, layer.chunk_size, x.dtype, x.device,
-                self.gemm_backend, kernel, training,
-            )  # fmt: skip
-            if placement in IN_LOOP:
-                mode = "training" if training else "inference"
-                dtype = kernels.product_dtype(
-                    batch, layer.input_size + layer.hidden_size, num_gates, x.device, "ON-LSTM",
-                    f"projection + steps in one loop, {mode}",
-                    loop_precision_runs(
-                        batch, layer.input_size, layer.hidden_size, layer.chunk_size, kernel,
-                        placement, training,
-                    ),
-                )  # fmt: skip
-                return dtype, dtype
-        projection_dtype = kernels.product_dtype(
-            kernels.rows_bucket(steps * batch), layer.input_size, num_gates, x.device,
-            "ON-LSTM", "input projection",
-        )  # fmt: skip
-        # the loop is timed as it runs, forward and backward in training
-        steps_name = "recurrent steps, training" if training else "recurrent steps, inference"
-        step_dtype = kernels.product_dtype(
-            batch, layer.hidden_size, num_gates, x.device, "ON-LSTM", steps_name,
-            precision_runs(
-                batch, layer.hidden_size, layer.chunk_size, kernel, x.device, training
-            ),
-        )  # fmt: skip
-        return projection_dtype, step_dtype
-
-    def _infer_in_loop(
-        self, x: Tensor, mask: Tensor | None, step_mask: Tensor | None, state: list
-    ) -> EncoderOutput | None:
-        """Inference (eval, no autograd) where every layer's projection runs inside its step
-        loop: one call of the compiled ``infer_projected`` per layer and little else, the outputs
-        as `forward` gives them; None where that does not apply (then the general path
-        runs). Under bf16-mixed a layer runs so where both of its products are decided fp32, or
-        both bf16 (`in_loop_bf16`). At one layer of 256 the general path's own torch ops
-        and decisions took 3-4 % of an inference call (each runs from caches the step loop has
-        just flushed).
-        """
-        kernel = fused_kernel(x)
-        first = self.layers[0]
-        if (
-            kernel is None
-            or x.dtype != first.ih.weight.dtype
-            or x.stride(-1) != 1
-            or x.size(0) * x.size(1) == 0
-        ):
+    def _infer(self, x: Tensor, mask: Tensor | None, step_mask: Tensor | None, state: list):
+        """Inference as one compiled call per layer (`treernn.kernels.onlstm_inference`), the
+        outputs as `forward` gives them; None where that does not apply."""
+        layers = [self._kernel_weights(layer) for layer in self.layers]
+        results = kernels.onlstm_inference(x, layers, state, step_mask, self.gemm_backend)
+        if results is None:
             return None
-        batch, steps = x.shape[:2]
-        autocast = torch.is_autocast_enabled(x.device.type)
-        own_rows, in_bf16 = [], []
-        for layer in self.layers:
-            placement = loop_placement(
-                batch, layer.input_size, layer.hidden_size, layer.chunk_size, x.dtype, x.device,
-                self.gemm_backend, kernel,
-            )  # fmt: skip
-            if placement not in IN_LOOP:
-                return None
-            dtypes = self._product_dtypes(layer, steps, batch, x) if autocast else (None, None)
-            bf16 = in_loop_bf16(x, *dtypes)
-            if dtypes != (None, None) and not bf16:
-                return None
-            own_rows.append(placement == "rows")
-            in_bf16.append(bf16)
-        layer_input = x.transpose(0, 1)  # (T, B, D); eval: no dropout between the layers
-        outputs, new_state, forget_distances, input_distances = [], [], [], []
-        for layer, (h0, c0), rows, bf16 in zip(self.layers, state, own_rows, in_bf16):
-            weight, scale = layer.scaled_recurrent_weight()
-            output, h, c, distances = infer_in_loop(
-                kernel, layer_input, layer.ih.weight, layer.ih.bias, weight, h0, c0, step_mask,
-                layer.chunk_size, rows, scale, layer.hh.bias, bf16,
-            )  # fmt: skip
-            outputs.append(output)  # (B, T, H) contiguous
-            new_state.append((h, c))
-            forget_distances.append(distances[..., 1].t())  # (B, T)
-            input_distances.append(distances[..., 0].t())
-            layer_input = output.transpose(0, 1)
+        outputs = [output for output, _, _, _ in results]  # (B, T, H) contiguous
         return EncoderOutput(
             hidden=outputs[-1],
             pooled=last_real_step(outputs[-1], mask),
-            state=new_state,
+            state=[(h, c) for _, h, c, _ in results],
             layer_outputs=outputs,
-            tree_signal=TreeSignal("distances", torch.stack(forget_distances)),  # (L, B, T)
-            extras={"input_distances": torch.stack(input_distances)},
+            tree_signal=TreeSignal(  # (L, B, T)
+                "distances", torch.stack([d[..., 1].t() for _, _, _, d in results])
+            ),
+            extras={"input_distances": torch.stack([d[..., 0].t() for _, _, _, d in results])},
         )
 
     def forward(
@@ -391,36 +282,19 @@ class ONLSTMEncoder(Encoder):
             raise ValueError(f"state has {len(state)} layers; this encoder has {self.num_layers}.")
         step_mask = None if mask is None else mask.t().bool()  # (T, B)
         if self.impl == "fast" and not self.training and not torch.is_grad_enabled():
-            inferred = self._infer_in_loop(x, mask, step_mask, state)
+            inferred = self._infer(x, mask, step_mask, state)
             if inferred is not None:
                 return inferred
 
         layer_input = x.transpose(0, 1)  # (T, B, D): time-major inside
         layer_outputs, new_state, forget_distances, input_distances = [], [], [], []
         for index, (layer, (h0, c0)) in enumerate(zip(self.layers, state)):
-            # one DropConnect mask for the whole call (in eval: the weight and its scale)
-            weight, weight_scale = layer.scaled_recurrent_weight()
-            if self.impl == "fast" and torch.is_autocast_enabled(x.device.type):
-                # Under autocast with bf16 (bf16-mixed) the input projection and the recurrence's
-                # products (per step, and its weight gradient) each run in bf16, with fp32
-                # accumulation, where a probe finds that faster on this machine at their shapes
-                # (kernels.product_dtype), else in fp32; the gates, states, distances and the
-                # recurrence's elementwise work stay fp32 either way.
-                projection_dtype, step_dtype = self._product_dtypes(layer, steps, batch, x)
-                with torch.autocast(x.device.type, enabled=False):
-                    if layer_input.dtype in (torch.float16, torch.bfloat16):
-                        layer_input = layer_input.float()
-                    outputs, h, c, forget_distance, input_distance = self._fast_layer(
-                        layer, layer_input, weight, weight_scale, h0, c0, step_mask,
-                        projection_dtype, step_dtype,
-                    )  # fmt: skip
-            elif self.impl == "fast":
-                outputs, h, c, forget_distance, input_distance = self._fast_layer(
-                    layer, layer_input, weight, weight_scale, h0, c0, step_mask
+            if self.impl == "fast":
+                outputs, h, c, forget_distance, input_distance = kernels.onlstm_layer(
+                    layer_input, self._kernel_weights(layer), h0, c0, step_mask, self.gemm_backend
                 )
             else:
-                if weight_scale != 1.0:
-                    weight = weight * weight_scale
+                weight = layer.recurrent_weight()  # one DropConnect mask for the whole call
                 if h0 is None:
                     h0, c0 = (layer_input.new_zeros(batch, layer.hidden_size) for _ in range(2))
                 input_gates = F.linear(layer_input, layer.ih.weight, layer.ih.bias)  # (T, B, G)

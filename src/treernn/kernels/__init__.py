@@ -22,14 +22,13 @@ The names, by who needs them (each documented where it is defined):
 - output layers and reports: `decided_linear` (a task head's product, under bf16-mixed in bf16
   only where it pays here), `product_precisions` (what each product ran in, for the step timer);
 - the encoders' products: `GemmBackend`, `check_backend` (the ``gemm_backend`` option),
-  `bf16_requested`, `bf16_kernels`, `treernn_available`, `product_dtype`, `rows_bucket`,
-  `autocast_row_multiple` (the precision and row rounding of products under bf16-mixed) and
-  `dropconnect` (DropConnect of a whole weight with one Philox mask);
-- the recurrences: ON-LSTM's `fast_projected_recurrence` and `infer_in_loop`, with
-  `fused_kernel`, `loop_placement`, `IN_LOOP`, `in_loop_bf16`, `precision_runs` and
-  `loop_precision_runs` for its precision decisions; Ordered Memory's `fused_ordered_memory` and
-  `ordered_memory_product_dtype`; the top-down Tree-LSTMs' `batched_forward`, `lstm_cell` and
-  `LayerStates`.
+  `bf16_requested`, `bf16_kernels`, `product_dtype`, `autocast_row_multiple` (the precision and
+  row rounding of products under bf16-mixed) and `dropconnect` (DropConnect of a whole weight
+  with one Philox mask);
+- the recurrences: ON-LSTM's `onlstm_layer` and `onlstm_inference` over `ONLSTMLayerWeights`
+  (which decide the layer's projection placement and its products' precision themselves);
+  Ordered Memory's `fused_ordered_memory` and `ordered_memory_product_dtype`; the top-down
+  Tree-LSTMs' `batched_forward`, `lstm_cell` and `LayerStates`.
 """
 
 from __future__ import annotations
@@ -51,18 +50,8 @@ from treernn.kernels.gemm import (
     check_backend,
     decided_linear,
     product_dtype,
-    rows_bucket,
-    treernn_available,
 )
-from treernn.kernels.onlstm import fused_kernel, precision_runs
-from treernn.kernels.onlstm_projected import (
-    IN_LOOP,
-    fast_projected_recurrence,
-    in_loop_bf16,
-    infer_in_loop,
-    loop_placement,
-    loop_precision_runs,
-)
+from treernn.kernels.onlstm_layers import ONLSTMLayerWeights, onlstm_inference, onlstm_layer
 from treernn.kernels.ordered_memory import fused_ordered_memory
 from treernn.kernels.ordered_memory import product_dtype as ordered_memory_product_dtype
 from treernn.kernels.td_treelstm import LayerStates, batched_forward, lstm_cell
@@ -76,11 +65,11 @@ def product_precisions() -> list[list[str]]:
 
 
 __all__ = [
-    "IN_LOOP",
     "RECORD_FORMAT",
     "RUN_RECORD",
     "GemmBackend",
     "LayerStates",
+    "ONLSTMLayerWeights",
     "attach",
     "attach_loaded",
     "autocast_row_multiple",
@@ -91,19 +80,12 @@ __all__ = [
     "check_run_record",
     "decided_linear",
     "dropconnect",
-    "fast_projected_recurrence",
-    "fused_kernel",
     "fused_ordered_memory",
-    "in_loop_bf16",
-    "infer_in_loop",
-    "loop_placement",
-    "loop_precision_runs",
     "lstm_cell",
+    "onlstm_inference",
+    "onlstm_layer",
     "ordered_memory_product_dtype",
-    "precision_runs",
     "product_dtype",
     "product_precisions",
     "read_record",
-    "rows_bucket",
-    "treernn_available",
 ]

@@ -15,10 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from tests.fixtures.compiled import compiled_extension
-from treernn.encoders import onlstm as encoders_onlstm
 from treernn.encoders.onlstm import ONLSTMEncoder
 from treernn.errors import ConfigValueError
-from treernn.kernels import gemm
+from treernn.kernels import gemm, onlstm_layers
 from treernn.kernels import onlstm_projected as onlstm_kernel
 from treernn.kernels.onlstm import _fast_forward, fast_recurrence, probe_steps
 from treernn.kernels.onlstm_projected import fast_projected_recurrence
@@ -305,9 +304,9 @@ def test_eval_inference_is_one_kernel_call_per_layer(placement, extension, monke
     mask[1, 4:] = False
     state = [(torch.randn(4, 12), torch.randn(4, 12)) for _ in range(2)]
     general = []
-    original = encoders_onlstm.fast_projected_recurrence
+    original = onlstm_layers.fast_projected_recurrence
     monkeypatch.setattr(
-        encoders_onlstm,
+        onlstm_layers,
         "fast_projected_recurrence",
         lambda *a, **k: general.append(1) or original(*a, **k),
     )
