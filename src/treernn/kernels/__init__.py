@@ -16,7 +16,8 @@ The names, by who needs them (each documented where it is defined):
 
 - a run's choices (the kernel context: recorded with the run, reused on resume, by a sweep's other
   jobs and by ``mode=test``): `attach` (a run), `attach_loaded` (a model loaded outside a run),
-  `check_run_record` (the planner, before a resume or a test records anything);
+  `use_context` (a loaded model's own context again before it computes, where another model was
+  loaded since), `check_run_record` (the planner, before a resume or a test records anything);
 - exports, which carry a run's choices: `RUN_RECORD` (where a run keeps them), `read_record`,
   `RECORD_FORMAT` (the version an export's ``kernel_choices.json`` is written with);
 - output layers and reports: `decided_linear` (a task head's product, under bf16-mixed in bf16
@@ -41,6 +42,7 @@ from treernn.kernels.choices import (
     attach_loaded,
     check_run_record,
     read_record,
+    use_context,
 )
 from treernn.kernels.gemm import (
     GemmBackend,
@@ -88,4 +90,5 @@ __all__ = [
     "product_dtype",
     "product_precisions",
     "read_record",
+    "use_context",
 ]

@@ -50,6 +50,7 @@ import logging
 import os
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +146,8 @@ class _State:
         self.shared: list[Path] = []
         #: whether this process runs a run (its probing budget applies)
         self.attached = False
+        #: the loaded model whose context this is (a weak reference; None: a run's, or none)
+        self.owner: weakref.ref | None = None
         #: seconds the run has spent probing; whether it was said that they are spent
         self.spent = 0.0
         self.said_spent = False
@@ -188,7 +191,7 @@ def attach(
     _STATE.writes = [path for path in (run, sweep) if path is not None] if write else []
     _STATE.shared = [sweep] if sweep is not None else []
     _STATE.preset = {}
-    _STATE.attached = True
+    _STATE.attached, _STATE.owner = True, None
     _STATE.spent, _STATE.said_spent = 0.0, False
     _STATE.used = {}
     for forget in _FORGET:
@@ -224,6 +227,18 @@ def attach_loaded(recorded: dict[str, str], key: str | None) -> None:
     _STATE.shared = [kept] if kept is not None else []
 
 
+def use_context(owner: object, attach_again: Callable[[], None]) -> None:
+    """Before ``owner`` (a loaded model) computes: its own context, attached again by
+    ``attach_again`` (`attach_loaded` of its export's choices, or `attach` of its run read
+    only) where another model or a run attached since; nothing where it is current. The context
+    is the process's, so without this a model loaded earlier would read with the choices of the
+    model loaded last, and where those differ its numbers would change in their last digits."""
+    if _STATE.owner is not None and _STATE.owner() is owner:
+        return
+    attach_again()
+    _STATE.owner = weakref.ref(owner)
+
+
 def model_file(key: str) -> Path:
     """Where the choices made for a loaded model named by ``key`` are kept."""
     return machine_file().parent / MODELS_DIR / f"{key}.json"
@@ -240,7 +255,7 @@ def detach() -> None:
     benchmark), each probe within `PROBE_BUDGET`, with no budget for all of them."""
     _STATE.reads, _STATE.writes, _STATE.shared, _STATE.used = [], [], [], {}
     _STATE.preset = {}
-    _STATE.spent, _STATE.attached = 0.0, False
+    _STATE.spent, _STATE.attached, _STATE.owner = 0.0, False, None
     for forget in _FORGET:
         forget()
 

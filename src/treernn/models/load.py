@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -100,18 +101,21 @@ def read(
         export_choices = exported.choices
         # the kernels' choices the run recorded, kept with the export; new ones go to the
         # user's cache, never into the export's folder
-        kernels.attach_loaded(exported.choices, exported.key)
+        context = partial(kernels.attach_loaded, exported.choices, exported.key)
     else:
         checkpoint, export_config = checkpoint_of(source), None
         module, config, found_kind = _from_checkpoint(checkpoint, kind, command, hint)
         meta = export.meta_from_config(config)
         folder = checkpoint.resolve().parent
-        kernels.attach(folder.parent if folder.name == "checkpoints" else folder, write=False)
+        run = folder.parent if folder.name == "checkpoints" else folder
+        context = partial(kernels.attach, run, write=False)
     module = module.to(device).eval()
     model = model_class(found_kind)(
         module, found_kind, meta, source, config, checkpoint, export_config
     )
     model.export_choices = export_choices
+    model.kernel_context = context
+    kernels.use_context(model, context)
     return model
 
 

@@ -31,8 +31,9 @@ directory ``python -m treernn export`` writes, and nothing else.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,22 @@ from treernn.errors import CheckpointError, ConfigValueError, UserError
 from treernn.models import export
 from treernn.models.hub import HubMixin, require
 from treernn.models.kinds import KINDS, Kind, kind_of_model
+
+
+def _own_kernels(method: Callable) -> Callable:
+    """A method that computes with the model: first the model's own kernel context
+    (`treernn.kernels.use_context`), so that a model loaded earlier in a process computes with
+    the kernel choices it was loaded with, whatever model was loaded since."""
+
+    @functools.wraps(method)
+    def computed(self: Model, *args: Any, **kwargs: Any) -> Any:
+        if self.kernel_context is not None:
+            from treernn import kernels
+
+            kernels.use_context(self, self.kernel_context)
+        return method(self, *args, **kwargs)
+
+    return computed
 
 
 class UnsupportedMethodError(UserError, AttributeError):
@@ -153,6 +170,8 @@ class Model(HubMixin):
         self.export_config = export_config
         #: the kernels' choices an export's run recorded (kept when it is saved again)
         self.export_choices: dict[str, str] = {}
+        #: attaches the kernels' context the model was loaded with (`treernn.models.load`)
+        self.kernel_context: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -482,6 +501,7 @@ class LanguageModel(Model):
         found = whitespace_tokens(sentence) if tokenized else ptb_tokens(sentence, self.vocab)
         return [tuple(token) for token in found]
 
+    @_own_kernels
     def log_probs(
         self,
         sentences: Iterable[str | Sequence[str]],
@@ -500,6 +520,7 @@ class LanguageModel(Model):
         words = _numbered_words(self, sentences, allow_empty=True, tokenized=tokenized)
         return sentence_log_probs(self.module, words, batch_size, include_end)
 
+    @_own_kernels
     def surprisals(
         self,
         sentences: Iterable[str | Sequence[str]],
@@ -532,6 +553,7 @@ class LanguageModel(Model):
             )
         return results
 
+    @_own_kernels
     def syntaxgym(
         self,
         suites: Any = (),
@@ -559,6 +581,7 @@ class LanguageModel(Model):
         label = name or model_label(*model_name_parts(self))
         return evaluate_suites(chosen, scorer, label, progress)
 
+    @_own_kernels
     def perplexity(
         self,
         text: str | Iterable[str | Sequence[str]],
@@ -602,6 +625,7 @@ class LanguageModel(Model):
                 "ON-LSTM (model=onlstm)"
             )
 
+    @_own_kernels
     def trees(
         self,
         sentences: Iterable[str | Sequence[str]],
@@ -651,6 +675,7 @@ class LanguageModel(Model):
     # surprisals and LM-Zoo's table give it). Each sentence is read alone after <eos> from a
     # fresh state; inputs are any iterable, read ahead in slices so that a generator streams.
 
+    @_own_kernels
     def token_score(
         self,
         sentences: Iterable[str | Sequence[str]],
@@ -711,6 +736,7 @@ class LanguageModel(Model):
         # offsets stay integers, with <NA> where a token has none (not floats and NaN)
         return frame.astype({"start": "Int64", "end": "Int64"})
 
+    @_own_kernels
     def sequence_score(
         self,
         sentences: Iterable[str | Sequence[str]],
@@ -760,6 +786,7 @@ class LanguageModel(Model):
             return _dataframe(rows, columns, "sequence_score(as_dataframe=True)")
         return [row["score"] for row in rows]
 
+    @_own_kernels
     def conditional_score(
         self,
         prefixes: Iterable[str | Sequence[str]],
@@ -818,6 +845,7 @@ class LanguageModel(Model):
             return _dataframe(rows, columns, "conditional_score(as_dataframe=True)")
         return [row["score"] for row in rows]
 
+    @_own_kernels
     def blimp(
         self,
         pairs: Any,
@@ -977,6 +1005,7 @@ class Classifier(Model):
             leaves.append([words for _, words in parts])
         return Collator(self.vocab.pad_index)(examples).to(self.device), leaves
 
+    @_own_kernels
     def predict(self, inputs: Sequence[Any], batch_size: int = 256) -> list[Prediction]:
         """The label of each input and the probability of every label. An input is a string
         (ListOps ``[MAX 2 9 ]``, an SST sentence) or, for a pair task, a (premise, hypothesis)
@@ -996,6 +1025,7 @@ class Classifier(Model):
                     results.append(Prediction(labels[best], dict(zip(labels, row))))
         return results
 
+    @_own_kernels
     def trees(
         self, sentences: Sequence[Any], layer: int | None = None, batch_size: int = 256
     ) -> list[SentenceTrees]:
@@ -1040,6 +1070,7 @@ class DependencyLanguageModel(Model):
 
     methods = ("score", "generate (tree models)")
 
+    @_own_kernels
     def score(self, trees: Sequence[Any], batch_size: int = 128, unk_penalty: float = 0.0):
         """``log p`` (nats) of each tree's sentence. A tree is a
         `treernn.data.dependency.DependencyTree` or a ``(words, heads)`` pair (heads
@@ -1056,6 +1087,7 @@ class DependencyLanguageModel(Model):
         ]
         return score_trees(self.module, given, batch_size, unk_penalty).tolist()
 
+    @_own_kernels
     def generate(
         self,
         n: int,
