@@ -521,8 +521,8 @@ def product_dtype(
     autocast, under fp16 autocast (``16-mixed``: the recurrences keep fp32, as fp16 products of a
     long recurrence can overflow), and where bf16 is not faster here. The decision is recorded in
     `DECISIONS` under (``model``, ``product``, shape); the first fp32 one of each ``model``
-    under bf16-mixed is logged, with the probe's figures. Gates, states, tree signals and
-    accumulations stay fp32 either way."""
+    under bf16-mixed is logged, naming the product, with the probe's figures. Gates, states, tree
+    signals and accumulations stay fp32 either way."""
     if not bf16_requested(device):
         return None
     label = "" if runs is None else f" {model} {product}"
@@ -535,9 +535,11 @@ def product_dtype(
         _SAID_FP32.add(model)
         key = _precision_key(batch, in_features, out_features, label)
         log.warning(
-            "%s under bf16-mixed: bf16 products are not at least %d%% faster than fp32 ones on "
-            "this machine at %s (%s); its products stay fp32, as with precision=32",
+            "%s under bf16-mixed: %s fp32, as with precision=32: bf16 is not at least "
+            "%d%% faster than fp32 on this machine at %s (%s); each of its products is decided "
+            "at its own shape (the step timer lists them)",
             model,
+            "its products stay" if product == "products" else f"its product {product!r} stays",
             round(100 * (1 - BF16_MARGIN)),
             shape,
             _PROBED.get(key, "the choice recorded with the run or kept for this machine"),

@@ -211,8 +211,8 @@ def test_bf16_only_where_the_probe_finds_it_at_least_10_percent_faster(
 
 
 def test_one_log_line_per_model_that_keeps_fp32(fresh_choices, monkeypatch, caplog) -> None:
-    """Slow bf16: one warning per model, naming it, the shape and the probe's figures; a model
-    whose products pay says nothing."""
+    """Slow bf16: one warning per model, naming it, the product, the shape and the probe's
+    figures; a model whose products pay says nothing."""
     _injected_timings(monkeypatch, {"float32": 1.0, "bfloat16": 1.85})
     bf16 = torch.autocast("cpu", dtype=torch.bfloat16)
     with caplog.at_level(logging.WARNING, logger=gemm.__name__), bf16:
@@ -222,9 +222,10 @@ def test_one_log_line_per_model_that_keeps_fp32(fresh_choices, monkeypatch, capl
         assert gemm.product_dtype(8, 16, 64, CPU, "Ordered Memory") is None
     messages = [record.getMessage() for record in caplog.records]
     assert len(messages) == 2, messages
-    assert messages[0].startswith("ON-LSTM under bf16-mixed")
+    # the product it is about: a model's other products may run in bf16
+    assert messages[0].startswith("ON-LSTM under bf16-mixed: its product 'steps' stays fp32")
     assert "(8 x 16) @ (16 x 64)" in messages[0]
-    assert "GFLOP/s" in messages[0] and "stay fp32" in messages[0]
+    assert "GFLOP/s" in messages[0] and "each of its products is decided" in messages[0]
     assert messages[1].startswith("Ordered Memory under bf16-mixed")
 
 
