@@ -79,21 +79,19 @@ pads last, which changes nothing).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from functools import partial
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from treernn import kernels
 from treernn.encoders.base import (
     Encoder,
     EncoderOutput,
     EvalStage,
     TreeSignal,
     check_dropout,
-    random_state_kept,
 )
 from treernn.encoders.ordered_memory_state import (
     OrderedMemoryMasks,
@@ -102,16 +100,7 @@ from treernn.encoders.ordered_memory_state import (
     masked_attention,
 )
 from treernn.errors import ConfigValueError
-from treernn.kernels import (
-    GemmBackend,
-    bf16_kernels,
-    check_backend,
-    fused_ordered_memory,
-    ordered_memory_product_dtype,
-)
-
-#: tokens of the loop that decides the products' precision (precision_runs)
-PROBE_STEPS = 16
+from treernn.kernels import GemmBackend, check_backend
 
 # ----------------------------------------------------------------------------- the cell (3.2)
 DropoutMasks = tuple[Tensor, Tensor]  # (B, 2H) on [left; right], (B, 4H) on the ReLU output
@@ -263,81 +252,15 @@ class OrderedMemoryRecurrence(nn.Module):
         attention (B, T, N) (zeros at padding and first tokens), final state.
         ``authors_padding``: rows shorter than T start as the authors' left-padded rows do (see
         ``padding_mode`` in the module docstring)."""
-        gemm_dtype = None
-        if self.impl == "fast":  # probed while autocast, if any, is still on
-            runs = partial(  # see precision_runs
-                self.precision_runs, mask, num_slots, torch.is_grad_enabled(), x.device
+        if self.impl == "fast":  # the products' precision is decided there, under autocast
+            return kernels.ordered_memory_recurrence(
+                self, x, mask, num_slots, state, authors_padding
             )
-            gemm_dtype = ordered_memory_product_dtype(x, self.hidden_size, runs)
         with torch.autocast(x.device.type, enabled=False):
             if x.dtype in (torch.float16, torch.bfloat16):
-                x = x.float()  # the reference runs in fp32; the kernel's non-products too
+                x = x.float()  # the reference runs in fp32
             state = self.start_state(state, x, num_slots)
-            if self.impl == "reference":
-                return self.reference_forward(x, mask, state, authors_padding)
-            masks = self.sample_dropout_masks(x.size(0), x)
-            return fused_ordered_memory(
-                x,
-                mask,
-                state,
-                self.kernel_weights(),
-                masks,
-                gemm_dtype,
-                self.gemm_backend,
-                authors_padding,
-            )
-
-    def precision_runs(
-        self, mask: Tensor, num_slots: int, training: bool, device: torch.device
-    ) -> tuple[dict[str, Callable[[], None]], float]:
-        """For `treernn.kernels.ordered_memory.product_dtype`: this recurrence's fast
-        path over a batch shaped like the one being read (``mask`` (B, T)): as many random rows,
-        of the batch's lengths scaled to at most `PROBE_STEPS` tokens, with fp32 and with
-        bf16 products, forward and, ``training``, backward to the parameters, with the module's
-        dropout; and the FLOPs of one loop's largest products.
-
-        A product faster alone does not make the step faster: on a GPU the recurrence is bound
-        by its kernel launches at these sizes and bf16 products add casts (an H100, logic
-        setting: bf16 products chosen by the product alone, training 0.91x fp32). Nor does a
-        loop of full rows where the batch's rows are of many lengths: a step works on the rows
-        still reading a token, fewer and fewer, where bf16 products gain less than their casts
-        cost. On an Intel Xeon with AMX, logic setting (batch 256, hidden 64), the loop ran 1.14x
-        faster in bf16 with every row 16 tokens long and 0.91-0.97x with rows of 2-16 tokens,
-        and the preset's update at 0.85x fp32 in bf16 (100-update fits); in the ListOps setting
-        (batch 128, hidden 128, 50 tokens, full rows) bf16 ran 1.65x fp32. Random data, and
-        dropout masks drawn with the caller's random state restored afterwards (probing draws
-        nothing from the run's random streams); the gradients are returned, not accumulated into
-        the parameters' ``.grad``."""
-        batch_size = mask.size(0)
-        steps = min(mask.size(1), PROBE_STEPS)
-        tokens = max(mask.size(1), 1)
-        lengths = (mask.sum(1).cpu() * steps + tokens - 1).div(tokens, rounding_mode="floor")
-        generator = torch.Generator().manual_seed(0)
-        size = (batch_size, steps, self.input_projection.in_features)
-        x = torch.randn(size, generator=generator).to(device)
-        mask = (torch.arange(steps)[None] < lengths[:, None]).to(device)
-        parameters = [p for p in self.parameters() if p.requires_grad]
-
-        def run(dtype: torch.dtype | None) -> None:
-            with (
-                random_state_kept(device),
-                torch.set_grad_enabled(training),
-                torch.autocast(device.type, enabled=False),
-            ):
-                state = self.start_state(None, x, num_slots)
-                masks = self.sample_dropout_masks(batch_size, x)
-                hidden, _, _ = fused_ordered_memory(
-                    x, mask, state, self.kernel_weights(), masks, dtype, self.gemm_backend
-                )
-                if training:
-                    torch.autograd.grad(hidden.sum(), parameters, allow_unused=True)
-
-        width = 4 * self.hidden_size
-        flops = 2.0 * float(lengths.sum()) * width * width * (3 if training else 1)
-        runs = {"float32": partial(run, None)}
-        if bf16_kernels(device):  # else torch's reference loop (0.1 GFLOP/s on an AMD Zen 3)
-            runs["bfloat16"] = partial(run, torch.bfloat16)
-        return runs, flops
+            return self.reference_forward(x, mask, state, authors_padding)
 
     def sample_dropout_masks(self, batch_size: int, like: Tensor) -> OrderedMemoryMasks:
         """The fast path's masks, drawn in the reference's order (attention, then the cell)."""

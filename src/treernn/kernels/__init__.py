@@ -28,8 +28,8 @@ The names, by who needs them (each documented where it is defined):
   with one Philox mask);
 - the recurrences: ON-LSTM's `onlstm_layer` and `onlstm_inference` over `ONLSTMLayerWeights`
   (which decide the layer's projection placement and its products' precision themselves);
-  Ordered Memory's `fused_ordered_memory` and `ordered_memory_product_dtype`; the top-down
-  Tree-LSTMs' `batched_forward`, `lstm_cell` and `LayerStates`.
+  Ordered Memory's `ordered_memory_recurrence` (which decides its products' precision itself);
+  the top-down Tree-LSTMs' `batched_forward`, `lstm_cell` and `LayerStates`.
 """
 
 from __future__ import annotations
@@ -54,8 +54,7 @@ from treernn.kernels.gemm import (
     product_dtype,
 )
 from treernn.kernels.onlstm_layers import ONLSTMLayerWeights, onlstm_inference, onlstm_layer
-from treernn.kernels.ordered_memory import fused_ordered_memory
-from treernn.kernels.ordered_memory import product_dtype as ordered_memory_product_dtype
+from treernn.kernels.ordered_memory import ordered_memory_recurrence
 from treernn.kernels.td_treelstm import LayerStates, batched_forward, lstm_cell
 from treernn.kernels.weight_ops import dropconnect
 
@@ -82,11 +81,10 @@ __all__ = [
     "check_run_record",
     "decided_linear",
     "dropconnect",
-    "fused_ordered_memory",
     "lstm_cell",
     "onlstm_inference",
     "onlstm_layer",
-    "ordered_memory_product_dtype",
+    "ordered_memory_recurrence",
     "product_dtype",
     "product_precisions",
     "read_record",

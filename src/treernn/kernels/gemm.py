@@ -240,7 +240,7 @@ def cpu_name(cpuinfo: str) -> str:
 #: the probes' revision, part of every kept choice's key: a choice kept by a probe since found
 #: wrong is probed again, not reused (2: probes ran under the caller's autocast, see
 #: `time_in_turns`; 3: Ordered Memory's loop was probed with full rows only, see
-#: ``OrderedMemoryRecurrence.precision_runs``; 4: the ``treernn`` backend's bf16 products run on
+#: ``kernels.ordered_memory.precision_runs``; 4: the ``treernn`` backend's bf16 products run on
 #: AMX's tiles where the CPU has them, 3-6x faster than before there; 5: the level-batched tree
 #: encoders' bf16 products run on rounded rows, `rounded_rows_linear`; 6: the ``treernn``
 #: backend's float32 products run four panels at a time, ``tile_quad`` in csrc/packed_gemm.h;

@@ -60,6 +60,9 @@ read a token at a step; in `slot_chain`, ``rows`` x ``width`` are those two coun
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -80,13 +83,100 @@ from treernn.kernels.ordered_memory_chain import (  # noqa: F401 (tests patch th
     slot_chain_operands,
 )
 
+#: tokens of the loop that decides the products' precision (`precision_runs`)
+PROBE_STEPS = 16
+
+
+def ordered_memory_recurrence(
+    recurrence: Any,
+    x: Tensor,
+    mask: Tensor,
+    num_slots: int,
+    state: OrderedMemoryState | None,
+    authors_padding: bool = False,
+) -> tuple[Tensor, Tensor, OrderedMemoryState]:
+    """One direction of Ordered Memory over x (B, T, D) and mask (B, T), the fast way, from
+    ``state`` (None: a fresh memory of ``num_slots`` slots): hidden (B, T, H), attention
+    (B, T, N), final state, as `OrderedMemoryRecurrence.forward` returns them. ``recurrence``
+    is that module: its ``start_state``, ``sample_dropout_masks``, ``kernel_weights``,
+    ``hidden_size`` and ``gemm_backend`` are read, nothing else. The precision of the products
+    is decided here, under bf16 autocast, by timing this loop (`precision_runs`); the
+    recurrence's other work runs in fp32 with autocast off."""
+    runs = partial(precision_runs, recurrence, mask, num_slots, torch.is_grad_enabled(), x.device)
+    gemm_dtype = product_dtype(x, recurrence.hidden_size, runs)  # while autocast, if any, is on
+    with torch.autocast(x.device.type, enabled=False):
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()  # the non-products run in fp32
+        state = recurrence.start_state(state, x, num_slots)
+        masks = recurrence.sample_dropout_masks(x.size(0), x)
+        return fused_ordered_memory(
+            x, mask, state, recurrence.kernel_weights(), masks, gemm_dtype,
+            recurrence.gemm_backend, authors_padding,
+        )  # fmt: skip
+
+
+def precision_runs(
+    recurrence: Any, mask: Tensor, num_slots: int, training: bool, device: torch.device
+) -> tuple[dict[str, Callable[[], None]], float]:
+    """For `product_dtype`: ``recurrence``'s fast path over a batch shaped like the one being
+    read (``mask`` (B, T)): as many random rows, of the batch's lengths scaled to at most
+    `PROBE_STEPS` tokens, with fp32 and with bf16 products, forward and, ``training``, backward
+    to the parameters, with the module's dropout; and the FLOPs of one loop's largest products.
+
+    A product faster alone does not make the step faster: on a GPU the recurrence is bound
+    by its kernel launches at these sizes and bf16 products add casts (an H100, logic
+    setting: bf16 products chosen by the product alone, training 0.91x fp32). Nor does a
+    loop of full rows where the batch's rows are of many lengths: a step works on the rows
+    still reading a token, fewer and fewer, where bf16 products gain less than their casts
+    cost. On an Intel Xeon with AMX, logic setting (batch 256, hidden 64), the loop ran 1.14x
+    faster in bf16 with every row 16 tokens long and 0.91-0.97x with rows of 2-16 tokens,
+    and the preset's update at 0.85x fp32 in bf16 (100-update fits); in the ListOps setting
+    (batch 128, hidden 128, 50 tokens, full rows) bf16 ran 1.65x fp32. Random data, and
+    dropout masks drawn with the caller's random state restored afterwards (probing draws
+    nothing from the run's random streams); the gradients are returned, not accumulated into
+    the parameters' ``.grad``."""
+    batch_size = mask.size(0)
+    steps = min(mask.size(1), PROBE_STEPS)
+    tokens = max(mask.size(1), 1)
+    lengths = (mask.sum(1).cpu() * steps + tokens - 1).div(tokens, rounding_mode="floor")
+    generator = torch.Generator().manual_seed(0)
+    size = (batch_size, steps, recurrence.input_projection.in_features)
+    x = torch.randn(size, generator=generator).to(device)
+    mask = (torch.arange(steps)[None] < lengths[:, None]).to(device)
+    parameters = [p for p in recurrence.parameters() if p.requires_grad]
+    # the random streams dropout draws from on this device, restored on leaving
+    streams = []
+    if device.type == "cuda":
+        streams.append(torch.cuda.current_device() if device.index is None else device.index)
+
+    def run(dtype: torch.dtype | None) -> None:
+        with (
+            torch.random.fork_rng(devices=streams),
+            torch.set_grad_enabled(training),
+            torch.autocast(device.type, enabled=False),
+        ):
+            state = recurrence.start_state(None, x, num_slots)
+            masks = recurrence.sample_dropout_masks(batch_size, x)
+            hidden, _, _ = fused_ordered_memory(
+                x, mask, state, recurrence.kernel_weights(), masks, dtype, recurrence.gemm_backend
+            )
+            if training:
+                torch.autograd.grad(hidden.sum(), parameters, allow_unused=True)
+
+    width = 4 * recurrence.hidden_size
+    flops = 2.0 * float(lengths.sum()) * width * width * (3 if training else 1)
+    runs = {"float32": partial(run, None)}
+    if gemm.bf16_kernels(device):  # else torch's reference loop (0.1 GFLOP/s on an AMD Zen 3)
+        runs["bfloat16"] = partial(run, torch.bfloat16)
+    return runs, flops
+
 
 def product_dtype(x: Tensor, hidden_size: int, runs=None) -> torch.dtype | None:
     """The dtype of the recurrence's matrix products: bf16 under ``torch.autocast`` with bf16
     (bf16-mixed) where a probe finds that faster on this machine at the cell's largest product,
     (B, 4H) x (4H, 4H) (`gemm.product_dtype`), or, given ``runs`` (what the encoder
     gives: the recurrence's own loop in both precisions,
-    ``OrderedMemoryRecurrence.precision_runs``), where that loop runs faster in bf16; None (the
+    `precision_runs`), where that loop runs faster in bf16; None (the
     state's dtype) otherwise. Call it while autocast, if any, is still on."""
     width = 4 * hidden_size
     product = "cell and projections"

@@ -13,7 +13,6 @@ import torch
 from torch import nn
 
 from tests.fixtures.precision import fp32_and_bf16_runs
-from treernn.encoders import ordered_memory as om_encoder
 from treernn.encoders.ordered_memory import (
     GatedRecursiveCell,
     OrderedMemoryEncoder,
@@ -641,7 +640,7 @@ def test_precision_is_probed_on_the_recurrences_own_loop(monkeypatch):
     torch.manual_seed(0)
     recurrence = OrderedMemoryRecurrence(6, 8, dropout=0.1, memory_dropout=0.2)
     seen = []
-    fused = om_encoder.fused_ordered_memory
+    fused = om_kernel.fused_ordered_memory
 
     def spy(x, mask, state, weights, masks, dtype, *rest):
         dropout = masks.query is not None and masks.cell_input is not None
@@ -650,18 +649,18 @@ def test_precision_is_probed_on_the_recurrences_own_loop(monkeypatch):
         seen[-1] += (out[0].requires_grad,)
         return out
 
-    monkeypatch.setattr(om_encoder, "fused_ordered_memory", spy)
+    monkeypatch.setattr(om_kernel, "fused_ordered_memory", spy)
     state = torch.get_rng_state()
-    steps = om_encoder.PROBE_STEPS
+    steps = om_kernel.PROBE_STEPS
     assert steps == 16
     # the batch's lengths (of 40 tokens) scaled to 16 tokens, rounded up; a short batch as it is
     batches = [([40, 27, 13, 1], 40, [16, 11, 6, 1]), ([7, 3, 5], 7, [7, 3, 5])]
     # a CPU with bf16 GEMM kernels (the bf16 loops run on torch's reference loop elsewhere)
-    monkeypatch.setattr(om_encoder, "bf16_kernels", lambda device: True)
+    monkeypatch.setattr(om_kernel.gemm, "bf16_kernels", lambda device: True)
     for training, (lengths, tokens, expected) in zip((True, False), batches, strict=True):
         recurrence.train(training)
         mask = torch.arange(tokens)[None] < torch.tensor(lengths)[:, None]
-        loops, flops = recurrence.precision_runs(mask, 5, training, torch.device("cpu"))
+        loops, flops = om_kernel.precision_runs(recurrence, mask, 5, training, torch.device("cpu"))
         assert flops == 2.0 * sum(expected) * 32 * 32 * (3 if training else 1)
         with torch.no_grad():  # as gemm.time_in_turns calls them
             loops["float32"]()
@@ -674,8 +673,8 @@ def test_precision_is_probed_on_the_recurrences_own_loop(monkeypatch):
     assert torch.equal(state, torch.get_rng_state())
     assert all(parameter.grad is None for parameter in recurrence.parameters())
     # without bf16 GEMM kernels (an AVX2-only CPU) there is no bf16 loop to time: fp32 is kept
-    monkeypatch.setattr(om_encoder, "bf16_kernels", lambda device: False)
-    loops, _ = recurrence.precision_runs(mask, 5, False, torch.device("cpu"))
+    monkeypatch.setattr(om_kernel.gemm, "bf16_kernels", lambda device: False)
+    loops, _ = om_kernel.precision_runs(recurrence, mask, 5, False, torch.device("cpu"))
     assert set(loops) == {"float32"}
     # the decision's name says which loop it timed; without the loop, the product alone
     asked = []
