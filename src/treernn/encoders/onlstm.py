@@ -24,8 +24,9 @@ Two implementations of the recurrence compute the same numbers:
 
 * ``impl="reference"``: `onlstm_step` applied step by step with autograd. Read this one.
 * ``impl="fast"`` (default): the same recurrence as one hand-written autograd node per layer
-  (`treernn.kernels.onlstm`, tested equal to the reference), its per-step products and
-  its input projection (one product over all steps) on the GEMM backend ``gemm_backend``
+  (`treernn.kernels.onlstm_layer`, tested equal to the reference), which decides where each
+  layer's input projection runs (inside the step loop or over all steps first) and, under
+  bf16-mixed, its products' precision; the products run on the GEMM backend ``gemm_backend``
   (`treernn.kernels.gemm`).
 """
 
