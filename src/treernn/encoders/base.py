@@ -7,7 +7,6 @@ Hydra, no config objects. Tasks own embeddings, decoders and losses; encoders ow
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -165,15 +164,6 @@ def in_decided_precision(
         return encode(x.float())
 
 
-def random_state_kept(device: torch.device) -> contextlib.AbstractContextManager:
-    """Restores, on leaving, the random streams that dropout on ``device`` draws from (the
-    CPU's, and the current or given GPU's): a precision probe draws nothing from the run's."""
-    accelerators = []
-    if device.type == "cuda":
-        accelerators.append(torch.cuda.current_device() if device.index is None else device.index)
-    return torch.random.fork_rng(devices=accelerators)
-
-
 def _autocast_runs(
     module: nn.Module,
     encode: Callable[[Tensor], EncoderOutput],
@@ -190,7 +180,7 @@ def _autocast_runs(
 
     def run(bf16: bool) -> None:
         with (
-            random_state_kept(device),
+            kernels.random_state_kept(device),
             torch.set_grad_enabled(training),
             torch.autocast(device.type, torch.bfloat16, enabled=bf16),
         ):

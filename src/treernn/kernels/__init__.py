@@ -24,8 +24,9 @@ The names, by who needs them (each documented where it is defined):
   only where it pays here), `product_precisions` (what each product ran in, for the step timer);
 - the encoders' products: `GemmBackend`, `check_backend` (the ``gemm_backend`` option),
   `bf16_requested`, `bf16_kernels`, `product_dtype`, `autocast_row_multiple` (the precision and
-  row rounding of products under bf16-mixed) and `dropconnect` (DropConnect of a whole weight
-  with one Philox mask);
+  row rounding of products under bf16-mixed), `random_state_kept` (a precision probe draws
+  nothing from the run's random streams) and `dropconnect` (DropConnect of a whole weight with
+  one Philox mask);
 - the recurrences: ON-LSTM's `onlstm_layer` and `onlstm_inference` over `ONLSTMLayerWeights`
   (which decide the layer's projection placement and its products' precision themselves);
   Ordered Memory's `ordered_memory_recurrence` (which decides its products' precision itself);
@@ -52,6 +53,7 @@ from treernn.kernels.gemm import (
     check_backend,
     decided_linear,
     product_dtype,
+    random_state_kept,
 )
 from treernn.kernels.onlstm_layers import ONLSTMLayerWeights, onlstm_inference, onlstm_layer
 from treernn.kernels.ordered_memory import ordered_memory_recurrence
@@ -87,6 +89,7 @@ __all__ = [
     "ordered_memory_recurrence",
     "product_dtype",
     "product_precisions",
+    "random_state_kept",
     "read_record",
     "use_context",
 ]

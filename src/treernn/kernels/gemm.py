@@ -51,6 +51,7 @@ at the 1e-6 level only; a run that needs bitwise repeatability across machines f
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -291,6 +292,15 @@ def _probe(usable: list[str], batch: int, in_features: int, out_features: int, d
         _rates(seconds, flops),
     )
     return choice
+
+
+def random_state_kept(device: torch.device) -> contextlib.AbstractContextManager:
+    """Restores, on leaving, the random streams that dropout on ``device`` draws from (the
+    CPU's, and the current or given GPU's): a precision probe draws nothing from the run's."""
+    accelerators = []
+    if device.type == "cuda":
+        accelerators.append(torch.cuda.current_device() if device.index is None else device.index)
+    return torch.random.fork_rng(devices=accelerators)
 
 
 def time_in_turns(

@@ -144,14 +144,10 @@ def precision_runs(
     x = torch.randn(size, generator=generator).to(device)
     mask = (torch.arange(steps)[None] < lengths[:, None]).to(device)
     parameters = [p for p in recurrence.parameters() if p.requires_grad]
-    # the random streams dropout draws from on this device, restored on leaving
-    streams = []
-    if device.type == "cuda":
-        streams.append(torch.cuda.current_device() if device.index is None else device.index)
 
     def run(dtype: torch.dtype | None) -> None:
         with (
-            torch.random.fork_rng(devices=streams),
+            gemm.random_state_kept(device),
             torch.set_grad_enabled(training),
             torch.autocast(device.type, enabled=False),
         ):
