@@ -121,8 +121,8 @@ class Encoder(nn.Module):
     def product_precisions(self) -> list[list[str]]:
         """What each product of this process ran in under bf16-mixed, as the probes chose it
         (this encoder's, its task's output layers' and any other model's in the process):
-        ``[model, product, shape, dtype]``, sorted (`treernn.kernels.product_precisions`)."""
-        return kernels.product_precisions()
+        ``[model, product, shape, dtype]``, sorted (`treernn.kernels.context.precisions`)."""
+        return kernels.context.precisions()
 
 
 def last_real_step(hidden: Tensor, mask: Tensor | None) -> Tensor:
@@ -145,54 +145,43 @@ def in_decided_precision(
     """``encode(x)``, under bf16-mixed only where bf16 pays for this encoder here.
 
     For encoders whose products follow autocast (plain torch modules), under a bf16 autocast:
-    `kernels.product_dtype` times ``encode`` on the batch being read, in fp32 and under bf16
+    `kernels.keeps_autocast` times ``encode`` on the batch being read, in fp32 and under bf16
     autocast, forward and (in training) backward to ``module``'s parameters, and where bf16 is
     not at least 10% faster the encoder runs as with precision=32 (autocast off, fp32 input;
     logged once). Their row counts (a tree level's nodes, a batch's words) change from batch to
     batch, so a product timed alone does not tell: on an Intel Xeon with AMX the Tree-LSTM's
     ListOps update ran at 0.49x fp32 in bf16. The decision is kept per (batch, ``width``) like the
     GEMM backends'; ``flops()`` (about one forward's products) is for the log line only."""
-    if not kernels.bf16_requested(x.device):
-        return encode(x)
     training = torch.is_grad_enabled()
     label = f"{product}, {'training' if training else 'inference'}"
-    runs = partial(_autocast_runs, module, encode, x, training, flops)
+    probe = partial(_probe, module, encode, x, training, flops)
     name = type(module).__name__
-    if kernels.product_dtype(x.size(0), width, width, x.device, name, label, runs) is not None:
+    if kernels.keeps_autocast(x.size(0), width, width, x.device, name, label, probe):
         return encode(x)
     with torch.autocast(x.device.type, enabled=False):
         return encode(x.float())
 
 
-def _autocast_runs(
+def _probe(
     module: nn.Module,
     encode: Callable[[Tensor], EncoderOutput],
     x: Tensor,
     training: bool,
     flops: Callable[[], float],
-) -> tuple[dict[str, Callable[[], None]], float]:
-    """The two runs `in_decided_precision` times: dropout masks drawn with the caller's
-    random state restored afterwards, gradients returned rather than accumulated in ``.grad``;
-    no bf16 run on a CPU without oneDNN's bf16 kernels."""
+) -> tuple[Callable[[], None], float]:
+    """The run `in_decided_precision` has timed, and its FLOPs: gradients returned rather than
+    accumulated in ``.grad``."""
     inputs = x.detach()
     parameters = [p for p in module.parameters() if p.requires_grad]
-    device = x.device
 
-    def run(bf16: bool) -> None:
-        with (
-            kernels.random_state_kept(device),
-            torch.set_grad_enabled(training),
-            torch.autocast(device.type, torch.bfloat16, enabled=bf16),
-        ):
+    def run() -> None:
+        with torch.set_grad_enabled(training):
             out = encode(inputs)
             if training and parameters:
                 loss = out.hidden.float().sum() + out.pooled.float().sum()
                 torch.autograd.grad(loss, parameters, allow_unused=True)
 
-    loops = {"float32": partial(run, False)}
-    if kernels.bf16_kernels(device):
-        loops["bfloat16"] = partial(run, True)
-    return loops, flops() * (3 if training else 1)
+    return run, flops() * (3 if training else 1)
 
 
 def check_dropout(name: str, p: float) -> None:

@@ -10,7 +10,7 @@ On CPU ``nn.LSTM`` runs oneDNN's LSTM primitive (its own packed GEMMs: the per-s
 already on oneDNN, see `treernn.kernels.gemm`), on padded batches too (a packed sequence
 would leave it for torch's step-by-step LSTM: see `run_by_lengths`). Under
 ``torch.autocast`` with bf16 (``precision=bf16-mixed``) it runs oneDNN's bf16 LSTM only where the
-probe of `treernn.kernels.gemm.product_dtype` finds a bf16 layer faster than an fp32 one on
+probe of `treernn.kernels.keeps_autocast` finds a bf16 layer faster than an fp32 one on
 this machine at the layer's sizes and batch, timed forward only for inference and forward and
 backward for training (each decided on its own); elsewhere the encoder runs in fp32 (logged
 once). On CPUs without bf16 instructions (e.g. AVX2 only) oneDNN has no bf16 LSTM at all and
@@ -100,11 +100,11 @@ class LSTMEncoder(Encoder):
         self, x: Tensor, mask: Tensor | None = None, state: LSTMState | None = None
     ) -> EncoderOutput:
         training = torch.is_grad_enabled()
-        if kernels.bf16_requested(x.device) and not all(
-            kernels.product_dtype(
+        if not all(
+            kernels.keeps_autocast(
                 x.size(0), layer.hidden_size, 4 * layer.hidden_size, x.device, "LSTM",
                 f"nn.LSTM layer, {'training' if training else 'inference'}",
-                _bf16_runs(layer, x.size(0), x.device, training),
+                functools.partial(_probe, layer, x.size(0), x.device, training),
             )
             for layer in self.layers
         ):  # fmt: skip
@@ -163,31 +163,22 @@ def run_by_lengths(
     return out * (steps < lengths.unsqueeze(1)).unsqueeze(-1).to(out.dtype)
 
 
-def _bf16_runs(layer: nn.LSTM, batch: int, device: torch.device, training: bool):
-    """For `kernels.product_dtype`: a layer of ``layer``'s sizes over 16 steps of ``batch`` rows
-    in fp32 and under bf16 autocast (oneDNN's bf16 LSTM primitive on CPU, where oneDNN has bf16
-    kernels; elsewhere on CPU there is no bf16 run), forward only or, ``training``, forward and
-    backward, to be timed against each other: what runs under bf16-mixed is the primitive, whose
-    speed the products alone do not tell, and its backward can lose where its forward wins (an
-    AMD Zen 5: bf16 2.5x fp32 in inference, 0.75x in training at the paper's 1150)."""
+def _probe(layer: nn.LSTM, batch: int, device: torch.device, training: bool):
+    """For `kernels.keeps_autocast`: a layer of ``layer``'s sizes over 16 steps of ``batch``
+    rows, forward only or, ``training``, forward and backward, and its products' FLOPs. What
+    runs under bf16-mixed is oneDNN's bf16 LSTM primitive, whose speed the products alone do not
+    tell, and its backward can lose where its forward wins (an AMD Zen 5: bf16 2.5x fp32 in
+    inference, 0.75x in training at the paper's 1150)."""
+    steps = 16
+    probe = nn.LSTM(layer.input_size, layer.hidden_size, batch_first=True).to(device)
+    x = torch.randn(batch, steps, layer.input_size, device=device, requires_grad=training)
 
-    def runs():
-        steps = 16
-        probe = nn.LSTM(layer.input_size, layer.hidden_size, batch_first=True).to(device)
-        x = torch.randn(batch, steps, layer.input_size, device=device, requires_grad=training)
+    def run() -> None:
+        with torch.set_grad_enabled(training):
+            out, _ = probe(x)
+            if training:
+                out.float().sum().backward()
 
-        def run(bf16: bool) -> None:
-            with torch.set_grad_enabled(training):
-                with torch.autocast(device.type, torch.bfloat16, enabled=bf16):
-                    out, _ = probe(x)
-                if training:
-                    out.float().sum().backward()
-
-        loops = {"float32": functools.partial(run, False)}
-        if kernels.bf16_kernels(device):
-            loops["bfloat16"] = functools.partial(run, True)
-        products = 3 if training else 1  # backward: the input and the weight gradients
-        flops = 2.0 * products * steps * batch * (layer.input_size + layer.hidden_size)
-        return loops, flops * 4 * layer.hidden_size
-
-    return runs
+    products = 3 if training else 1  # backward: the input and the weight gradients
+    flops = 2.0 * products * steps * batch * (layer.input_size + layer.hidden_size)
+    return run, flops * 4 * layer.hidden_size

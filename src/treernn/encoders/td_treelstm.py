@@ -30,7 +30,6 @@ Parameters are initialised uniformly in [-0.1, 0.1] as in the paper.
 
 from __future__ import annotations
 
-import contextlib
 from functools import partial
 from typing import Literal
 
@@ -41,9 +40,8 @@ from torch import Tensor, nn
 from treernn import kernels
 from treernn.encoders.base import Encoder, EncoderOutput, check_dropout, in_decided_precision
 from treernn.encoders.lstm import run_by_lengths
-from treernn.encoders.top_down_tree import RIGHT, TopDownTree
+from treernn.encoders.top_down_tree import RIGHT, LayerStates, TopDownTree, lstm_cell
 from treernn.errors import ConfigValueError
-from treernn.kernels import LayerStates, batched_forward, lstm_cell
 
 GENERATORS = ("GEN-L", "GEN-R", "GEN-NX-L", "GEN-NX-R")
 
@@ -133,12 +131,7 @@ class TopDownTreeLSTM(Encoder):
             return summary
         rows = has_any.nonzero().squeeze(1)
         row_lengths = lengths[rows]
-        # fp32 under bf16-mixed on the CPU: the rows and the steps of a call change from batch
-        # to batch, and oneDNN would build a bf16 kernel for each new shape (see
-        # `rounded_rows_linear` in kernels/gemm.py)
-        in_fp32 = kernels.autocast_row_multiple(sequences.device) > 1
-        with torch.autocast("cpu", enabled=False) if in_fp32 else contextlib.nullcontext():
-            outputs = run_by_lengths(self.left_dependent_lstm, sequences[rows], row_lengths)
+        outputs = run_by_lengths(self.left_dependent_lstm, sequences[rows], row_lengths)
         last = outputs[torch.arange(rows.numel(), device=rows.device), row_lengths - 1]
         return summary.index_copy(0, rows, last.to(summary.dtype))  # (N', H_ld) at q_K
 
@@ -224,7 +217,7 @@ class TopDownTreeLSTM(Encoder):
 
     def _encode(self, x: Tensor, mask: Tensor, tree: TopDownTree) -> EncoderOutput:
         if self.impl == "fast":
-            layer_outputs = batched_forward(
+            layer_outputs = kernels.td_treelstm_recurrence(
                 x,
                 mask,
                 tree,

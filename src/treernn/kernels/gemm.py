@@ -557,6 +557,51 @@ def product_dtype(
     return None
 
 
+def keeps_autocast(
+    rows: int,
+    in_features: int,
+    out_features: int,
+    device: torch.device,
+    model: str,
+    product: str,
+    probe: Callable[[], tuple[Callable[[], object], float]],
+) -> bool:
+    """Whether a model whose products follow autocast (plain torch modules: ``nn.LSTM``, a tree
+    encoder's cells) keeps the bf16 autocast in force for a computation whose products are
+    about (rows, in_features) x (in_features, out_features): True where no bf16 autocast is in
+    force (nothing to decide) or where bf16 pays here; False where the caller should run it in
+    fp32 (autocast off, fp32 inputs), as with precision=32.
+
+    ``probe()``, called only when no choice is recorded or kept for this shape, returns the
+    computation to time (``run()``, forward and, in training, backward) and the FLOPs of its
+    products: it is timed in fp32 and under bf16 autocast, ``probe()`` and each run with the
+    caller's random streams restored after them, and bf16 is kept where it is at least 10% faster (no bf16 run on
+    a CPU without bf16 kernels: fp32). What the computation's products alone would not tell, its
+    time does: oneDNN's bf16 LSTM primitive, a tree level's changing row counts. Recorded like
+    `product_dtype`'s decisions."""
+    if not bf16_requested(device):
+        return True
+
+    def runs() -> tuple[dict[str, Callable[[], object]], float]:
+        with random_state_kept(device):  # a probe may build a module: its initial draws
+            run, flops = probe()
+
+        def timed(bf16: bool) -> None:
+            with (
+                random_state_kept(device),
+                torch.autocast(device.type, torch.bfloat16, enabled=bf16),
+            ):
+                run()
+
+        loops = {"float32": functools.partial(timed, False)}
+        if bf16_kernels(device):
+            loops["bfloat16"] = functools.partial(timed, True)
+        return loops, flops
+
+    dtype = product_dtype(rows, in_features, out_features, device, model, product, runs)
+    return dtype is not None
+
+
 def bf16_pays(
     batch: int,
     in_features: int,

@@ -17,25 +17,17 @@ reference. This module computes the same numbers faster:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from treernn.encoders.top_down_tree import RIGHT, TopDownTree
-from treernn.kernels.gemm import rounded_rows_linear
-
-LayerStates = list[tuple[Tensor, Tensor]]  # per layer (h, c), each (N, H_l)
+from treernn.encoders.top_down_tree import RIGHT, LayerStates, TopDownTree, lstm_cell
+from treernn.kernels.gemm import autocast_row_multiple, rounded_rows_linear
 
 
-def lstm_cell(gates: Tensor, cell: Tensor) -> tuple[Tensor, Tensor]:
-    """Eq. 4-5 from pre-activations (N, 4H) in ``nn.LSTMCell`` order (i, f, u, o)."""
-    input_gate, forget_gate, update, output_gate = gates.chunk(4, dim=-1)
-    cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(update)
-    return torch.sigmoid(output_gate) * torch.tanh(cell), cell
-
-
-def batched_forward(
+def td_treelstm_recurrence(
     x: Tensor,
     mask: Tensor,
     tree: TopDownTree,
@@ -91,7 +83,12 @@ def batched_forward(
             dependents = tree.left_dependents.reshape(batch * width, -1)[steps]  # (N_R, K)
             lengths = tree.left_dependents_length.reshape(-1)[steps]  # (N_R,)
             dependents_flat = dependents + (steps // width * width).unsqueeze(1)
-            summary = summarise_left_dependents(flat_x[dependents_flat], lengths)
+            # fp32 under bf16-mixed on the CPU: the rows and the steps of a call change from
+            # batch to batch, and oneDNN would build a bf16 kernel for each new shape (see
+            # `rounded_rows_linear`)
+            in_fp32 = autocast_row_multiple(device) > 1
+            with torch.autocast("cpu", enabled=False) if in_fp32 else contextlib.nullcontext():
+                summary = summarise_left_dependents(flat_x[dependents_flat], lengths)
             inputs = torch.cat([inputs, summary], dim=-1)
         cell = cells[edge_type][0]
         # bf16 under autocast; index_copy needs one dtype (CPU autocast promotes it to the

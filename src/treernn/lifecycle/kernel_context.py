@@ -17,8 +17,7 @@ from treernn import kernels
 def check(run_dir: Path | None) -> None:
     """Refuse, in one line, a resumed or tested run whose recorded choices cannot be read (a
     FIFO, a link, a damaged file), before the attempt is recorded."""
-    if run_dir is not None:
-        kernels.check_run_record(run_dir)
+    kernels.context.check(run_dir)
 
 
 def open_for_run(
@@ -27,4 +26,4 @@ def open_for_run(
     """Attach this process's kernels to the run: reuse the choices recorded in ``run_dir``, else
     those of ``trained_in`` (the run a test or resume reads), else the sweep's; record them in
     ``run_dir`` where ``write`` (rank 0)."""
-    kernels.attach(run_dir, sweep_dir, trained_in, write=write)
+    kernels.context.attach(run_dir, sweep_dir, trained_in, write=write)

@@ -166,7 +166,9 @@ def save(model: Any, out: str | Path) -> Path:
         # an export written before cards left local paths out shares none either once saved
         config["provenance"] = shareable(config["provenance"])
         vocab_tokens = _tokens(model.module.vocab)
-        choices = _choices_record(model.export_choices)
+        from treernn import kernels
+
+        choices = kernels.context.export_record(model.export_choices)
     else:
         config, vocab_tokens, choices = _from_checkpoint(model, None)
     _write(model.module, config, vocab_tokens, choices, out)
@@ -209,7 +211,7 @@ def _from_checkpoint(
     """The ``config.json`` of a model loaded from a checkpoint, its vocabulary's tokens and
     the kernels' choices its run recorded (None for a checkpoint outside a run, or a run that
     recorded none)."""
-    from treernn import __version__
+    from treernn import __version__, kernels
     from treernn.checkpoints import constructor_config
 
     cfg = model.config
@@ -248,25 +250,8 @@ def _from_checkpoint(
         "provenance": provenance,
     }
     # the kernels' choices the run made: a loaded export computes as the run did
-    return config, vocab_tokens, _run_choices(run_dir)
-
-
-def _run_choices(run_dir: Path | None) -> bytes | None:
-    """A run's record of the kernels' choices, as an export keeps it; None where it has none."""
-    from treernn.kernels import RUN_RECORD, read_record
-
-    if run_dir is None or not os.path.lexists(run_dir / RUN_RECORD):
-        return None
-    return _choices_record(read_record(run_dir / RUN_RECORD).get("choices", {}))
-
-
-def _choices_record(choices: dict[str, str]) -> bytes | None:
-    from treernn.kernels import RECORD_FORMAT
-
-    if not choices:
-        return None
-    record = {"format": RECORD_FORMAT, "choices": dict(sorted(choices.items()))}
-    return (json.dumps(record, indent=1) + "\n").encode()
+    choices = kernels.context.export_record(run_dir) if run_dir is not None else None
+    return config, vocab_tokens, choices
 
 
 def _write(

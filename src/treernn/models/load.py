@@ -101,21 +101,21 @@ def read(
         export_choices = exported.choices
         # the kernels' choices the run recorded, kept with the export; new ones go to the
         # user's cache, never into the export's folder
-        context = partial(kernels.attach_loaded, exported.choices, exported.key)
+        context = partial(kernels.context.attach_export, exported.choices, exported.key)
     else:
         checkpoint, export_config = checkpoint_of(source), None
         module, config, found_kind = _from_checkpoint(checkpoint, kind, command, hint)
         meta = export.meta_from_config(config)
         folder = checkpoint.resolve().parent
         run = folder.parent if folder.name == "checkpoints" else folder
-        context = partial(kernels.attach, run, write=False)
+        context = partial(kernels.context.attach, run, write=False)
     module = module.to(device).eval()
     model = model_class(found_kind)(
         module, found_kind, meta, source, config, checkpoint, export_config
     )
     model.export_choices = export_choices
     model.kernel_context = context
-    kernels.use_context(model, context)
+    kernels.context.use(model, context)
     return model
 
 

@@ -46,7 +46,7 @@ from treernn.models.kinds import KINDS, Kind, kind_of_model
 
 def _own_kernels(method: Callable) -> Callable:
     """A method that computes with the model: first the model's own kernel context
-    (`treernn.kernels.use_context`), so that a model loaded earlier in a process computes with
+    (`treernn.kernels.context.use`), so that a model loaded earlier in a process computes with
     the kernel choices it was loaded with, whatever model was loaded since."""
 
     @functools.wraps(method)
@@ -54,7 +54,7 @@ def _own_kernels(method: Callable) -> Callable:
         if self.kernel_context is not None:
             from treernn import kernels
 
-            kernels.use_context(self, self.kernel_context)
+            kernels.context.use(self, self.kernel_context)
         return method(self, *args, **kwargs)
 
     return computed

@@ -128,19 +128,21 @@ def test_bf16_is_decided_apart_for_training_and_inference(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("training", [False, True])
-def test_the_bf16_probe_times_what_the_mode_runs(training: bool) -> None:
+def test_the_bf16_probe_times_what_the_mode_runs(training: bool, monkeypatch) -> None:
     """The probe's runs: forward only for inference; forward and backward for training (three
-    products' FLOPs), with gradients reaching the input."""
-    from treernn.encoders.lstm import _bf16_runs
+    products' FLOPs), timed in fp32 and (where oneDNN has bf16 kernels) under bf16 autocast,
+    drawing nothing from the run's random stream."""
+    from tests.fixtures.precision import OwnLoopDecision
 
-    layer = torch.nn.LSTM(3, 4, batch_first=True)
-    loops, flops = _bf16_runs(layer, 2, torch.device("cpu"), training)()
-    assert flops == 2.0 * (3 if training else 1) * 16 * 2 * (3 + 4) * 16
+    decide = OwnLoopDecision()
+    monkeypatch.setattr(gemm, "product_dtype", decide)
     calls = []
     original = torch.Tensor.backward
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(torch.Tensor, "backward", lambda *a, **k: calls.append(original(*a, **k)))
-        with torch.no_grad():  # as gemm.time_in_turns calls them
-            for run in loops.values():
-                run()
-    assert len(calls) == (len(loops) if training else 0)
+    monkeypatch.setattr(torch.Tensor, "backward", lambda *a, **k: calls.append(original(*a, **k)))
+    encoder = LSTMEncoder(3, 4)
+    x = torch.randn(2, 5, 3)
+    with torch.set_grad_enabled(training), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert encoder(x).hidden.dtype == torch.float32  # the stand-in answers fp32
+    loops = 2 if gemm.bf16_kernels(torch.device("cpu")) else 1
+    assert len(calls) == (loops if training else 0)
+    assert decide.flops == [2.0 * (3 if training else 1) * 16 * 2 * (3 + 4) * 16]

@@ -132,10 +132,10 @@ def test_missing_tree_and_unknown_impl_are_clear_errors():
 
 
 def test_bf16_autocast_runs_fp32_where_the_encoders_own_probe_says_bf16_does_not_pay(monkeypatch):
-    """Under bf16-mixed the encoder asks kernels.product_dtype with its own forward and backward on
+    """Under bf16-mixed the encoder asks kernels.keeps_autocast with its own forward and backward on
     the batch being read (encoders.base.in_decided_precision); where bf16 does not pay it runs
     exactly as with precision=32, else its LSTM cells follow autocast."""
-    from treernn import kernels
+    from treernn.kernels import gemm
 
     vocab, _ = build_vocabulary([w for tree in SMALL_TREES for w in tree.words], unk_threshold=0)
     batch = collate_trees([encode_tree(tree, vocab) for tree in SMALL_TREES])
@@ -143,7 +143,7 @@ def test_bf16_autocast_runs_fp32_where_the_encoders_own_probe_says_bf16_does_not
     encoder = LdTreeLSTM(input_size=4, hidden_size=3, num_layers=2, dropout=0.3)
     x = torch.randn(*batch.tokens.shape, 4)
     decide = OwnLoopDecision()
-    monkeypatch.setattr(kernels, "product_dtype", decide)
+    monkeypatch.setattr(gemm, "product_dtype", decide)
     for pays in (False, True):
         decide.pays = pays
         torch.manual_seed(1)
@@ -164,7 +164,6 @@ def test_bf16_level_products_run_on_rounded_rows_with_the_same_results(monkeypat
     """Under bf16 autocast (the encoder's probe answering bf16) every level's products run on
     row counts rounded up to a multiple of 16 (oneDNN builds a kernel per new shape) and the
     left-dependent LSTM of Eq. 6 in fp32; outputs and gradients are the unrounded run's."""
-    from treernn import kernels
     from treernn.kernels import gemm
 
     vocab, _ = build_vocabulary([w for tree in SMALL_TREES for w in tree.words], unk_threshold=0)
@@ -174,7 +173,7 @@ def test_bf16_level_products_run_on_rounded_rows_with_the_same_results(monkeypat
     x = torch.randn(*batch.tokens.shape, 4)
     decide = OwnLoopDecision()
     decide.pays = True
-    monkeypatch.setattr(kernels, "product_dtype", decide)
+    monkeypatch.setattr(gemm, "product_dtype", decide)
     linear, rows = torch.nn.functional.linear, []
 
     def recording(inputs, weight, bias=None):

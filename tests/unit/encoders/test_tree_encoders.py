@@ -342,17 +342,17 @@ def test_bad_calls_say_what_to_do(encoder_class):
 def test_bf16_autocast_runs_fp32_where_the_encoders_own_probe_says_bf16_does_not_pay(
     encoder_class, monkeypatch
 ):
-    """Under bf16-mixed a tree encoder asks kernels.product_dtype with its own forward (and
+    """Under bf16-mixed a tree encoder asks kernels.keeps_autocast with its own forward (and
     backward, in training) on the batch being read, in fp32 and under bf16 autocast; where bf16
     does not pay it runs exactly as with precision=32, else it follows autocast."""
-    from treernn import kernels
+    from treernn.kernels import gemm
 
     torch.manual_seed(0)
     model = encoder_class(input_size=3, hidden_size=8, dropout=0.3)
     x = torch.randn(2, 4, 3)
     tree = TreeBatch.from_trees([((0, 1), (2, 3)), (0, (1, (2, 3)))])
     decide, dtypes = OwnLoopDecision(), []
-    monkeypatch.setattr(kernels, "product_dtype", decide)
+    monkeypatch.setattr(gemm, "product_dtype", decide)
     for pays in (False, True):
         decide.pays = pays
         torch.manual_seed(1)

@@ -107,7 +107,7 @@ def pinned(tmp_path, monkeypatch):
     recorded or kept: fp32 products, aten's GEMM."""
     monkeypatch.setenv("TREERNN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("TREERNN_PROBE_SECONDS", "0")
-    kernels.attach(tmp_path / "run", write=False)
+    kernels.context.attach(tmp_path / "run", write=False)
 
 
 def _language_model() -> LanguageModelTask:
