@@ -246,8 +246,10 @@ def cpu_name(cpuinfo: str) -> str:
 #: encoders' bf16 products run on rounded rows, `rounded_rows_linear`; 6: the ``treernn``
 #: backend's float32 products run four panels at a time, ``tile_quad`` in csrc/packed_gemm.h;
 #: 7: its AVX2 tiles keep their accumulators in registers, 1.3-2.7x faster on an AMD Zen 3; 8: they
-#: prefetch the weight and run a step's deep products in blocks of k, 1.3-1.4x there)
-PROBES_REVISION = 8
+#: prefetch the weight and run a step's deep products in blocks of k, 1.3-1.4x there; 9: ON-LSTM's
+#: precision probes time at least 16 steps, `onlstm.PRECISION_PROBE_STEPS`, and the projection
+#: leaves the loop only where that is 10% faster, `onlstm_projected.SEPARATE_MARGIN`)
+PROBES_REVISION = 9
 
 
 def _machine_key(batch, in_features, out_features, dtype, threads, device_type="cpu") -> str:
@@ -575,10 +577,10 @@ def keeps_autocast(
     ``probe()``, called only when no choice is recorded or kept for this shape, returns the
     computation to time (``run()``, forward and, in training, backward) and the FLOPs of its
     products: it is timed in fp32 and under bf16 autocast, ``probe()`` and each run with the
-    caller's random streams restored after them, and bf16 is kept where it is at least 10% faster (no bf16 run on
-    a CPU without bf16 kernels: fp32). What the computation's products alone would not tell, its
-    time does: oneDNN's bf16 LSTM primitive, a tree level's changing row counts. Recorded like
-    `product_dtype`'s decisions."""
+    caller's random streams restored after them, and bf16 is kept where it is at least 10%
+    faster (no bf16 run on a CPU without bf16 kernels: fp32). What the computation's products
+    alone would not tell, its time does: oneDNN's bf16 LSTM primitive, a tree level's changing
+    row counts. Recorded like `product_dtype`'s decisions."""
     if not bf16_requested(device):
         return True
 
@@ -657,7 +659,12 @@ def _probe_precision(
     seconds = time_in_turns(products, flops, device, give_up=3.0)
     bf16 = seconds.get("bfloat16", float("inf"))
     choice = "bfloat16" if bf16 < BF16_MARGIN * seconds["float32"] else "float32"
-    figures = f"GFLOP/s: {_rates(seconds, flops)}" if "bfloat16" in seconds else "no bf16 kernel"
+    if "bfloat16" in seconds:
+        figures = f"GFLOP/s: {_rates(seconds, flops)}"
+    elif "bfloat16" in products:  # the run's default then, kept for no machine
+        figures = "the probe ran out of time before its bf16 run"
+    else:
+        figures = "no bf16 kernel"
     _PROBED[_precision_key(batch, in_features, out_features, label)] = figures
     log.info(
         "GEMM precision for %s%s under bf16-mixed, %d threads: %s (%s)",

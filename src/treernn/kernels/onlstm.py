@@ -695,16 +695,43 @@ PROBE_FLOPS = 5e8
 MIN_PROBE_STEPS = 4
 
 
+#: the fewest steps a precision probe's loop times: a loop converts its weights to bf16 and
+#: makes their transposes once per call, and over fewer steps that set-up hides what bf16 saves
+#: per step. On a 2-core AMD Zen 4
+#: (AVX512-BF16, no AMX), the paper-size training loop with the projection inside, (20 x 2300)
+#: @ (2300 x 4830): bf16 0.69x fp32 over 4 steps, 1.27x over 16, 1.52x over 70 (a BPTT
+#: segment); over 4 steps the probe kept fp32, and ON-LSTM trained under bf16-mixed at 1.05x
+#: fp32, against 1.65x with its loops in bf16. The placement probe keeps `probe_steps`: at 16
+#: steps it moved two of the paper's layers' projections out of the loop, as fast in fp32 and
+#: 0.70x as fast in bf16 inference, where the loop's bf16 products pay most
+PRECISION_PROBE_STEPS = 16
+
+
 def probe_steps(batch: int, hidden: int, num_gates: int) -> int:
     """The steps of a probe's loop at these sizes (`PROBE_STEPS` but for large shapes)."""
     per_step = 2.0 * batch * hidden * num_gates
     return max(MIN_PROBE_STEPS, min(PROBE_STEPS, int(PROBE_FLOPS / max(per_step, 1.0))))
 
 
+def precision_probe_steps(batch: int, hidden: int, num_gates: int) -> int:
+    """The steps of a precision probe's loop: `probe_steps`, but at least
+    `PRECISION_PROBE_STEPS`."""
+    return max(PRECISION_PROBE_STEPS, probe_steps(batch, hidden, num_gates))
+
+
 def _probe_loop(
-    batch, hidden, chunk_size, kernel, backend, product_dtype, training=False, device=gemm.CPU
+    batch,
+    hidden,
+    chunk_size,
+    kernel,
+    backend,
+    product_dtype,
+    training=False,
+    device=gemm.CPU,
+    steps=None,
 ):
-    """A forward loop of `probe_steps` steps on random data (a closure) and its FLOPs;
+    """A forward loop of ``steps`` (default `probe_steps`) steps on random data (a closure) and
+    its FLOPs;
     ``training``: the recurrence's autograd node forward and backward (the gradients of the
     inputs and of the weight: three products per step's worth of FLOPs). The data come from a
     generator of their own: probing draws nothing from the run's random streams. The probes
@@ -712,7 +739,7 @@ def _probe_loop(
     asked inside a bf16-mixed forward would otherwise run the backward pass's products in bf16,
     and the compiled step refuse their state)."""
     num_gates = gate_count(hidden, chunk_size)
-    steps = probe_steps(batch, hidden, num_gates)
+    steps = steps or probe_steps(batch, hidden, num_gates)
     generator = torch.Generator().manual_seed(0)
     gates = torch.randn(steps, batch, num_gates, generator=generator).to(device)
     weight = (torch.randn(num_gates, hidden, generator=generator) / hidden**0.5).to(device)
@@ -743,7 +770,8 @@ def precision_runs(
     training: bool = False,
 ):
     """For `gemm.product_dtype`: the recurrence's loop with fp32 and with bf16 products, each
-    on its own fastest backend (`recurrence_backend`), to be timed against each other: forward
+    on its own fastest backend (`recurrence_backend`), over `precision_probe_steps` steps, to be
+    timed against each other: forward
     and backward for ``training``, where bf16 runs the backward pass's products too (timed
     forward only, the paper-size ON-LSTM kept its recurrent products fp32 on an AMX Xeon and
     trained at 1.22x fp32 under bf16-mixed, against 1.57x with them in bf16). Off the CPU (a
@@ -758,13 +786,15 @@ def precision_runs(
     if kernel is None:
         return None
 
+    steps = precision_probe_steps(batch, hidden, gate_count(hidden, chunk_size))
+
     def runs():
         loops = {}
         for name, dtype in (("float32", None), ("bfloat16", torch.bfloat16)):
             gates = torch.zeros(1, batch, gate_count(hidden, chunk_size))
             backend = recurrence_backend("auto", gates, hidden, chunk_size, kernel, dtype, training)
             loops[name], flops = _probe_loop(
-                batch, hidden, chunk_size, kernel, backend, dtype, training
+                batch, hidden, chunk_size, kernel, backend, dtype, training, steps=steps
             )
         return loops, flops
 

@@ -557,6 +557,21 @@ def test_a_model_can_have_its_own_loop_timed(fresh_choices, monkeypatch) -> None
     assert gemm._PROBED[gemm._precision_key(4, 5, 7, " Model loop")] == "no bf16 kernel"
 
 
+def test_a_precision_probe_out_of_time_says_so(fresh_choices, monkeypatch) -> None:
+    """A probe whose time ran out before its bf16 run (`time_in_turns` leaves it out) keeps fp32
+    for the run and says why: not "no bf16 kernel", which the log line once said of it."""
+
+    def timings(products, flops, device=None, give_up=None):
+        return {"float32": 1.0}
+
+    monkeypatch.setattr(gemm, "time_in_turns", timings)
+    runs = {"float32": lambda: None, "bfloat16": lambda: None}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert gemm.product_dtype(4, 5, 8, CPU, "Model", "loop", lambda: (runs, 1.0)) is None
+    said = gemm._PROBED[gemm._precision_key(4, 5, 8, " Model loop")]
+    assert said == "the probe ran out of time before its bf16 run"
+
+
 def test_products_are_timed_with_autocast_off() -> None:
     """A probe asked inside a bf16-mixed forward times an fp32 candidate in fp32: under autocast
     aten's mm ran in bf16, and on an Intel Xeon with AMX that kept aten as the fastest fp32

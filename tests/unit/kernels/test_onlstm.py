@@ -765,6 +765,20 @@ def test_a_probe_runs_fewer_steps_only_where_a_step_is_large() -> None:
     assert onlstm_kernel.probe_steps(20, 1150, 4830) == onlstm_kernel.MIN_PROBE_STEPS == 4
 
 
+def test_a_precision_probe_times_at_least_16_steps(extension) -> None:
+    """precision_probe_steps: probe_steps, but at least 16 steps: the loop converts its weights to
+    bf16 and transposes them once a call, which over probe_steps' 4 steps at the paper's middle
+    layer hid what bf16 saves a step (an AMD Zen 4: bf16 0.69x fp32 over 4 steps, 1.27x over 16,
+    1.52x over a BPTT segment of 70). The recurrence's precision probe times as many."""
+    assert onlstm_kernel.precision_probe_steps(3, 8, 18) == 32
+    assert onlstm_kernel.precision_probe_steps(20, 400, 1640) == 19
+    assert onlstm_kernel.precision_probe_steps(20, 1150, 4830) == 16
+    assert onlstm_kernel.PRECISION_PROBE_STEPS == 16
+    batch, hidden, chunk = 20, 1150, 10  # 4830 gates
+    _, flops = onlstm_kernel.precision_runs(batch, hidden, chunk, extension, training=True)()
+    assert flops == 3 * 2.0 * 16 * batch * hidden * 4830
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_the_probe_loops_run_inside_a_bf16_autocast_forward(extension, monkeypatch, training):
     """A probe may be asked inside a bf16-mixed forward (the placement's, on a machine with no kept

@@ -552,3 +552,28 @@ def test_the_loops_precision_probe_times_the_loop_in_both_precisions(
             (gates, depth),
             (gates, hidden),
         ]
+
+
+@bf16_kernels
+def test_the_loops_precision_probe_times_16_steps_at_the_papers_size(extension) -> None:
+    """At the paper's middle layer, (20 x 2300) @ (2300 x 4830), the loop's precision probe times
+    16 steps (`onlstm.PRECISION_PROBE_STEPS`), not the placement probe's 4: over 4 steps the
+    loop's once-a-call bf16 set-up made bf16 look 0.69x fp32 on an AMD Zen 4, where it trains at
+    1.5x over a BPTT segment."""
+    batch, depth, hidden, chunk = 20, 1150, 1150, 10
+    gates = 4 * hidden + 2 * (hidden // chunk)
+    assert probe_steps(batch, hidden, gates) == 4
+    runs = onlstm_kernel.loop_precision_runs(batch, depth, hidden, chunk, extension, "loop", True)
+    _, flops = runs()
+    assert flops == 3 * 2.0 * 16 * batch * (depth + hidden) * gates
+
+
+def test_the_projection_leaves_the_loop_only_where_that_is_10_percent_faster() -> None:
+    """_placement_choice: the faster in-loop placement unless over all steps first is at least
+    1 / 0.9 times as fast (a tie in fp32 is no tie under bf16-mixed, where the loop is one bf16
+    decision and ran the paper's inference 1.92x fp32 against 1.47x out of it on an AMD Zen 4)."""
+    choose = onlstm_kernel._placement_choice
+    assert choose({"loop": 1.0, "rows": 1.05, "separate": 0.95}) == "loop"
+    assert choose({"loop": 1.1, "rows": 1.0, "separate": 0.91}) == "rows"
+    assert choose({"loop": 1.0, "rows": 1.05, "separate": 0.89}) == "separate"
+    assert choose({"separate": 1.0}) == "separate"  # a probe cut short before the loops
