@@ -250,8 +250,7 @@ def _from_checkpoint(
         "provenance": provenance,
     }
     # the kernels' choices the run made: a loaded export computes as the run did
-    choices = kernels.context.export_record(run_dir) if run_dir is not None else None
-    return config, vocab_tokens, choices
+    return config, vocab_tokens, kernels.context.export_record(run_dir)
 
 
 def _write(
