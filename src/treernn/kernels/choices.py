@@ -33,7 +33,8 @@ zero); the other ranks of a DDP run read it and share the machine's cache and lo
 
 Probing is bounded: a run spends at most `RUN_BUDGET` seconds probing
 (``TREERNN_PROBE_SECONDS``; ``0`` probes nothing), a probe at most `PROBE_BUDGET` of them
-(a fifth of a larger budget).
+(a fifth of a larger budget), not counting the probes it asks for itself (a precision probe's
+products choosing their GEMM backends), whose time it gets back within the run's budget.
 A shape asked for once the run's budget is spent takes the kernel's safe default (fp32, aten's
 products, the projection over all steps, the compiled recurrence), recorded with the run but not
 kept for the machine, whose next run probes it; so does a shape whose probe ran out of time
@@ -47,6 +48,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -128,10 +130,12 @@ SWITCHES = ("TREERNN_GEMM_BACKEND", "TREERNN_ONLSTM_PROJECTION", "TREERNN_CPP_EX
 
 
 class _Probe:
-    """A probe running now: when it must be done by, and whether it ran out of time."""
+    """A probe running now: when it must be done by, the latest that may become (the run's
+    budget), and whether it ran out of time."""
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float, limit: float) -> None:
         self.deadline = deadline
+        self.limit = limit
         self.cut_short = False
 
 
@@ -363,18 +367,28 @@ def _probe_within_budget(probe: Callable[[], str], default: str, busy: Busy) -> 
         return default, "default: the run's probing budget was spent"
     start = time.perf_counter()
     per_probe = max(PROBE_BUDGET, run_budget() / 5) if _STATE.attached else PROBE_BUDGET
-    deadline = start + min(per_probe, max(left, 0.0))
+    # without a run, each probe within its own second (the time of the probes it asks for aside)
+    limit = start + max(left, 0.0) if _STATE.attached else math.inf
+    deadline = min(start + per_probe, limit)
     if not outer:  # asked by a probe: within that probe's time
+        limit = _STATE.probes[-1].limit
         deadline = min(deadline, _STATE.probes[-1].deadline)
-    running = _Probe(deadline)
+    running = _Probe(deadline, limit)
     since = cpu_sample()
     _STATE.probes.append(running)
     try:
         value = probe()
     finally:
         _STATE.probes.pop()
+        elapsed = time.perf_counter() - start
         if outer:
-            _STATE.spent += time.perf_counter() - start
+            _STATE.spent += elapsed
+        else:
+            # The probe that asked gets back the time this one took, within the run's budget: a
+            # machine's first precision probe, whose products probe their GEMM backends first,
+            # otherwise ran out of time before its bf16 run and left the run in fp32.
+            asker = _STATE.probes[-1]
+            asker.deadline = min(asker.deadline + elapsed, asker.limit)
     if running.cut_short:  # a choice among the candidates it had time for: none at all
         return default, OUT_OF_TIME
     reason = busy(since)

@@ -306,3 +306,29 @@ def test_a_probe_gets_a_second_or_a_fifth_of_a_larger_budget(
 
     _choose(probe)
     assert per_probe - 0.2 < seen[0] <= per_probe
+
+
+@pytest.mark.parametrize(("budget", "left_after"), [("5", 1.0), ("1.2", 0.5), (None, 1.0)])
+def test_a_probe_gets_back_the_time_of_the_probes_it_asks_for(
+    budget, left_after, tmp_path, monkeypatch
+) -> None:
+    """A precision probe whose first products probe their GEMM backends (0.7 s here): its
+    second is counted from where they ended, within the run's budget (1.2 s: 0.5 s left), and
+    without a run (None) within its own second alone. Before, the backends' probes ate the
+    precision probe's second and its bf16 run never ran on a machine's first process."""
+    if budget is not None:
+        monkeypatch.setenv(choices.BUDGET_ENV, budget)
+        choices.attach(tmp_path / "run")
+    seen = []
+
+    def asked() -> str:
+        time.sleep(0.7)
+        return "onednn"
+
+    def probe() -> str:
+        assert _choose(asked, name=f"{NAME} asked") == "onednn"
+        seen.append(choices.probe_deadline() - time.perf_counter())
+        return "mkl"
+
+    assert _choose(probe) == "mkl"
+    assert left_after - 0.15 < seen[0] <= left_after
