@@ -29,9 +29,11 @@ wandb logger is attached). To compare runs in one figure:
 
     python -m treernn report accuracy outputs/logic/*/*/test_results.json --out fig3.png
 
-Every claim of the three papers (ten comparisons), each decided over seeds from the table
-sweeps given (Welch's t 95% interval of the difference; shown, not shown or undecided;
-`treernn.reporting.claims`); claims whose table has no sweep given say "no run":
+Every claim of the three papers and Hu et al. 2020's SyntaxGym comparison (eleven claims),
+each decided over seeds from the table sweeps given by the claims rule of ``docs/claims.md``
+(`treernn.reporting.claims`): each difference with its interval, effect size, power and Holm's
+correction across the report; planned where its plan was committed before the sweep's jobs
+started, else post hoc; claims whose table has no sweep given say "no run":
 
     python -m treernn report claims outputs/tables/logic/<sweep> outputs/tables/listops/<sweep> ...
 
@@ -119,7 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     claims = reports.add_parser(
         "claims",
-        help="the claims of the three papers, each decided over seeds from table sweeps",
+        help="the papers' claims, each decided over seeds from table sweeps",
         description="For each comparison a papers' table names (ON-LSTM, Ordered Memory, Top-down "
         "Tree LSTM; Hu et al. 2020's SyntaxGym comparison): the two means over seeds, the "
         "difference with its 95%% interval, Hedges' g, P(A>B) over seeds, the p-value adjusted "

@@ -22,6 +22,7 @@ the committed pages differ from what the command would write (the test suite run
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,11 +200,11 @@ HELP_COLUMNS = 86
 
 
 def _help(parser) -> str:
-    """``parser``'s help as the commands page shows it: argparse's text at `HELP_COLUMNS`,
-    with a description line longer than that (a docstring keeps its own line breaks) wrapped at
-    its indentation."""
+    """``parser``'s help as the commands page shows it: argparse's text at `HELP_COLUMNS`. A
+    docstring keeps its own line breaks, wider than that: a paragraph of its prose with a longer
+    line is filled again as one (wrapping line by line left a word or two on a line of its own),
+    and any other longer line is wrapped at its indentation."""
     import os
-    import textwrap
 
     width = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = str(HELP_COLUMNS + 2)  # argparse leaves two columns free
@@ -214,18 +215,48 @@ def _help(parser) -> str:
             del os.environ["COLUMNS"]
         else:
             os.environ["COLUMNS"] = width
-    lines = []
-    for line in text.splitlines():
-        indent = line[: len(line) - len(line.lstrip())]
-        lines += textwrap.wrap(
-            line,
-            HELP_COLUMNS,
-            initial_indent="",
-            subsequent_indent=indent,
-            break_long_words=False,
-            break_on_hyphens=False,
-        ) or [line]
+    lines: list[str] = []
+    for block, indent in _prose_blocks(text.splitlines()):
+        if len(block) > 1 and max(map(len, block)) > HELP_COLUMNS:
+            lines += _wrapped(" ".join(line.strip() for line in block), indent)
+        else:
+            for line in block:
+                lines += _wrapped(line, line[: len(line) - len(line.lstrip())])
     return "\n".join(lines)
+
+
+#: how a docstring's list item starts: never filled into the line before it
+_ITEM = re.compile(r"(?:[-*]|\d+\.) ")
+
+
+def _prose_blocks(lines: list[str]) -> list[tuple[list[str], str]]:
+    """``lines`` cut into blocks, each with the indentation its continuation lines have: runs of
+    unindented prose (a paragraph; a list item with its continuation lines indented under its
+    text), and single lines (indented, blank or anything else)."""
+    blocks: list[tuple[list[str], str]] = []
+    for line in lines:
+        indent = line[: len(line) - len(line.lstrip())]
+        item = _ITEM.match(line)
+        if blocks and line.strip() and not item and blocks[-1][1] == indent:
+            blocks[-1][0].append(line)
+        elif line.strip() and not indent:  # a paragraph or a list item starts
+            blocks.append(([line], " " * item.end() if item else ""))
+        else:
+            blocks.append(([line], None))
+    return [(block, indent or "") for block, indent in blocks]
+
+
+def _wrapped(text: str, indent: str) -> list[str]:
+    """``text`` wrapped at `HELP_COLUMNS`, its later lines at ``indent``."""
+    import textwrap
+
+    return textwrap.wrap(
+        text,
+        HELP_COLUMNS,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [text]
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict:

@@ -3,6 +3,7 @@ written from the complete kept sweeps only, rewritten in place, and checked."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ from treernn.commands import main as treernn_main
 from treernn.errors import UserError
 from treernn.reporting.pages import (
     END,
+    HELP_COLUMNS,
     START,
+    _help,
     kept_sweeps,
     planned_pages,
     replace_excerpt,
@@ -98,3 +101,33 @@ def test_a_readme_without_its_markers_is_one_error():
     assert replace_excerpt(README, "new\n") == (
         f"# a project\n\nintro\n\n{START}\nnew\n{END}\n\nafter\n"
     )
+
+
+def test_the_commands_page_fills_a_docstrings_paragraphs_again():
+    """A docstring keeps its own line breaks, wider than the page's 86 columns: its paragraph is
+    filled again as one (line by line, "the" and "run" were left on lines of their own), a list
+    item keeps its hanging indent, and an example stays as it is."""
+    long = "word " * 18  # 90 characters
+    description = "\n".join(
+        [
+            f"{long}the",
+            "run ends here.",
+            "",
+            f"- item: {long}and",
+            "  more of it;",
+            "- next item.",
+            "",
+            "    python train.py task=ptb model=onlstm",
+        ]
+    )
+    parser = argparse.ArgumentParser(
+        prog="treernn x",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    text = _help(parser)
+    words = "word " * 16
+    assert f"\n{words}word\nword the run ends here.\n\n" in text
+    assert f"\n- item: {'word ' * 14}word\n  word word word and more of it;\n- next item.\n" in text
+    assert "\n\n    python train.py task=ptb model=onlstm\n" in text
+    assert max(len(line) for line in text.splitlines()) <= HELP_COLUMNS
