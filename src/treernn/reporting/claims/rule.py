@@ -15,7 +15,8 @@ fixed): a comparison "A beats B on a metric", from the seeds of the sweep it rea
    test where no side varies); beside it the effect size (Hedges' g), P(A > B) over seeds with
    its bootstrap interval, the power at the observed spread and the seeds a decision would need.
 4. **Holm across the report.** Every comparison's p-value (and each equivalence test's) is
-   adjusted with Holm's step-down method over the whole report (`settle`). **shown** / **not
+   adjusted with Holm's step-down method over the whole report (`settle`), a comparison without
+   a test counted as p = 1 (since 2026-12-07). **shown** / **not
    shown**: the adjusted p is at most alpha, on the claim's side of 0 or the other; **equivalent**:
    where the plan gives an equivalence margin, both one-sided tests reject after adjustment;
    else **undecided**.
@@ -49,7 +50,7 @@ from treernn.reporting.run_records import Run
 
 #: when the rule below was fixed: every verdict not decided by a plan committed before its runs
 #: is post hoc under the rule of this date
-RULE_DATE = "2026-12-05"
+RULE_DATE = "2026-12-07"
 ALPHA = 0.05
 #: the power a decision is asked to have (the seeds a decision would need are counted for it)
 TARGET_POWER = 0.8
@@ -351,15 +352,22 @@ def _trend(
 # ----------------------------------------------------------------------------- the report
 def settle(outcomes: Sequence[Outcome], alpha: float = ALPHA) -> None:
     """Holm's adjustment across every test of the report (each comparison's difference test,
-    and its equivalence test where it has a margin), then each comparison's word."""
+    and its equivalence test where it has a margin), then each comparison's word. A comparison
+    without a test (no run, incomplete, a smoke check, no spread for an equivalence test) stays
+    in the family as p = 1, never rejected: the family is the report's, the one the plans' power
+    analyses divide alpha by (`plans.family_size`), and a verdict does not become easier to
+    reach while other claims' sweeps have not finished."""
     family: list[float | None] = []
     for outcome in outcomes:
-        family.append(outcome.test.p if outcome.test is not None else None)
-        family.append(outcome.tost_p)
+        family.append(outcome.test.p if outcome.test is not None else 1.0)
+        if outcome.tost_p is not None:
+            family.append(outcome.tost_p)
+        else:
+            family.append(None if outcome.margin is None else 1.0)
     adjusted = stats.holm(family, alpha)
     for position, outcome in enumerate(outcomes):
         difference, equivalence = adjusted[2 * position], adjusted[2 * position + 1]
-        if difference is None:
+        if outcome.test is None:  # counted in the family, its word (no run, ...) kept
             continue
         outcome.adjusted = difference[0]
         outcome.tost_adjusted = None if equivalence is None else equivalence[0]

@@ -171,7 +171,8 @@ def listops_sweep(root: Path) -> Path:
 
 def lm_sweep(root: Path) -> Path:
     # perplexity, lower is better: ON-LSTM 100, 102, 104 against LSTM 108, 110, 112: d = -8,
-    # interval -8 ± 4.534 = [-12.534, -3.466], on the claim's side: shown
+    # interval -8 ± 4.534 = [-12.534, -3.466], on the claim's side (shown in a report of claim 1
+    # alone)
     sweep = root / "lm"
     curve = [200.0, 150.0, 151.0]
     for job, (model, ppl) in enumerate(
@@ -205,16 +206,19 @@ def test_each_claim_decided_from_its_table(tmp_path):
     decided = outcomes_by_claim(tmp_path)
     assert len(decided) == len(CLAIMS) == 11
 
+    # Holm over the report's 19 comparisons, the 13 without a run counted as p = 1: the six
+    # tested ones' p sorted, ListOps 5.2e-5 (x 19), trees 0.0013 (x 18), SST-2 0.0018 (x 17),
+    # OM on logic and the LM 0.00805 (x 16, x 15), ON-LSTM on logic 0.140 (x 14)
     word, (outcome,) = claim("Ordered Memory beats LSTM on logic", decided)
-    assert word == SHOWN
+    # t = 8 / sqrt(8/3) with 4 df: p = 0.00805, 16 p = 0.129
+    assert word == UNDECIDED and outcome.reason == "Holm-adjusted p = 0.129"
     assert outcome.better == pytest.approx([70, 72, 74])
     assert outcome.worse == pytest.approx([62, 64, 66])
     assert (outcome.test.low, outcome.test.high) == pytest.approx((3.466, 12.534), 1e-3)
 
     word, (outcome,) = claim("ON-LSTM beats LSTM on logic", decided)
-    # t = 3 / sqrt(8/3) with 4 df: p = 0.140, Holm-adjusted over the report's 6 tests: the
-    # largest p, times 1
-    assert word == UNDECIDED and outcome.reason == "Holm-adjusted p = 0.14"
+    # t = 3 / sqrt(8/3) with 4 df: p = 0.140, 14 p > 1
+    assert word == UNDECIDED and outcome.reason == "Holm-adjusted p = 1"
     assert outcome.test.p == pytest.approx(2 * stats.t.sf(3 / math.sqrt(8 / 3), 4))
     assert (outcome.test.low, outcome.test.high) == pytest.approx((-1.534, 7.534), 1e-3)
 
@@ -222,10 +226,13 @@ def test_each_claim_decided_from_its_table(tmp_path):
     assert word == NOT_SHOWN
     assert (outcome.test.low, outcome.test.high) == pytest.approx((-8.267, -3.733), 1e-3)
 
-    # lower perplexity is the claim's side
+    # lower perplexity is the claim's side: shown in a report of that claim alone (p = 0.00805)
     word, (outcome,) = claim("ON-LSTM language model", decided)
-    assert word == SHOWN
+    assert word == UNDECIDED and outcome.reason == "Holm-adjusted p = 0.129"
     assert (outcome.test.low, outcome.test.high) == pytest.approx((-12.534, -3.466), 1e-3)
+    sweeps = load_sweeps([lm_sweep(tmp_path / "alone")])
+    (alone,) = decide_claims(sweeps, claims=[CLAIMS[0]])
+    assert alone.word == SHOWN and alone.outcomes[0].adjusted == pytest.approx(outcome.test.p)
 
     # OM - LSTM = 30 on ListOps: shown, and the LSTM still improving is printed beside it (each
     # seed 0.60 -> 0.70: +10 points, no spread); no Transformer run: the claim is undecided
@@ -285,9 +292,11 @@ def test_cli_prints_every_claim(tmp_path, capsys):
     rows = [line for line in printed.splitlines() if line.startswith("| ")][1:]
     numbered = [row.split(" | ")[0].removeprefix("| ") for row in rows]
     assert [n for n in numbered if n] == [str(k) for k in range(1, 12)]
-    assert "**not shown**" in printed and "**shown**" in printed and "**no run**" in printed
+    # SST-2's p = 0.0018 times 19 (Holm over every comparison) = 0.035: not shown; OM on logic's
+    # 0.008 times 18: undecided
+    assert "**not shown**" in printed and "**undecided**" in printed and "**no run**" in printed
     assert "+8.00 [+3.47, +12.53]" in printed  # OM - LSTM on logic
-    assert "post hoc (rule of 2026-12-05)" in printed
+    assert "post hoc (rule of 2026-12-07)" in printed
     # without any sweep: every claim says no run
     assert to_markdown(decide_claims({})).count("**no run**") == 11
 
@@ -693,8 +702,9 @@ def two_sided(difference: float, se: float, df: float) -> float:
 
 def test_holm_across_the_report_can_undo_a_lone_significant_difference(tmp_path):
     """SST-2: OM 80.65, 81.65, 82.65 against LSTM 78, 79, 80: d = 2.65, se = sqrt(2/3), 4 df:
-    p = 0.0315, shown alone; in a report beside the logic sweep's two tests (OM - LSTM p = 0.008,
-    ON-LSTM - LSTM p = 0.14), Holm multiplies the second smallest p by 2: 0.063, undecided."""
+    p = 0.0315, shown alone; in the report of every claim beside the logic sweep's two tests
+    (OM - LSTM p = 0.008, ON-LSTM - LSTM p = 0.14), Holm runs over its 19 comparisons, the 16
+    without a run counted as p = 1, and multiplies the second smallest p by 18: 0.567."""
     sweep = tmp_path / "sst2"
     for job, (model, value) in enumerate(
         [("ordered_memory", v) for v in (80.65, 81.65, 82.65)] + [("lstm", v) for v in (78, 79, 80)]
@@ -714,8 +724,12 @@ def test_holm_across_the_report_can_undo_a_lone_significant_difference(tmp_path)
     )  # logic OM - LSTM 0.008, ON-LSTM - LSTM 0.14, this 0.0497
     assert ps == pytest.approx(sorted([two_sided(8, math.sqrt(8 / 3), 4), outcome.test.p,
                                        two_sided(3, math.sqrt(8 / 3), 4)]), rel=1e-9)  # fmt: skip
-    assert outcome.adjusted == pytest.approx(2 * outcome.test.p)  # second smallest of 3
-    assert outcome.word == UNDECIDED and outcome.reason == "Holm-adjusted p = 0.063"
+    assert outcome.adjusted == pytest.approx(18 * outcome.test.p)  # second smallest of 19
+    assert outcome.word == UNDECIDED and outcome.reason == "Holm-adjusted p = 0.567"
+    # those without a run keep their word, and the family does not shrink as sweeps finish
+    assert decided[0].word == NO_RUN and decided[0].outcomes[0].adjusted is None
+    (only,) = decide_claims(load_sweeps([sweep]))[8].outcomes
+    assert only.adjusted == pytest.approx(19 * outcome.test.p) and only.word == UNDECIDED
 
 
 def test_a_ceiling_is_said_and_tested_exactly(tmp_path):
@@ -804,7 +818,7 @@ def test_a_verdict_is_planned_only_from_jobs_that_started_after_the_plans_commit
     decided = decide_claims(load_sweeps([sweep]), plans=plans)
     (outcome,) = decided[8].outcomes
     assert decided[8].word == NOT_SHOWN and not decided[8].planned
-    assert decided[8].label == "post hoc (rule of 2026-12-05)"
+    assert decided[8].label == "post hoc (rule of 2026-12-07)"
     assert outcome.post_hoc.startswith("6 of its 6 jobs started before the plan was fixed (")
     set_started(sweep, "2999-01-01T00:00:00")
     decided = decide_claims(load_sweeps([sweep]), plans=plans)
