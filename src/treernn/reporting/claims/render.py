@@ -184,26 +184,32 @@ def reading_notes(decided: Sequence[Decided], sweeps: Mapping[str, Sequence[Swee
     for table, candidates in sweeps.items():
         if len(candidates) < 2 and len(candidates[0].paths) < 2:
             continue
-        readers: dict[Path, list[str]] = {sweep.path: [] for sweep in candidates}
+        # what each comparison read: a sweep given, or the plan's sweep alone among sweeps read
+        # as one (the plans of claims 1, 2 and 11 read lm-planned, claim 3's pools it with
+        # lm-long)
+        readers: dict[str, list[str]] = {}
+        read_paths: set[Path] = set()
         for entry in decided:
-            number = entry.number
             for outcome in entry.outcomes:
                 if outcome.table == table and outcome.sweep is not None:
-                    # a plan's sweep read alone is one of the paths of a sweep read as one
-                    read = next(s.path for s in candidates if outcome.sweep.path in s.paths)
-                    claims = readers[read]
-                    if str(number) not in claims:
-                        claims.append(str(number))
+                    claims = readers.setdefault(outcome.sweep.describe(), [])
+                    if str(entry.number) not in claims:
+                        claims.append(str(entry.number))
+                    read_paths.update(outcome.sweep.paths)
         parts = [
-            f"claim{'s' if len(readers[sweep.path]) > 1 else ''} "
-            f"{', '.join(readers[sweep.path])} read {sweep.describe()}"
-            for sweep in candidates
-            if readers[sweep.path]
+            f"claim{'s' if len(claims) > 1 else ''} {', '.join(claims)} read {described}"
+            for described, claims in readers.items()
         ]
-        parts += [f"not {sweep.describe()}" for sweep in candidates if not readers[sweep.path]]
+        for sweep in candidates:
+            unread = [path for path in sweep.paths if path not in read_paths]
+            if len(unread) == len(sweep.paths):
+                parts.append(f"not {sweep.describe()}")
+            else:  # a kept sweep read as one with a plan's sweep, which its plan reads alone
+                parts += [f"not {path}" for path in unread]
         notes.append(
-            f"Several sweeps of table {table}, each comparison reading the largest budget with "
-            f"every job finished that ran both its models: {'; '.join(parts)}"
+            f"Several sweeps of table {table}, each comparison reading its plan's sweep, else "
+            f"the largest budget with every job finished that ran both its models: "
+            f"{'; '.join(parts)}"
         )
     return notes
 

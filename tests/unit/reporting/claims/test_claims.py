@@ -422,8 +422,8 @@ def test_of_two_sweeps_of_a_table_the_claims_read_the_larger_budget(tmp_path, ca
     ]
     read = f"claims 1, 2, 3, 11 read {longer} (11,000 updates); not {short} (2,750 updates)"
     first = (
-        "Several sweeps of table lm, each comparison reading the largest budget with every job "
-        "finished that ran both its models"
+        "Several sweeps of table lm, each comparison reading its plan's sweep, else the largest "
+        "budget with every job finished that ran both its models"
     )
     assert reading_notes(decided, sweeps) == [f"{first}: {read}"]
     assert treernn_main(["report", "claims", str(short), str(longer)]) == 0
@@ -537,7 +537,8 @@ def test_a_longer_sweep_of_two_models_leaves_the_others_comparison_on_the_shorte
     assert decided[3].word == "shown" and onlstm.test.difference == pytest.approx(20.0)
     assert (om.better, om.worse) == ([70.0, 72.0, 74.0], [62.0, 64.0, 66.0])
     assert reading_notes(decided, sweeps) == [
-        "Several sweeps of table logic, each comparison reading the largest budget with every job "
+        "Several sweeps of table logic, each comparison reading its plan's sweep, else the largest "
+        "budget with every job "
         f"finished that ran both its models: claim 4 read {longer} (40,000 updates); "
         f"claim 5 read {short} (10,000 updates)"
     ]
@@ -988,7 +989,8 @@ def test_a_planned_sweep_read_with_a_kept_one_of_its_terms_is_decided_alone(tmp_
     (outcome,) = decided[8].outcomes
     assert outcome.better == [90.0, 91.0, 92.0] and outcome.worse == [80.0, 81.0, 82.0]
     assert decided[8].planned and decided[8].word == SHOWN
-    assert reading_notes(decided, sweeps)  # names the sweep read as one, no KeyError
+    (note,) = reading_notes(decided, sweeps)  # the plan's sweep alone, the kept one not read
+    assert note.endswith(f": claim 9 read {planned} (270 updates); not {kept}")
     pooled = SST2_PLAN.replace("[1, 2, 3]", "[4, 5, 6]") + "pool_kept: true\n"
     (tmp_path / "plans" / "claim-09.yaml").write_text(pooled)
     git(tmp_path / "plans", "commit", "-q", "-am", "pooled")
@@ -996,6 +998,8 @@ def test_a_planned_sweep_read_with_a_kept_one_of_its_terms_is_decided_alone(tmp_
     (outcome,) = decided[8].outcomes
     assert len(outcome.better) == 6 and not decided[8].planned
     assert outcome.post_hoc.startswith("6 of its 12 jobs started before the plan")
+    (note,) = reading_notes(decided, sweeps)
+    assert note.endswith(f": claim 9 read {kept} + {planned} (270 updates)")
 
 
 def test_a_planned_sweep_still_running_beside_a_kept_one_is_incomplete(tmp_path):
