@@ -31,8 +31,9 @@ for the first one's choice rather than probe the same shape beside it), and writ
 to all three. The run's record is written by the process that writes the run directory (rank
 zero); the other ranks of a DDP run read it and share the machine's cache and lock.
 
-Probing is bounded: a run spends at most `RUN_BUDGET` seconds probing
-(``TREERNN_PROBE_SECONDS``; ``0`` probes nothing), a probe at most `PROBE_BUDGET` of them
+Probing is bounded: a run spends at most `RUN_BUDGET` seconds probing, a long fit a hundredth of a
+second per planned update up to `LONG_RUN_BUDGET` (``TREERNN_PROBE_SECONDS`` sets it; ``0``
+probes nothing), a probe at most `PROBE_BUDGET` of them
 (a fifth of a larger budget), not counting the probes it asks for itself (a precision probe's
 products choosing their GEMM backends), whose time it gets back within the run's budget.
 A shape asked for once the run's budget is spent takes the kernel's safe default (fp32, aten's
@@ -118,6 +119,12 @@ Busy = Callable[[CpuSample | None], "str | None"]
 #: seconds of probing a run may spend in all (``TREERNN_PROBE_SECONDS`` where set)
 BUDGET_ENV = "TREERNN_PROBE_SECONDS"
 RUN_BUDGET = 5.0
+#: a long fit's budget: `SECONDS_PER_UPDATE` of each update it plans, from `RUN_BUDGET` up to
+#: this. A choice the budget did not reach takes its default for the whole run (a resume keeps
+#: it): on an idle 2-core AMD Zen 4, the first paper-size ON-LSTM under bf16-mixed probed 8 of
+#: its 32 choices in 5 s and would have trained in fp32 throughout
+LONG_RUN_BUDGET = 60.0
+SECONDS_PER_UPDATE = 0.01
 #: seconds one probe may take (less where less of the run's budget is left; a fifth of a larger
 #: budget than the default's, so that a run given minutes to fill the cache probes large shapes)
 PROBE_BUDGET = 1.0
@@ -152,6 +159,8 @@ class _State:
         self.attached = False
         #: the loaded model whose context this is (a weak reference; None: a run's, or none)
         self.owner: weakref.ref | None = None
+        #: the updates the run's fit plans (None: not said; `plan_updates`)
+        self.updates: float | None = None
         #: seconds the run has spent probing; whether it was said that they are spent
         self.spent = 0.0
         self.said_spent = False
@@ -195,7 +204,7 @@ def attach(
     _STATE.writes = [path for path in (run, sweep) if path is not None] if write else []
     _STATE.shared = [sweep] if sweep is not None else []
     _STATE.preset = {}
-    _STATE.attached, _STATE.owner = True, None
+    _STATE.attached, _STATE.owner, _STATE.updates = True, None, None
     _STATE.spent, _STATE.said_spent = 0.0, False
     _STATE.used = {}
     for forget in _FORGET:
@@ -259,7 +268,7 @@ def detach() -> None:
     benchmark), each probe within `PROBE_BUDGET`, with no budget for all of them."""
     _STATE.reads, _STATE.writes, _STATE.shared, _STATE.used = [], [], [], {}
     _STATE.preset = {}
-    _STATE.spent, _STATE.attached, _STATE.owner = 0.0, False, None
+    _STATE.spent, _STATE.attached, _STATE.owner, _STATE.updates = 0.0, False, None, None
     for forget in _FORGET:
         forget()
 
@@ -269,11 +278,29 @@ def used() -> dict[str, tuple[str, str]]:
     return dict(_STATE.used)
 
 
+def plan_updates(updates: float) -> None:
+    """Said as the run's fit starts: the updates it plans (Lightning's estimate; infinite where
+    its length is unknown). A long fit may probe longer (`run_budget`)."""
+    _STATE.updates = float(updates)
+    budget = run_budget()
+    if _STATE.attached and budget > RUN_BUDGET and not os.environ.get(BUDGET_ENV, "").strip():
+        log.info(
+            "the fit plans %s updates: its kernel probes may take up to %.0f s (%s sets it)",
+            f"{updates:,.0f}" if math.isfinite(_STATE.updates) else "an unknown number of",
+            budget,
+            BUDGET_ENV,
+        )
+
+
 def run_budget() -> float:
-    """The seconds of probing a run may spend (`BUDGET_ENV`, else `RUN_BUDGET`)."""
+    """The seconds of probing a run may spend: `BUDGET_ENV`, else `RUN_BUDGET`, or for a fit
+    that plans many updates `SECONDS_PER_UPDATE` of each, up to `LONG_RUN_BUDGET`."""
     value = os.environ.get(BUDGET_ENV, "")
     if not value.strip():
-        return RUN_BUDGET
+        updates = _STATE.updates
+        if updates is None or math.isnan(updates):
+            return RUN_BUDGET
+        return min(LONG_RUN_BUDGET, max(RUN_BUDGET, SECONDS_PER_UPDATE * updates))
     try:
         seconds = float(value)
     except ValueError:

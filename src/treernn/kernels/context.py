@@ -2,10 +2,11 @@
 projection runs, bf16 or fp32 per product shape) as part of a run or of a loaded model.
 
 One object, `context`, is all that code outside the kernels sees of them: the lifecycle opens it
-for a run (`attach`, after `check`), the model package for a loaded model (`attach_export`,
-`attach`, and `use` before each computation) and for an export (`export_record`), the step
-timer reads what each product ran in (`precisions`). How the choices are made, cached and
-recorded is `choices.py`; the products they are about are `gemm.py`.
+for a run (`attach`, after `check`; `plan_updates` as the fit starts), the model package for a
+loaded model (`attach_export`, `attach`, and `use` before each computation) and for an export
+(`export_record`), the step timer reads what each product ran in (`precisions`). How the
+choices are made, cached and recorded is `choices.py`; the products they are about are
+`gemm.py`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ class KernelContext:
         ones are written to the run's and the sweep's records where ``write`` (rank zero).
         `choices.attach` has the details."""
         choices.attach(run_dir, sweep_dir, trained_in, write)
+
+    def plan_updates(self, updates: float) -> None:
+        """The updates the run's fit plans, said by the lifecycle as the fit starts: a long fit
+        may spend longer probing (`choices.run_budget`)."""
+        choices.plan_updates(updates)
 
     def attach_export(self, recorded: dict[str, str], key: str | None) -> None:
         """The choices from now on are a loaded export's: those its run recorded, then those kept

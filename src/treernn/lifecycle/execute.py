@@ -166,6 +166,7 @@ def _run(plan: Plan, attempt: Attempt, tested: pl.LightningModule | None) -> dic
         if cfg.trainer.get("enable_progress_bar", True):
             callbacks.append(hydra.utils.instantiate(builtin.progress_bar))
         callbacks.append(RunInfo(cfg, task_kwargs, loggers_.wandb_id(loggers)))
+        callbacks.append(kernel_context.PlannedUpdates())
         if plan.apply_on_resume:
             resolved = OmegaConf.to_container(cfg, resolve=True)
             callbacks.append(resume.ResumeOverrides(resolved, list(plan.apply_on_resume)))

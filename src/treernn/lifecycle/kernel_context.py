@@ -4,12 +4,15 @@ A run's kernel choices (GEMM backend, loop placement, precision per shape) are p
 the planner checks that a resumed or tested run's record of them can be read before anything is
 recorded, and the executor opens the context once the attempt is recorded, so the choices are
 written with the run, reused on resume and by the sweep's other jobs, and read from the tested
-run by ``mode=test``. Nothing else in the lifecycle imports `treernn.kernels`.
+run by ``mode=test``; as the fit starts, `PlannedUpdates` tells the kernels how long it plans to
+be (a long fit may probe longer). Nothing else in the lifecycle imports `treernn.kernels`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import lightning.pytorch as pl
 
 from treernn import kernels
 
@@ -27,3 +30,11 @@ def open_for_run(
     those of ``trained_in`` (the run a test or resume reads), else the sweep's; record them in
     ``run_dir`` where ``write`` (rank 0)."""
     kernels.context.attach(run_dir, sweep_dir, trained_in, write=write)
+
+
+class PlannedUpdates(pl.Callback):
+    """Tells the kernels, as the fit starts (before its sanity check, whose products are the
+    first probed), how many updates it plans (`kernels.context.plan_updates`)."""
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        kernels.context.plan_updates(trainer.estimated_stepping_batches)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from treernn import kernels
 from treernn.errors import ConfigValueError
 from treernn.kernels import choices, cpp_ext, gemm
 
@@ -332,3 +334,33 @@ def test_a_probe_gets_back_the_time_of_the_probes_it_asks_for(
 
     assert _choose(probe) == "mkl"
     assert left_after - 0.15 < seen[0] <= left_after
+
+
+@pytest.mark.parametrize(
+    ("updates", "budget"), [(None, 5.0), (100, 5.0), (3000, 30.0), (10**6, 60.0), (math.inf, 60.0)]
+)
+def test_a_long_fit_may_probe_longer(updates, budget, tmp_path, monkeypatch) -> None:
+    """5 s for a short run; a hundredth of a second per planned update for a long fit, up to a
+    minute (the paper-size ON-LSTM's first bf16-mixed run probed 8 of its 32 choices in 5 s and
+    took the defaults, fp32 among them, for the rest of its run); TREERNN_PROBE_SECONDS wins;
+    a new run starts from 5 s again."""
+    choices.attach(tmp_path / "run")
+    if updates is not None:
+        kernels.context.plan_updates(updates)
+    assert choices.run_budget() == pytest.approx(budget)
+    monkeypatch.setenv(choices.BUDGET_ENV, "2")
+    assert choices.run_budget() == 2.0
+    monkeypatch.delenv(choices.BUDGET_ENV)
+    choices.attach(tmp_path / "next")
+    assert choices.run_budget() == choices.RUN_BUDGET
+
+
+def test_the_lifecycle_says_how_many_updates_the_fit_plans(tmp_path) -> None:
+    """As the fit starts, before its sanity check: Lightning's estimate of its updates."""
+    from types import SimpleNamespace
+
+    from treernn.lifecycle.kernel_context import PlannedUpdates
+
+    choices.attach(tmp_path / "run")
+    PlannedUpdates().on_fit_start(SimpleNamespace(estimated_stepping_batches=2500), None)
+    assert choices.run_budget() == pytest.approx(25.0)
