@@ -21,8 +21,11 @@ A plan (``results/plans/claim-<NN>.yaml``, one per claim, read by `load_plans`) 
   here (``run``) and, where it is not, what it would need (``needs``).
 
 A plan is fixed when it is committed: `fixed_at` reads the time of the last commit that
-changed its file (a plan edited after its sweep started no longer precedes it), and a verdict is
-a planned one only where every job of the sweep it reads started after that time. `seeds_for`
+changed what it decides (a plan whose deciding keys were edited after its sweep started no longer
+precedes it), and a verdict is a planned one only where every job of the sweep it reads started
+after that time. The keys that only describe (`AMENDABLE`: the title, the power analysis's words,
+the estimate, what it would need, why) may be amended later, as a pre-registration may be
+amended in the open: `history` says when and which. `seeds_for`
 and `core_hours` give a new plan its seeds and cost from kept sweeps (``python -m treernn
 report plan``).
 
@@ -53,6 +56,9 @@ KEYS = {
     "smallest_effect", "power", "power_analysis", "equivalence_margins", "earlier", "estimate",
     "run", "needs", "why", "pool_kept",
 }  # fmt: skip
+#: keys that describe a plan and decide nothing: an amendment of these after its sweep started
+#: keeps its verdicts planned (every other key, changed, fixes the plan again)
+AMENDABLE = frozenset({"title", "power_analysis", "estimate", "needs", "why"})
 
 
 class PlanError(UserError):
@@ -241,26 +247,78 @@ def load_plans(directory: str | Path | None = None) -> dict[int, Plan]:
     return plans
 
 
-def fixed_at(path: Path) -> dt.datetime | None:
-    """When the plan at ``path`` was fixed: the committer time of the last commit that changed it,
-    None where it has no commit, differs from its commit (edited since) or git cannot tell (no
-    repository: an installed package)."""
-    folder = path.resolve().parent
+@dataclass(frozen=True)
+class History:
+    """When a committed plan was fixed, and the amendments since: commits that changed only
+    `AMENDABLE` keys, newest first, each with the keys it changed."""
+
+    fixed: dt.datetime
+    commit: str
+    amended: tuple[tuple[dt.datetime, str, tuple[str, ...]], ...] = ()
+
+
+def _git(folder: Path, *args: str) -> str | None:
     try:
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--", path.name],
-            cwd=folder, capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
-        if status.returncode != 0 or status.stdout.strip():
-            return None
-        found = subprocess.run(
-            ["git", "log", "-1", "--format=%cI", "--", path.name],
-            cwd=folder, capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
+        done = subprocess.run(
+            ["git", *args], cwd=folder, capture_output=True, text=True, timeout=30, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    text = found.stdout.strip()
-    return dt.datetime.fromisoformat(text) if found.returncode == 0 and text else None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _version(folder: Path, commit: str, name: str) -> dict[str, Any] | None:
+    import yaml
+
+    text = _git(folder, "show", f"{commit}:./{name}")
+    try:
+        data = yaml.safe_load(text) if text is not None else None
+    except yaml.YAMLError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def history(path: Path) -> History | None:
+    """The plan at ``path``'s `History`: fixed by the oldest commit from which its deciding keys
+    (all but `AMENDABLE`) are as they stand. None where it has no commit, differs from its last
+    commit (edited since, whichever key) or git cannot tell (no repository: an installed
+    package)."""
+    folder = path.resolve().parent
+    status = _git(folder, "status", "--porcelain", "--", path.name)
+    log = _git(folder, "log", "--format=%H %cI", "--", path.name)
+    if status is None or status.strip() or not log:
+        return None
+    commits = [line.split(" ", 1) for line in log.splitlines() if line.strip()]
+    versions = [_version(folder, commit, path.name) for commit, _ in commits]
+    if versions[0] is None:
+        return None
+
+    def deciding(data: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in data.items() if key not in AMENDABLE}
+
+    now = deciding(versions[0])
+    oldest = 0
+    while (
+        oldest + 1 < len(commits)
+        and versions[oldest + 1] is not None
+        and deciding(versions[oldest + 1]) == now
+    ):
+        oldest += 1
+    amended = []
+    for index in range(oldest):
+        after, before = versions[index], versions[index + 1] or {}
+        keys = sorted(key for key in set(after) | set(before) if after.get(key) != before.get(key))
+        if keys:
+            amended.append((dt.datetime.fromisoformat(commits[index][1]), commits[index][0],
+                            tuple(keys)))  # fmt: skip
+    commit, when = commits[oldest]
+    return History(dt.datetime.fromisoformat(when), commit, tuple(amended))
+
+
+def fixed_at(path: Path) -> dt.datetime | None:
+    """When the plan at ``path`` was fixed (`history`), None where it is not."""
+    found = history(path)
+    return found.fixed if found else None
 
 
 def started_before(start: str | None, fixed: dt.datetime) -> bool:

@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from treernn.reporting.claims.plans import Plan, family_size, fixed_at
+from treernn.reporting.claims.plans import Plan, family_size, history
 from treernn.reporting.claims.rule import ALPHA, RULE_DATE, TARGET_POWER, Decided, Outcome
 from treernn.reporting.claims.sweeps import Sweep
 from treernn.reporting.run_records import Run
@@ -127,16 +127,21 @@ def legend() -> str:
 
 
 def plans_lines(plans: Mapping[int, Plan]) -> list[str]:
-    """A line per plan: its file, when it was fixed, its table, budget and seeds, and its sweep
-    or what it would need."""
+    """A line per plan: its file, when it was fixed and amended, its table, budget and seeds,
+    and its sweep or what it would need."""
     lines = []
     for number, plan in sorted(plans.items()):
-        fixed = fixed_at(plan.path)
+        found = history(plan.path)
         when = (
-            f"fixed {fixed:%Y-%m-%d %H:%M %Z}".rstrip() if fixed else "not committed as it stands"
-        )
+            f"fixed {found.fixed:%Y-%m-%d %H:%M %Z}".rstrip() if found else
+            "not committed as it stands"
+        )  # fmt: skip
+        for date, commit, keys in reversed(found.amended if found else ()):
+            when += f", amended {date:%Y-%m-%d} ({commit[:7]}: {', '.join(keys)})"
         key, value = plan.budget
-        state = f"sweep {plan.sweep}" if plan.run else f"not run here: {plan.needs}"
+        state = f"sweep {plan.sweep}" if plan.run else "not run here"
+        if plan.needs:
+            state += f"; a decision needs {plan.needs}" if plan.run else f": {plan.needs}"
         lines.append(
             f"- claim {number} ({plan.path.name}, {when}): table {plan.table}, "
             f"trainer.{key}={value:,}, {len(plan.seeds)} seeds a side; {state}"

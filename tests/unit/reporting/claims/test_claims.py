@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from treernn.errors import UserError
 from treernn.lifecycle.sweeps.layout import sweep_size
 from treernn.reporting.claims.catalogue import CLAIMS, TRIVIAL_BEST, Comparison
 from treernn.reporting.claims.plans import PlanError, load_plans, read_plan
-from treernn.reporting.claims.render import reading_notes, to_markdown
+from treernn.reporting.claims.render import plans_lines, reading_notes, to_markdown
 from treernn.reporting.claims.rule import (
     EQUIVALENT,
     GAP_CLOSING,
@@ -839,6 +840,50 @@ def test_a_verdict_is_planned_only_from_jobs_that_started_after_the_plans_commit
     assert decided[8].outcomes[0].post_hoc == (
         "reads sst2-kept, not the planned sweep sst2 (not run yet)"
     )
+
+
+def test_an_amendment_that_decides_nothing_keeps_a_verdict_planned(tmp_path):
+    """A plan committed on 2026-01-01, its jobs started on 2026-01-02: planned. A later commit that
+    adds what a decision would need (``needs``) or rewords ``why`` leaves it planned and is listed
+    as an amendment; one that changes the seeds fixes the plan again, after its jobs started."""
+    sweep = sst2_sweep(tmp_path)  # OM 79-81 against LSTM 85-87: not shown
+    set_budgets((sweep, 270))
+    set_started(sweep, "2026-01-02T00:00:00+00:00")
+    folder = tmp_path / "plans"
+
+    def commit(text: str, date: str) -> None:
+        folder.mkdir(exist_ok=True)
+        (folder / "claim-09.yaml").write_text(text)
+        if not (folder / ".git").exists():
+            git(folder, "init", "-q")
+        git(folder, "add", "claim-09.yaml")
+        env = {"GIT_COMMITTER_DATE": date, "GIT_AUTHOR_DATE": date}
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", date],
+            cwd=folder, check=True, capture_output=True, env={**os.environ, **env},
+        )  # fmt: skip
+
+    def verdict() -> tuple[bool, str, list[str]]:
+        plans = load_plans(folder)
+        (outcome,) = decide_claims(load_sweeps([sweep]), plans=plans)[8].outcomes
+        return outcome.post_hoc == "", outcome.post_hoc, plans_lines(plans)
+
+    commit(SST2_PLAN, "2026-01-01T00:00:00+00:00")
+    planned, _, (line,) = verdict()
+    assert planned and "fixed 2026-01-01 00:00 UTC)" in line and "amended" not in line
+    commit(SST2_PLAN + "needs: 14 seeds a side and a GPU-free day\n", "2026-01-03T00:00:00+00:00")
+    commit(SST2_PLAN + "needs: 14 seeds a side\nwhy: because\n", "2026-01-04T00:00:00+00:00")
+    planned, _, (line,) = verdict()
+    assert planned, "an amendment of needs and why fixed the plan again"
+    assert "fixed 2026-01-01 00:00 UTC, amended 2026-01-03 (" in line
+    assert ": needs), amended 2026-01-04 (" in line and ": needs, why)" in line
+    assert line.endswith("sweep sst2; a decision needs 14 seeds a side")
+    # the seeds decide: changed, the plan is fixed by that commit, after its jobs started
+    commit(SST2_PLAN.replace("[1, 2, 3]", "[1, 2, 3, 4]"), "2026-01-05T00:00:00+00:00")
+    planned, why, (line,) = verdict()
+    assert not planned
+    assert why == "6 of its 6 jobs started before the plan was fixed (2026-01-05T00:00+00:00)"
+    assert "fixed 2026-01-05 00:00 UTC)" in line
 
 
 def test_equivalence_within_a_planned_margin_refutes_a_claimed_difference(tmp_path):
