@@ -82,6 +82,8 @@ def test_an_extended_sweep_gives_the_metrics_of_a_fresh_sweep_of_its_budget(tmp_
         assert record["extended_from"]["job"] == str((old / job).resolve())
         assert "trainer.max_steps=60" in record["overrides"]
         assert len(record["machines"]) == 2  # the old job's attempt and the extension's
+        # each attempt's CPU time: the old job's 40 updates and the extension's 20
+        assert all(attempt["cpu_seconds"] > 0 for attempt in record["machines"])
         assert _files(old / job) == before[job]  # the old sweep is left as it was
     assert (new / "table.md").read_text() == (_sweep_dir(tmp_path, "f") / "table.md").read_text()
 

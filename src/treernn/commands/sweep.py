@@ -9,7 +9,8 @@
 ``status`` lists each job of the sweep: its overrides, whether it finished, was interrupted (with
 the step of its newest checkpoint), failed (with the error) or is running, and counts them,
 with the jobs the sweep's command makes that have not started yet (where its ``multirun.yaml``
-tells how many it makes). ``--exit-code``: exit 1 unless every one of them has finished (for
+tells how many it makes), and the CPU time its jobs' attempts recorded (core-hours, resumed
+attempts included). ``--exit-code``: exit 1 unless every one of them has finished (for
 scripts that skip a finished sweep).
 
 ``resume`` runs the command that started the sweep again, from the directory it was started in and
@@ -207,9 +208,12 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
     saved_multirun(sweep_dir)
     jobs = job_dirs(sweep_dir)
     counts: dict[str, int] = {}
+    hours, unrecorded = 0.0, 0
     for job_dir in jobs:
         try:
             status, line = _job_line(job_dir)
+            used, missing = records.cpu_hours(records.read_status(job_dir))
+            hours, unrecorded = hours + used, unrecorded + missing
         except DamagedRecord as error:  # one damaged file: the job says so, the others are listed
             status, line = DAMAGED, f"job {job_dir.name}: {DAMAGED}: {error}"
         counts[status] = counts.get(status, 0) + 1
@@ -217,6 +221,12 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
     size = sweep_size(sweep_dir)
     if size is not None and size > len(jobs):
         counts["not started yet"] = size - len(jobs)
+    if jobs:
+        cost = f"CPU time its jobs' attempts recorded: {hours:.2f} core-hours"
+        if unrecorded:
+            attempts = "attempt" if unrecorded == 1 else "attempts"
+            cost += f"; {unrecorded} {attempts} recorded none (run before treernn recorded it)"
+        print(cost)
     summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
     print(f"{max(size or 0, len(jobs))} jobs in {sweep_dir}: {summary}")
     if exit_code and (not counts or counts.get(RunState.FINISHED, 0) != sum(counts.values())):

@@ -167,6 +167,7 @@ def _run(plan: Plan, attempt: Attempt, tested: pl.LightningModule | None) -> dic
             callbacks.append(hydra.utils.instantiate(builtin.progress_bar))
         callbacks.append(RunInfo(cfg, task_kwargs, loggers_.wandb_id(loggers)))
         callbacks.append(kernel_context.PlannedUpdates())
+        callbacks.append(AttemptCpu(run_dir))
         if plan.apply_on_resume:
             resolved = OmegaConf.to_container(cfg, resolve=True)
             callbacks.append(resume.ResumeOverrides(resolved, list(plan.apply_on_resume)))
@@ -217,6 +218,19 @@ def _run(plan: Plan, attempt: Attempt, tested: pl.LightningModule | None) -> dic
         return metrics
     finally:
         loggers_.finish_wandb(loggers)
+
+
+class AttemptCpu(pl.Callback):
+    """Brings the attempt's CPU time in the run's record up to date at each checkpoint (rank 0;
+    `treernn.lifecycle.records.record_machine`), so that an attempt killed without warning
+    keeps the time it had used by its last checkpoint."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.is_global_zero:
+            records.write_status(self.run_dir)
 
 
 def _record_attempt(plan: Plan, run_dir: Path) -> None:

@@ -358,8 +358,29 @@ def is_finished(run_dir: Path) -> bool:
     )
 
 
+#: run directory -> this process's CPU time when it started its attempt there (`record_machine`)
+_ATTEMPT_CPU: dict[str, float] = {}
+
+
+def cpu_seconds() -> float | None:
+    """This process's CPU time so far, user and system, all its threads, with that of the
+    children it has waited for (data loader workers, compilers); None where the platform has no
+    ``getrusage``."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    used = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        used += usage.ru_utime + usage.ru_stime
+    return used
+
+
 def write_status(run_dir: Path, **fields: Any) -> dict[str, Any]:
     """Update ``status.json``: written atomically (a temporary file beside it, then a rename).
+    Written by the process of the run's current attempt, it also brings that attempt's CPU time
+    up to date (``machines[-1].cpu_seconds``, `record_machine`).
 
     On a full disk the record is rewritten in place instead: a file of a few hundred bytes keeps
     its block, so the record stays truthful when nothing else can be written."""
@@ -367,6 +388,10 @@ def write_status(run_dir: Path, **fields: Any) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     record = read_status(run_dir)
     record.update(fields)
+    start, machines = _ATTEMPT_CPU.get(str(run_dir.resolve())), record.get("machines")
+    used = cpu_seconds()
+    if start is not None and used is not None and machines and isinstance(machines[-1], dict):
+        machines[-1]["cpu_seconds"] = round(used - start, 1)
     record["updated"] = now()
     text = json.dumps(record, indent=2, sort_keys=True, default=str).encode()
     path = run_dir / STATUS_FILE
@@ -444,10 +469,31 @@ def code_version(root: Path | None = None) -> str | None:
 
 def record_machine(run_dir: Path) -> None:
     """Add this attempt's machine to the run's record (``machines``, one entry per attempt: a
-    resumed or requeued run can continue on another node)."""
+    resumed or requeued run can continue on another node). From here on, each `write_status` of
+    this process to the run records the CPU time the attempt has used (``cpu_seconds``: this
+    process and the children it waited for; a DDP run's rank 0 alone), and so does each
+    checkpoint (`AttemptCpu`): an attempt killed without warning keeps the time to its last
+    checkpoint. `cpu_hours` sums a run's attempts."""
     seen = list(read_status(run_dir).get("machines") or [])
     seen.append({**machine(), "from": now()})
+    start = cpu_seconds()
+    if start is not None:  # a sweep's worker runs job after job: this attempt counts from here
+        _ATTEMPT_CPU[str(Path(run_dir).resolve())] = start
     write_status(run_dir, machines=seen)
+
+
+def cpu_hours(record: dict[str, Any]) -> tuple[float, int]:
+    """The CPU hours a run's attempts recorded (``machines[].cpu_seconds``) and the number of its
+    attempts that recorded none (started by a treernn that did not record it, or on a platform
+    without ``getrusage``)."""
+    used, missing = 0.0, 0
+    for attempt in record.get("machines") or []:
+        seconds = attempt.get("cpu_seconds") if isinstance(attempt, dict) else None
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+            used += seconds
+        else:
+            missing += 1
+    return used / 3600.0, missing
 
 
 def _rank_zero() -> bool:

@@ -33,8 +33,8 @@ def make_sweep(root: Path) -> Path:
     sweep.mkdir(parents=True)
     OmegaConf.save(OmegaConf.create(saved), sweep / "multirun.yaml")
     for number, seed, fields in (
-        (0, 1, {"status": "finished"}),
-        (1, 2, {"status": "failed", "error": "DataError: train0 is missing"}),
+        (0, 1, {"status": "finished", "machines": [{"cpu_seconds": 3600}, {"cpu_seconds": 1800}]}),
+        (1, 2, {"status": "failed", "error": "DataError: train0 is missing", "machines": [{}]}),
     ):
         job = sweep / str(number)
         (job / ".hydra").mkdir(parents=True)
@@ -50,6 +50,8 @@ def test_status_lists_each_job_with_its_record_and_counts_them(tmp_path, capsys)
     assert lines == [
         "job 0 [table=logic seed=1]: finished",
         "job 1 [table=logic seed=2]: failed: DataError: train0 is missing",
+        "CPU time its jobs' attempts recorded: 1.50 core-hours; 1 attempt recorded none (run "
+        "before treernn recorded it)",
         f"2 jobs in {sweep}: 1 failed, 1 finished",
     ]
 

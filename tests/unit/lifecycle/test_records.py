@@ -7,6 +7,7 @@ import errno
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -158,6 +159,31 @@ def test_each_attempt_of_a_run_records_the_machine_it_ran_on(tmp_path):
     flags = next(line for line in cpuinfo if line.startswith("flags")).split()
     assert ("avx2" in seen[0]["isa"]) == ("avx2" in flags)
     assert seen[0]["threads"] == torch.get_num_threads() and seen[0]["cpus"] == os.cpu_count()
+
+
+def test_an_attempt_records_the_cpu_time_it_used_and_a_run_sums_its_attempts(tmp_path):
+    """From its `record_machine` on, each status write of an attempt's process brings that
+    attempt's CPU time up to date: half a second of busy loop adds about half a second. Earlier
+    attempts' entries, and runs the process has no attempt in, are left as they are; `cpu_hours`
+    sums a run's attempts and counts those that recorded none."""
+    run = tmp_path / "run"
+    records.write_status(run, machines=[{"host": "a", "cpu_seconds": 1800.0}, {"host": "b"}])
+    records.record_machine(run)
+    before = records.read_status(run)["machines"][-1]["cpu_seconds"]
+    start = time.process_time()
+    while time.process_time() - start < 0.5:
+        pass
+    records.write_status(run, stage="fit")
+    seen = records.read_status(run)["machines"]
+    assert seen[0] == {"host": "a", "cpu_seconds": 1800.0} and "cpu_seconds" not in seen[1]
+    assert 0.45 <= seen[2]["cpu_seconds"] - before <= 1.5
+    hours, missing = records.cpu_hours(records.read_status(run))
+    assert missing == 1 and hours == pytest.approx((1800.0 + seen[2]["cpu_seconds"]) / 3600)
+    other = tmp_path / "other"
+    records.write_status(other, machines=[{"host": "c"}])
+    records.write_status(other, stage="fit")
+    assert records.read_status(other)["machines"] == [{"host": "c"}]
+    assert records.cpu_hours({}) == (0.0, 0)
 
 
 def test_a_run_records_the_commit_of_the_code_it_ran(tmp_path):

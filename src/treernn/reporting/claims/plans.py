@@ -427,33 +427,40 @@ def seeds_for(
 def core_hours(
     runs_by_model: Mapping[str, Sequence[Any]], budget: tuple[str, int]
 ) -> tuple[dict[str, float], str]:
-    """CPU core-hours a job of each model takes at ``budget``, from kept runs that ran in one
-    attempt (``status.json``: started to ended, one machine record), scaled by the budget's
-    ratio and the run's threads: the median over the runs. Runs resumed across sessions are left
-    out (their wall time holds the gaps)."""
-    from treernn.lifecycle.records import read_status
+    """CPU core-hours a job of each model takes at ``budget``, scaled by the budget's ratio: the
+    median over the kept runs of the CPU time their attempts recorded (`records.cpu_hours`,
+    resumed runs included), or, for a run that recorded none, its wall time from start to end
+    times its threads where it ran in one attempt (one machine record; a resumed run's wall time
+    holds the gaps between its attempts, and it is left out)."""
+    from treernn.lifecycle.records import cpu_hours, read_status
 
     hours: dict[str, float] = {}
     used = []
     for model, runs in runs_by_model.items():
-        samples = []
+        samples, recorded = [], 0
         for run in runs:
             record = read_status(run.path)
-            machines = record.get("machines") or []
-            if len(machines) != 1 or not record.get("started") or not record.get("ended"):
-                continue
-            start = dt.datetime.fromisoformat(record["started"])
-            end = dt.datetime.fromisoformat(record["ended"])
             trainer = run.config.get("trainer") or {}
             kept = trainer.get(budget[0])
-            if not isinstance(kept, int) or kept <= 0:
+            if not isinstance(kept, int) or kept <= 0 or not record.get("ended"):
                 continue
-            threads = run.config.get("threads") or 1
-            samples.append((end - start).total_seconds() / 3600 * budget[1] / kept * threads)
+            spent, missing = cpu_hours(record)
+            machines = record.get("machines") or []
+            if machines and not missing:
+                samples.append(spent * budget[1] / kept)
+                recorded += 1
+            elif len(machines) == 1 and record.get("started"):
+                start = dt.datetime.fromisoformat(record["started"])
+                end = dt.datetime.fromisoformat(record["ended"])
+                threads = run.config.get("threads") or 1
+                samples.append((end - start).total_seconds() / 3600 * budget[1] / kept * threads)
         if samples:
             hours[model] = statistics.median(samples)
-            used.append(f"{model}: {len(samples)} runs")
-    return hours, "median of kept runs in one attempt (" + "; ".join(used) + ")"
+            counted = [f"{recorded} recorded CPU time"] if recorded else []
+            if len(samples) > recorded:
+                counted.append(f"{len(samples) - recorded} in one attempt")
+            used.append(f"{model}: {', '.join(counted)}")
+    return hours, "median of kept runs (" + "; ".join(used) + ")"
 
 
 def achieved(

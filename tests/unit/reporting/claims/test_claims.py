@@ -1002,6 +1002,34 @@ def test_report_plan_writes_seeds_from_a_power_analysis(tmp_path, capsys):
     assert "commit it before the sweep starts" in capsys.readouterr().out
 
 
+def test_a_plans_cost_reads_the_cpu_time_runs_recorded_and_resumed_runs_too(tmp_path):
+    """At 270 updates: Ordered Memory's runs recorded 1 (two attempts of half an hour), 2 and 1.5
+    CPU hours; the LSTM's: one ran in one attempt of 30 minutes on 1 thread (no record), one was
+    resumed without a record (left out: its wall time holds the gap), one recorded 0.25 hours.
+    At 540 updates: OM's median of 2, 4 and 3 is 3; the LSTM's of 1 and 0.5 is 0.75."""
+    from treernn.reporting.claims.plans import core_hours
+
+    sweep = sst2_sweep(tmp_path)
+    set_budgets((sweep, 270))
+    wall = {"started": "2026-01-01T00:00:00", "ended": "2026-01-01T00:30:00"}
+    for job, machines in enumerate([
+        [{"cpu_seconds": 1800}, {"cpu_seconds": 1800}], [{"cpu_seconds": 7200}],
+        [{"cpu_seconds": 5400}], [{}], [{}, {}], [{"cpu_seconds": 900}],
+    ]):  # fmt: skip
+        (sweep / str(job) / "status.json").write_text(
+            json.dumps({"status": "finished", "machines": machines, **wall})
+        )
+    runs = load_sweeps([sweep])["sst2"][0].runs
+    by_model = {model: [run for run in runs if run.model == model] for model in
+                ("ordered_memory", "lstm")}  # fmt: skip
+    hours, how = core_hours(by_model, ("max_steps", 540))
+    assert hours == pytest.approx({"ordered_memory": 3.0, "lstm": 0.75})
+    assert how == (
+        "median of kept runs (ordered_memory: 3 recorded CPU time; lstm: 1 recorded CPU time, "
+        "1 in one attempt)"
+    )
+
+
 def test_a_plan_gives_each_comparison_its_own_smallest_effect(tmp_path):
     path = tmp_path / "claim-10.yaml"
     path.write_text(
