@@ -221,7 +221,7 @@ def _status(sweep_dir: Path, exit_code: bool = False) -> int:
     size = sweep_size(sweep_dir)
     if size is not None and size > len(jobs):
         counts["not started yet"] = size - len(jobs)
-    if jobs:
+    if hours or unrecorded:  # the jobs' records name attempts
         cost = f"CPU time its jobs' attempts recorded: {hours:.2f} core-hours"
         if unrecorded:
             attempts = "attempt" if unrecorded == 1 else "attempts"
