@@ -175,7 +175,10 @@ def _why_post_hoc(plan: Plan | None, index: int, sweep: Sweep, from_plan: bool) 
     if plan is None or not plan.decides(index):
         return "no plan fixed before its runs"
     if not from_plan:
-        return f"reads {sweep.path.name}, not the planned sweep {plan.sweep} (not run yet)"
+        # a planned sweep under way beside the one read is said as such, not as never run
+        begun = (sweep.path.parent / plan.sweep / "multirun.yaml").is_file()
+        state = "started, no job finished yet" if begun else "not run yet"
+        return f"reads {sweep.path.name}, not the planned sweep {plan.sweep} ({state})"
     fixed = fixed_at(plan.path)
     if fixed is None:
         return f"its plan {plan.path.name} is not committed as it stands"
