@@ -268,3 +268,12 @@ def test_the_syntaxgym_package_agrees_item_by_item(tmp_path, export):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "7 items: 0 items differ in a prediction, 0 of 66 region values differ" in done.stdout
+    # unknown words written <unk>, as LM-Zoo's ON-LSTM image writes them
+    done = subprocess.run(
+        [*command, "--syntaxgym-python", python, "--work", str(tmp_path / "unk"), "--unk"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "(unknown words written as <unk>;" in done.stdout
