@@ -43,6 +43,7 @@ The same file is the package's side of the check (``--package-side``), run with
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import subprocess
@@ -156,15 +157,23 @@ def unk_runs_across_regions(regions: list[dict]) -> set[int]:
     return spanned
 
 
+@dataclasses.dataclass
 class Differences:
-    """What one suite's comparison counted."""
+    """What one suite's comparison counted (or several suites', added up)."""
 
-    def __init__(self) -> None:
-        self.items = self.regions = 0
-        self.items_differ = self.values_differ = 0
-        # of those, the ones inside a run of <unk> tokens across a region boundary
-        self.items_at_unk_runs = self.values_at_unk_runs = 0
-        self.examples: list[str] = []
+    items: int = 0
+    regions: int = 0
+    items_differ: int = 0
+    values_differ: int = 0
+    # of those, the ones inside a run of <unk> tokens across a region boundary
+    items_at_unk_runs: int = 0
+    values_at_unk_runs: int = 0
+    examples: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, other: Differences) -> None:
+        for field in dataclasses.fields(self):
+            if field.name != "examples":
+                setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
     @property
     def unexplained(self) -> int:
@@ -298,9 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     totals = Differences()
     for suite, job in zip(suites, jobs):
         found = compare(Path(job["folder"]), suite.name)
-        for name in vars(totals):
-            if name != "examples":
-                setattr(totals, name, getattr(totals, name) + getattr(found, name))
+        totals.add(found)
         print(
             f"{suite.name:<24} {found.items:>4} items, {found.items_differ} differ; "
             f"{found.regions:>5} region values, {found.values_differ} differ"

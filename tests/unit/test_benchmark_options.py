@@ -3,25 +3,15 @@ misspelt model once ran a different model under the misspelt name)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
-from tests.paths import REPO_ROOT
+from tests.paths import script_module
 
 
 @pytest.fixture(scope="module")
 def bench_script():
-    path = REPO_ROOT / "scripts" / "benchmark_recurrence.py"
-    spec = importlib.util.spec_from_file_location("benchmark_recurrence", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
+    with script_module("benchmark_recurrence") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 @pytest.mark.parametrize(

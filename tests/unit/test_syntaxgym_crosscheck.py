@@ -5,26 +5,17 @@ differ while their sum does not; anything else is a difference."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
 import pytest
 
-from tests.paths import REPO_ROOT
+from tests.paths import script_module
 
 
 @pytest.fixture(scope="module")
 def crosscheck():
-    path = REPO_ROOT / "scripts" / "syntaxgym_crosscheck.py"
-    spec = importlib.util.spec_from_file_location("syntaxgym_crosscheck", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with script_module("syntaxgym_crosscheck") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 def regions(*tokens: list[str], values: list[float]) -> list[dict]:
