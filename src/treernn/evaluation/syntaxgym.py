@@ -425,6 +425,15 @@ def evaluate_suites(
     return SyntaxGymResult(model, scores, time.perf_counter() - start)
 
 
+def _below(folder: Path) -> str:
+    """Where suites lie one level down (SyntaxGym's layout keeps them in ``suites/``), said as
+    the folder to pass instead; nothing when none does."""
+    holding = sorted(sub for sub in folder.iterdir() if sub.is_dir() and any(sub.glob("*.json")))
+    if not holding:
+        return ""
+    return "; suites are in " + ", ".join(str(sub) for sub in holding) + ": pass that folder"
+
+
 def read_suites(
     paths: Sequence[str | Path] = (), data_dir: str | Path | None = None
 ) -> list[Suite]:
@@ -437,7 +446,7 @@ def read_suites(
         if path.is_dir():
             found = sorted(path.glob("*.json"))
             if not found:
-                raise SuiteError(f"suite folder {path} holds no suite (*.json)")
+                raise SuiteError(f"suite folder {path} holds no suite (*.json){_below(path)}")
             files += found
         elif path.suffix == ".csv":
             raise SuiteError(

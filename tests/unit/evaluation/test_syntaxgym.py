@@ -32,6 +32,7 @@ from treernn.evaluation.syntaxgym import (
     evaluate_suites,
     format_items,
     format_table,
+    read_suites,
     score_suite,
     syntaxgym_metrics,
 )
@@ -349,6 +350,22 @@ def test_a_fifo_or_a_missing_suite_is_refused_unread(tmp_path):
         read_suite(fifo)
     with pytest.raises(SuiteError, match="does not exist"):
         read_suite(tmp_path / "none.json")
+
+
+def test_a_folder_without_suites_names_the_subfolder_that_holds_them(tmp_path):
+    # SyntaxGym's layout, as in the shared data: the suites one level down, in suites/
+    (tmp_path / "suites").mkdir()
+    write(tmp_path / "suites", GOOD)
+    (tmp_path / "results").mkdir()
+    with pytest.raises(SuiteError) as error:
+        read_suites([tmp_path])
+    assert str(error.value) == (
+        f"suite folder {tmp_path} holds no suite (*.json); suites are in {tmp_path / 'suites'}: "
+        "pass that folder"
+    )
+    assert [suite.name for suite in read_suites([tmp_path / "suites"])] == ["toy"]
+    with pytest.raises(SuiteError, match=r"holds no suite \(\*\.json\)$"):
+        read_suites([tmp_path / "results"])
 
 
 def test_the_csv_layout_reads_as_the_same_suite(tmp_path):
