@@ -99,6 +99,14 @@ class CpuSample:
         return max(others, 0.0) / (now.wall - self.wall)
 
 
+def crowded(others: float, threads: int, cpus: int) -> bool:
+    """Whether one process's ``threads`` threads wait for cores when other processes keep
+    ``others`` of the machine's ``cpus`` CPUs busy: fewer CPUs are free than it has threads (no
+    more than ``cpus``), less half a CPU. One OpenMP thread that waits holds up all the others
+    at the next barrier."""
+    return cpus - others < min(threads, cpus) - 0.5
+
+
 def cpu_sample() -> CpuSample | None:
     """Now's `CpuSample`; None where ``/proc/stat`` cannot be read (not Linux)."""
     try:

@@ -196,7 +196,7 @@ def machine_busy(since: choices.CpuSample | None) -> str | None:
     others = since.others_cpus() if since is not None else None
     if others is not None:
         threads = min(torch.get_num_threads(), cpus)
-        if cpus - others < threads - 0.5:
+        if choices.crowded(others, threads, cpus):
             return (
                 f"other processes kept {others:.1f} of {cpus} CPUs busy during the probe, "
                 f"which ran {threads} threads"

@@ -31,6 +31,7 @@ from treernn.checkpoints import RunInfo, build_task
 from treernn.datamodules import prepared_datamodule
 from treernn.errors import ConfigValueError, RunInterrupted, UserError
 from treernn.files import atomic_write
+from treernn.kernels.choices import CpuSample
 from treernn.lifecycle import kernel_context, launch, locks, records, resume, signals
 from treernn.lifecycle import loggers as loggers_
 from treernn.lifecycle.identity import process_identity
@@ -42,6 +43,8 @@ from treernn.lifecycle.process import (
     log_to_files_only,
     route_lightning_logs,
     set_threads,
+    warn_if_cores_busy,
+    watch_cores,
 )
 from treernn.lifecycle.records import RunState, is_fraction
 from treernn.lifecycle.sweeps import layout
@@ -79,6 +82,7 @@ def _set_up_and_run(plan: Plan, attempt: Attempt) -> dict[str, float]:
     cfg = plan.config
     flush_denormals(bool(cfg.get("flush_denormal", True)))
     set_threads(cfg.get("threads"))
+    cores = watch_cores(cfg)
     route_lightning_logs()
     loggers_.check_wandb_reachable(cfg)
     # mode=test's task as its checkpoint trained it, built before any data is read (the plan
@@ -90,7 +94,7 @@ def _set_up_and_run(plan: Plan, attempt: Attempt) -> dict[str, float]:
     if rank_zero_only.rank == 0:
         lock.acquire()
     try:
-        return _run(plan, attempt, tested)
+        return _run(plan, attempt, tested, cores)
     finally:
         lock.release()
 
@@ -115,7 +119,14 @@ def continue_in(plan: Plan) -> None:
     log_also_to(target / "train.log")
 
 
-def _run(plan: Plan, attempt: Attempt, tested: pl.LightningModule | None) -> dict[str, float]:
+def _run(
+    plan: Plan,
+    attempt: Attempt,
+    tested: pl.LightningModule | None,
+    cores: CpuSample | None,
+) -> dict[str, float]:
+    """``cores``: a sample taken before the data and the model were built, against which the
+    other processes' use of the CPUs is judged once they are (`warn_if_cores_busy`)."""
     cfg = plan.config
     ckpt_path = str(plan.checkpoint) if plan.checkpoint is not None else None
     run_dir = Path(cfg.paths.output_dir)
@@ -190,6 +201,7 @@ def _run(plan: Plan, attempt: Attempt, tested: pl.LightningModule | None) -> dic
             logger=loggers or False,
             plugins=[checkpoints.AtomicCheckpointIO(), *launch.slurm_plugins()],
         )
+        warn_if_cores_busy(cores)
         metrics: dict[str, float] = {}
         if trainer.is_global_zero:
             records.write_status(run_dir, stage=cfg.mode)

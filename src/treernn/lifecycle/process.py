@@ -1,6 +1,7 @@
 """Setting up the process a run lives in, before anything is built: Hydra's resolvers, torch's
-threads, subnormal floats, and where log lines go (Lightning's into ``train.log``, a full disk as
-one warning). Nothing here knows about tasks, data or checkpoints' contents.
+threads (and a warning where other processes keep the cores they would use busy), subnormal
+floats, and where log lines go (Lightning's into ``train.log``, a full disk as one warning).
+Nothing here knows about tasks, data or checkpoints' contents.
 """
 
 from __future__ import annotations
@@ -8,14 +9,17 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 
 from treernn.errors import ConfigValueError
 from treernn.files import is_full_disk
+from treernn.kernels import choices
 
 log = logging.getLogger("treernn")
 
@@ -48,6 +52,71 @@ def set_threads(threads: Any) -> None:
             f"threads={threads!r} must be a positive integer or null; e.g. threads=1"
         )
     torch.set_num_threads(threads)
+
+
+#: seconds over which a run's start measures how many CPUs other processes keep busy; building
+#: the data and the model usually takes longer, and where it did not the rest is waited out
+BUSY_WINDOW = 0.5
+
+
+def watch_cores(cfg: Any) -> choices.CpuSample | None:
+    """The sample `warn_if_cores_busy` judges from, taken as a run starts setting up; None
+    where a warning could not help: a thread count chosen (``threads=<n>``, or SLURM's CPUs), a
+    run that is not one CPU process (a GPU, DDP, several nodes), one torch thread, a rank other
+    than 0, or a machine without ``/proc/stat``."""
+    if cfg.get("threads") is not None or os.environ.get("SLURM_CPUS_PER_TASK"):
+        return None
+    if torch.get_num_threads() < 2 or rank_zero_only.rank != 0 or not _one_cpu_process(cfg):
+        return None
+    return choices.cpu_sample()
+
+
+def _one_cpu_process(cfg: Any) -> bool:
+    trainer = cfg.get("trainer") or {}
+    accelerator = str(trainer.get("accelerator", "auto"))
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    one = (
+        str(trainer.get("devices", 1)) in ("1", "auto", "None")
+        and str(trainer.get("num_nodes", 1)) in ("1", "None")
+        and "ddp" not in str(trainer.get("strategy", "auto"))
+        and os.environ.get("WORLD_SIZE", "1") == "1"
+    )
+    return on_cpu and one
+
+
+def warn_if_cores_busy(since: choices.CpuSample | None) -> str | None:
+    """Warn (and return the warning) where, since ``since`` (`watch_cores`), other processes
+    kept so many CPUs busy that this run's torch threads would wait for cores (the rule the
+    kernels' probes use, `treernn.kernels.choices.crowded`). ``threads=null`` gives a run one
+    thread per core, and an OpenMP thread that waits holds up the others at every parallel
+    step: beside a parallel sweep's jobs a run can be several times slower than on one
+    thread. Only a warning: the machine may be idle again a minute later."""
+    if since is None:
+        return None
+    wait = BUSY_WINDOW - (time.monotonic() - since.wall)
+    if wait > 0:
+        time.sleep(wait)
+    others = since.others_cpus()
+    if others is None:
+        return None
+    message = busy_cores_message(others, torch.get_num_threads(), os.cpu_count() or 1)
+    if message is not None:
+        log.warning(message)
+    return message
+
+
+def busy_cores_message(others: float, threads: int, cpus: int) -> str | None:
+    """The warning for a run of ``threads`` torch threads on ``cpus`` CPUs, ``others`` of them
+    kept busy by other processes; None where its threads find their cores."""
+    if threads < 2 or not choices.crowded(others, threads, cpus):
+        return None
+    free = max(1, round(cpus - others))
+    return (
+        f"other processes kept {others:.1f} of {cpus} CPUs busy while this run set up, and it "
+        f"runs {threads} torch threads (threads=null: one per core); a thread that waits for a "
+        f"core holds up the others at every parallel step. While the machine stays this busy, "
+        f"threads={free} is likely faster; threads=<n> sets the count and silences this"
+    )
 
 
 # ----------------------------------------------------------------------------- log lines
