@@ -431,7 +431,8 @@ def _below(folder: Path) -> str:
     holding = sorted(sub for sub in folder.iterdir() if sub.is_dir() and any(sub.glob("*.json")))
     if not holding:
         return ""
-    return "; suites are in " + ", ".join(str(sub) for sub in holding) + ": pass that folder"
+    which = "that folder" if len(holding) == 1 else "one or more of those folders"
+    return "; suites are in " + ", ".join(str(sub) for sub in holding) + f": pass {which}"
 
 
 def read_suites(

@@ -366,6 +366,16 @@ def test_a_folder_without_suites_names_the_subfolder_that_holds_them(tmp_path):
     assert [suite.name for suite in read_suites([tmp_path / "suites"])] == ["toy"]
     with pytest.raises(SuiteError, match=r"holds no suite \(\*\.json\)$"):
         read_suites([tmp_path / "results"])
+    # two subfolders of suites: both named, either (or both) to pass
+    (tmp_path / "more").mkdir()
+    write(tmp_path / "more", GOOD)
+    with pytest.raises(SuiteError) as error:
+        read_suites([tmp_path])
+    assert str(error.value).endswith(
+        f"suites are in {tmp_path / 'more'}, {tmp_path / 'suites'}: pass one or more of those "
+        "folders"
+    )
+    assert len(read_suites([tmp_path / "more", tmp_path / "suites"])) == 2
 
 
 def test_the_csv_layout_reads_as_the_same_suite(tmp_path):
