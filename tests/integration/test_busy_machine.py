@@ -4,21 +4,17 @@ on the console and in ``train.log``, and names the thread count that fits; the r
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 
 import pytest
 
+from tests.fixtures.busy_cores import every_core_busy
 from tests.integration.helpers import run_cli, tiny_logic
 
 
 @pytest.mark.slow
 def test_a_run_beside_busy_cores_is_told_which_threads_fit(tmp_path) -> None:
     cpus = os.cpu_count() or 1
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cpus)]
-    try:
-        time.sleep(0.3)
+    with every_core_busy():
         done = run_cli(
             [
                 *tiny_logic(validate_every=2, max_steps=2),
@@ -28,10 +24,6 @@ def test_a_run_beside_busy_cores_is_told_which_threads_fit(tmp_path) -> None:
             # torch's default, one thread per core (the test workers' own setting is one each)
             env={"OMP_NUM_THREADS": str(max(2, cpus)), "TREERNN_PROBE_SECONDS": "0"},
         )
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
     assert done.returncode == 0, done.stderr[-2000:]
     expected = f"CPUs busy while this run set up, and it runs {max(2, cpus)} torch threads"
     assert expected in done.stdout and "threads=1 is likely faster" in done.stdout

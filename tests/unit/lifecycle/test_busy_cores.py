@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import time
 
 import pytest
 from omegaconf import OmegaConf
 
+from tests.fixtures.busy_cores import every_core_busy
 from treernn.kernels import choices
 from treernn.lifecycle import process
 from treernn.lifecycle.process import busy_cores_message, warn_if_cores_busy, watch_cores
@@ -123,12 +122,6 @@ def test_processes_spinning_on_every_core_are_seen(monkeypatch) -> None:
         pytest.skip("no /proc/stat on this machine: the CPU time of other processes is unknown")
     cpus = os.cpu_count() or 1
     monkeypatch.setattr(process.torch, "get_num_threads", lambda: max(2, cpus))
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cpus)]
-    try:
-        time.sleep(0.3)  # started and spinning
+    with every_core_busy():
         message = warn_if_cores_busy(choices.cpu_sample())
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
     assert message is not None and "threads=1 is likely faster" in message
