@@ -21,8 +21,13 @@ def test_a_run_beside_busy_cores_is_told_which_threads_fit(tmp_path) -> None:
                 "threads=null",
                 f"paths.log_dir={tmp_path}",
             ],
-            # torch's default, one thread per core (the test workers' own setting is one each)
-            env={"OMP_NUM_THREADS": str(max(2, cpus)), "TREERNN_PROBE_SECONDS": "0"},
+            # torch's default, one thread per core; the test workers set one each, and torch
+            # takes MKL_NUM_THREADS over OMP_NUM_THREADS
+            env={
+                "OMP_NUM_THREADS": str(max(2, cpus)),
+                "MKL_NUM_THREADS": str(max(2, cpus)),
+                "TREERNN_PROBE_SECONDS": "0",
+            },
         )
     assert done.returncode == 0, done.stderr[-2000:]
     expected = f"CPUs busy while this run set up, and it runs {max(2, cpus)} torch threads"

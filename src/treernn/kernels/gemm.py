@@ -66,6 +66,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from treernn import cpu_load
 from treernn.errors import ConfigValueError
 from treernn.kernels import choices
 from treernn.kernels.gemm_backends import (  # noqa: F401 (part of this module's interface)
@@ -185,7 +186,7 @@ def remembered(key: tuple, decide: Callable[[], str]) -> str:
     return _CHOICES[key]
 
 
-def machine_busy(since: choices.CpuSample | None) -> str | None:
+def machine_busy(since: cpu_load.CpuSample | None) -> str | None:
     """Why a probe just taken may not speak for this machine, or None: since ``since`` (taken as
     the probe started) other processes kept so many CPUs busy that fewer than this process's
     threads were free (less half a CPU); where that cannot be measured, a 1-minute load average
@@ -196,7 +197,7 @@ def machine_busy(since: choices.CpuSample | None) -> str | None:
     others = since.others_cpus() if since is not None else None
     if others is not None:
         threads = min(torch.get_num_threads(), cpus)
-        if choices.crowded(others, threads, cpus):
+        if cpu_load.crowded(others, threads, cpus):
             return (
                 f"other processes kept {others:.1f} of {cpus} CPUs busy during the probe, "
                 f"which ran {threads} threads"

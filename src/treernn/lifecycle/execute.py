@@ -28,10 +28,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from treernn import checkpoints
 from treernn.checkpoints import RunInfo, build_task
+from treernn.cpu_load import CpuSample
 from treernn.datamodules import prepared_datamodule
 from treernn.errors import ConfigValueError, RunInterrupted, UserError
 from treernn.files import atomic_write
-from treernn.kernels.choices import CpuSample
 from treernn.lifecycle import kernel_context, launch, locks, records, resume, signals
 from treernn.lifecycle import loggers as loggers_
 from treernn.lifecycle.identity import process_identity

@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 
+from treernn import cpu_load
 from treernn.errors import ConfigValueError
 from treernn.files import is_full_disk
-from treernn.kernels import choices
 
 log = logging.getLogger("treernn")
 
@@ -59,7 +59,7 @@ def set_threads(threads: Any) -> None:
 BUSY_WINDOW = 0.5
 
 
-def watch_cores(cfg: Any) -> choices.CpuSample | None:
+def watch_cores(cfg: Any) -> cpu_load.CpuSample | None:
     """The sample `warn_if_cores_busy` judges from, taken as a run starts setting up; None
     where a warning could not help: a thread count chosen (``threads=<n>``, or SLURM's CPUs), a
     run that is not one CPU process (a GPU, DDP, several nodes), one torch thread, a rank other
@@ -68,7 +68,7 @@ def watch_cores(cfg: Any) -> choices.CpuSample | None:
         return None
     if torch.get_num_threads() < 2 or rank_zero_only.rank != 0 or not _one_cpu_process(cfg):
         return None
-    return choices.cpu_sample()
+    return cpu_load.cpu_sample()
 
 
 def _one_cpu_process(cfg: Any) -> bool:
@@ -84,10 +84,10 @@ def _one_cpu_process(cfg: Any) -> bool:
     return on_cpu and one
 
 
-def warn_if_cores_busy(since: choices.CpuSample | None) -> str | None:
+def warn_if_cores_busy(since: cpu_load.CpuSample | None) -> str | None:
     """Warn (and return the warning) where, since ``since`` (`watch_cores`), other processes
     kept so many CPUs busy that this run's torch threads would wait for cores (the rule the
-    kernels' probes use, `treernn.kernels.choices.crowded`). ``threads=null`` gives a run one
+    kernels' probes use, `treernn.cpu_load.crowded`). ``threads=null`` gives a run one
     thread per core, and an OpenMP thread that waits holds up the others at every parallel
     step: beside a parallel sweep's jobs a run can be several times slower than on one
     thread. Only a warning: the machine may be idle again a minute later."""
@@ -108,7 +108,7 @@ def warn_if_cores_busy(since: choices.CpuSample | None) -> str | None:
 def busy_cores_message(others: float, threads: int, cpus: int) -> str | None:
     """The warning for a run of ``threads`` torch threads on ``cpus`` CPUs, ``others`` of them
     kept busy by other processes; None where its threads find their cores."""
-    if threads < 2 or not choices.crowded(others, threads, cpus):
+    if threads < 2 or not cpu_load.crowded(others, threads, cpus):
         return None
     free = max(1, round(cpus - others))
     return (

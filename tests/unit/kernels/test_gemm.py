@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import time
 
 import pytest
 import torch
 
+from treernn import cpu_load
 from treernn.encoders.onlstm import ONLSTMEncoder
 from treernn.errors import ConfigValueError
-from treernn.kernels import choices, gemm
+from treernn.kernels import gemm
 
 CPU = torch.device("cpu")
 PACKED = [
@@ -507,30 +506,14 @@ def test_machine_busy_counts_the_cpus_other_processes_kept_busy(monkeypatch) -> 
     monkeypatch.setattr(gemm.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(gemm.torch, "get_num_threads", lambda: 2)
     monkeypatch.setattr(gemm.os, "getloadavg", lambda: pytest.fail("the load average was read"))
-    start = choices.CpuSample(machine=100.0, own=10.0, wall=50.0)
+    start = cpu_load.CpuSample(machine=100.0, own=10.0, wall=50.0)
     for used, expected in (
         (3.4, "other processes kept 0.7 of 2 CPUs busy during the probe, which ran 2 threads"),
         (2.8, None),
     ):
-        now = choices.CpuSample(machine=100.0 + used, own=12.0, wall=52.0)
-        monkeypatch.setattr(choices, "cpu_sample", lambda now=now: now)
+        now = cpu_load.CpuSample(machine=100.0 + used, own=12.0, wall=52.0)
+        monkeypatch.setattr(cpu_load, "cpu_sample", lambda now=now: now)
         assert gemm.machine_busy(start) == expected
-
-
-def test_a_cpu_sample_reads_this_machine() -> None:
-    """Two real samples around a busy loop of this process: the process's own time grows by the
-    CPU time the loop took, and what the others used is a number of CPUs between 0 and the
-    machine's. The loop runs for 0.3 s of this process's CPU time, not of the clock: on a loaded
-    machine 0.3 s of the clock gave it 0.1 s of CPU."""
-    start = choices.cpu_sample()
-    if start is None:
-        pytest.skip("no /proc/stat here")
-    spent, deadline = time.process_time(), time.monotonic() + 30
-    while time.process_time() - spent < 0.3 and time.monotonic() < deadline:
-        pass
-    now = choices.cpu_sample()
-    assert now.own - start.own > 0.25
-    assert 0.0 <= start.others_cpus() <= (os.cpu_count() or 1)
 
 
 def test_a_model_can_have_its_own_loop_timed(fresh_choices, monkeypatch) -> None:

@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.fixtures.busy_cores import every_core_busy
-from treernn.kernels import choices
+from treernn import cpu_load
 from treernn.lifecycle import process
 from treernn.lifecycle.process import busy_cores_message, warn_if_cores_busy, watch_cores
 
@@ -84,7 +84,7 @@ def test_a_single_cpu_run_on_torch_threads_is_measured_unless_it_has_one_thread(
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     cfg = OmegaConf.create(CPU_RUN)
     monkeypatch.setattr(process.torch, "get_num_threads", lambda: 2)
-    assert isinstance(watch_cores(cfg), choices.CpuSample)
+    assert isinstance(watch_cores(cfg), cpu_load.CpuSample)
     monkeypatch.setattr(process.torch, "get_num_threads", lambda: 1)
     assert watch_cores(cfg) is None
 
@@ -97,9 +97,9 @@ def test_the_warning_counts_the_cpus_other_processes_used_since_the_sample(
     monkeypatch.setattr(process.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(process.torch, "get_num_threads", lambda: 2)
     monkeypatch.setattr(process.time, "sleep", lambda seconds: pytest.fail("waited"))
-    start = choices.CpuSample(machine=100.0, own=10.0, wall=time.monotonic() - 2.0)
-    now = choices.CpuSample(machine=103.8, own=10.4, wall=start.wall + 2.0)
-    monkeypatch.setattr(choices, "cpu_sample", lambda: now)
+    start = cpu_load.CpuSample(machine=100.0, own=10.0, wall=time.monotonic() - 2.0)
+    now = cpu_load.CpuSample(machine=103.8, own=10.4, wall=start.wall + 2.0)
+    monkeypatch.setattr(cpu_load, "cpu_sample", lambda: now)
     with caplog.at_level(logging.WARNING, logger="treernn"):
         message = warn_if_cores_busy(start)
     assert message is not None and message.startswith("other processes kept 1.7 of 2 CPUs")
@@ -109,8 +109,8 @@ def test_the_warning_counts_the_cpus_other_processes_used_since_the_sample(
 def test_a_start_too_recent_to_tell_is_waited_out(monkeypatch) -> None:
     waited = []
     monkeypatch.setattr(process.time, "sleep", waited.append)
-    monkeypatch.setattr(choices.CpuSample, "others_cpus", lambda self: 0.0)
-    start = choices.CpuSample(machine=0.0, own=0.0, wall=time.monotonic() - 0.1)
+    monkeypatch.setattr(cpu_load.CpuSample, "others_cpus", lambda self: 0.0)
+    start = cpu_load.CpuSample(machine=0.0, own=0.0, wall=time.monotonic() - 0.1)
     assert warn_if_cores_busy(start) is None
     assert len(waited) == 1 and 0.3 < waited[0] <= process.BUSY_WINDOW - 0.1
     assert warn_if_cores_busy(None) is None
@@ -118,10 +118,10 @@ def test_a_start_too_recent_to_tell_is_waited_out(monkeypatch) -> None:
 
 def test_processes_spinning_on_every_core_are_seen(monkeypatch) -> None:
     """Real processes, real ``/proc/stat``: one busy loop per CPU leaves no core free."""
-    if choices.cpu_sample() is None:
+    if cpu_load.cpu_sample() is None:
         pytest.skip("no /proc/stat on this machine: the CPU time of other processes is unknown")
     cpus = os.cpu_count() or 1
     monkeypatch.setattr(process.torch, "get_num_threads", lambda: max(2, cpus))
     with every_core_busy():
-        message = warn_if_cores_busy(choices.cpu_sample())
+        message = warn_if_cores_busy(cpu_load.cpu_sample())
     assert message is not None and "threads=1 is likely faster" in message
