@@ -28,7 +28,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from treernn import checkpoints
 from treernn.checkpoints import RunInfo, build_task
-from treernn.cpu_load import CpuSample
 from treernn.datamodules import prepared_datamodule
 from treernn.errors import ConfigValueError, RunInterrupted, UserError
 from treernn.files import atomic_write
@@ -82,7 +81,6 @@ def _set_up_and_run(plan: Plan, attempt: Attempt) -> dict[str, float]:
     cfg = plan.config
     flush_denormals(bool(cfg.get("flush_denormal", True)))
     set_threads(cfg.get("threads"))
-    cores = watch_cores(cfg)
     route_lightning_logs()
     loggers_.check_wandb_reachable(cfg)
     # mode=test's task as its checkpoint trained it, built before any data is read (the plan
@@ -94,7 +92,7 @@ def _set_up_and_run(plan: Plan, attempt: Attempt) -> dict[str, float]:
     if rank_zero_only.rank == 0:
         lock.acquire()
     try:
-        return _run(plan, attempt, tested, cores)
+        return _run(plan, attempt, tested)
     finally:
         lock.release()
 
@@ -119,15 +117,10 @@ def continue_in(plan: Plan) -> None:
     log_also_to(target / "train.log")
 
 
-def _run(
-    plan: Plan,
-    attempt: Attempt,
-    tested: pl.LightningModule | None,
-    cores: CpuSample | None,
-) -> dict[str, float]:
-    """``cores``: a sample taken before the data and the model were built, against which the
-    other processes' use of the CPUs is judged once they are (`warn_if_cores_busy`)."""
+def _run(plan: Plan, attempt: Attempt, tested: pl.LightningModule | None) -> dict[str, float]:
     cfg = plan.config
+    # the other processes' use of the CPUs, judged over the building of the data and the model
+    cores = watch_cores(cfg)
     ckpt_path = str(plan.checkpoint) if plan.checkpoint is not None else None
     run_dir = Path(cfg.paths.output_dir)
     resuming = plan.action == "resume"

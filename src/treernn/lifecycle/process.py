@@ -89,8 +89,9 @@ def warn_if_cores_busy(since: cpu_load.CpuSample | None) -> str | None:
     kept so many CPUs busy that this run's torch threads would wait for cores (the rule the
     kernels' probes use, `treernn.cpu_load.crowded`). ``threads=null`` gives a run one
     thread per core, and an OpenMP thread that waits holds up the others at every parallel
-    step: beside a parallel sweep's jobs a run can be several times slower than on one
-    thread. Only a warning: the machine may be idle again a minute later."""
+    step: beside a parallel sweep's two one-thread jobs on 2 cores, the main job's updates took
+    1.85x as long on two threads as on one (docs/performance.md). Only a warning: the machine
+    may be idle again a minute later."""
     if since is None:
         return None
     wait = BUSY_WINDOW - (time.monotonic() - since.wall)

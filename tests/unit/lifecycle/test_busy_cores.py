@@ -47,7 +47,7 @@ def test_a_crowded_machine_is_warned_about_with_the_threads_that_fit(
     [
         (0.4, 2, 2),  # 1.6 free, not below 2 - 0.5
         (0.0, 2, 2),
-        (2.0, 1, 2),  # one thread waits for nobody
+        (2.0, 1, 2),  # one thread has no other to hold up
         (7.0, 8, 16),  # 9 free for 8 threads
     ],
 )
