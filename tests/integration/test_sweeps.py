@@ -113,8 +113,8 @@ def _stopped_sweep(log_dir: Path, kill) -> Path:
     does; os.kill: the launching process alone) after its first checkpoint; its directory."""
     sweep = _start_sweep(log_dir)
     kill(sweep.pid, signal.SIGINT)
-    _, stderr = sweep.communicate(timeout=300)
-    assert sweep.returncode == 130, stderr[-3000:]
+    stdout, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 130, (stdout[-3000:], stderr[-3000:])
     (sweep_dir,) = log_dir.glob("multirun/logic/lstm/*")
     _stopped_with_checkpoints(sweep_dir, stderr)
     return sweep_dir
@@ -160,8 +160,8 @@ def _ctrl_c_when(log_dir: Path, budgets: str, ready: list[str], workers: int = 2
         assert time.monotonic() < deadline
         time.sleep(0.2)
     os.killpg(sweep.pid, signal.SIGINT)
-    _, stderr = sweep.communicate(timeout=300)
-    assert sweep.returncode == 130, stderr[-3000:]
+    stdout, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 130, (stdout[-3000:], stderr[-3000:])
     assert "Traceback" not in stderr, stderr[-3000:]
     (sweep_dir,) = log_dir.glob("multirun/logic/lstm/*")
     return sweep_dir

@@ -82,7 +82,12 @@ class GracefulStop(Callback):
     # ---------------------------------------------------------------------------- stopping
     def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
         if self.pending is None and self.poll is not None:
-            self.pending = self.poll()
+            requested = self.poll()
+            # only a request is stored: a signal that landed while the stop file was read has
+            # set `pending` meanwhile, and storing the read's None over it lost that signal (a
+            # one-worker sweep, whose jobs run in the launching process, then ran on to its end)
+            if requested is not None:
+                self.pending = requested
         # every rank gets a signal from srun or scancel, not necessarily within the same batch;
         # one that arrives on any rank stops all of them here
         if not trainer.strategy.reduce_boolean_decision(self.pending is not None, all=False):
