@@ -53,6 +53,10 @@ CASES: dict[str, tuple[str, list[str]]] = {
         "Tree-LSTM on gold trees, ListOps, small preset",
         ["experiment=om/tree_lstm_listops_small"],
     ),
+    "transformer-listops": (
+        "Transformer, the ListOps preset on a generated stand-in",
+        ["experiment=om/transformer_listops", "task.datamodule.train_source=generate"],
+    ),
 }
 PRECISIONS = ("32-true", "bf16-mixed")
 

@@ -20,8 +20,9 @@ The names, by who needs them (each documented where it is defined):
   export, and what each product ran in (for the step timer);
 - `decided_linear`: a task head's product (an encoder's ``head_linear``), under bf16-mixed in
   bf16 only where it pays here;
-- `keeps_autocast`: whether a model whose products follow autocast (``nn.LSTM``, the tree
-  encoders' cells) keeps bf16-mixed's autocast for a computation, timed on that computation;
+- `keeps_autocast`: whether a model whose products follow autocast (``nn.LSTM``, the
+  Transformer, the tree encoders' cells) keeps bf16-mixed's autocast for a computation, timed on
+  that computation;
 - the encoders' options and weights: `GemmBackend` and `check_backend` (the ``gemm_backend``
   option), `dropconnect` (DropConnect of a whole weight with one Philox mask);
 - the recurrences, each deciding how its products run itself: ON-LSTM's `onlstm_layer` and

@@ -1,4 +1,5 @@
-"""Transformer encoder baseline: positions, pooling, padding invariance, bad input."""
+"""Transformer encoder baseline: positions, pooling, padding invariance, bad input, its precision
+under bf16-mixed."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import pytest
 import torch
 
+from tests.fixtures.precision import OwnLoopDecision
 from treernn.encoders.transformer import TransformerEncoder, sinusoidal_positions
 
 SETTINGS = [
@@ -114,3 +116,41 @@ def test_bad_input_says_what_to_do():
     with pytest.raises(ValueError, match=r"expected \(B, T, 5\)"):
         model(torch.randn(2, 3, 4))
     assert model.input_view == "tokens" and model.output_size == 8
+
+
+def test_bf16_autocast_runs_fp32_where_the_encoders_own_probe_says_bf16_does_not_pay(monkeypatch):
+    """Its layers are plain torch modules, which follow autocast: on an Intel Xeon without
+    AVX512-BF16 (family 6 model 207 as its VM reports it) the ListOps preset's update ran at 0.51x
+    fp32 under bf16-mixed. Under a bf16 autocast it asks kernels.keeps_autocast with its own
+    forward and backward on the batch being read; where bf16 does not pay it runs exactly as with
+    precision=32, else it follows autocast."""
+    from treernn.kernels import gemm
+
+    torch.manual_seed(0)
+    model = TransformerEncoder(
+        input_size=5,
+        hidden_size=8,
+        num_layers=2,
+        num_heads=2,
+        ff_size=16,
+        dropout=0.3,
+        output_size=6,
+    )
+    x = torch.randn(2, 4, 5)
+    decide, dtypes = OwnLoopDecision(), []
+    monkeypatch.setattr(gemm, "product_dtype", decide)
+    for pays in (False, True):
+        decide.pays = pays
+        torch.manual_seed(1)
+        expected = model(x).pooled
+        torch.manual_seed(1)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            pooled = model(x).pooled
+        dtypes.append(pooled.dtype)
+        if pays is False:
+            torch.testing.assert_close(pooled, expected, atol=0, rtol=0)
+    assert all(parameter.grad is None for parameter in model.parameters())
+    assert decide.asked == [(2, 8, 8, "TransformerEncoder", "transformer, training")] * 2
+    assert dtypes == [torch.float32, torch.bfloat16]
+    # 8 tokens of 4: 2 * 8 * (5 * 8 + 2 layers * (4 * 8^2 + 2 * 8 * 16 + 2 * 4 * 8)), x3 training
+    assert decide.flops == [3 * 2 * 8 * (5 * 8 + 2 * (4 * 64 + 2 * 8 * 16 + 2 * 4 * 8))] * 2
