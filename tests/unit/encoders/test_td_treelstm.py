@@ -144,18 +144,13 @@ def test_bf16_autocast_runs_fp32_where_the_encoders_own_probe_says_bf16_does_not
     x = torch.randn(*batch.tokens.shape, 4)
     decide = OwnLoopDecision()
     monkeypatch.setattr(gemm, "product_dtype", decide)
-    for pays in (False, True):
-        decide.pays = pays
-        torch.manual_seed(1)
-        expected = encoder(x, batch.mask, tree=batch.tree).hidden
-        torch.manual_seed(1)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            hidden = encoder(x, batch.mask, tree=batch.tree).hidden
-        if pays is False:
-            torch.testing.assert_close(hidden, expected, atol=0, rtol=0)
-        else:  # bf16 products: close to fp32, not equal
-            assert not torch.equal(hidden, expected)
-            torch.testing.assert_close(hidden.float(), expected, atol=0.05, rtol=0.05)
+    (fp32, as_fp32), (fp32_again, as_bf16) = decide.fp32_and_autocast_outputs(
+        lambda: encoder(x, batch.mask, tree=batch.tree).hidden
+    )
+    torch.testing.assert_close(as_fp32, fp32, atol=0, rtol=0)
+    # bf16 products: close to fp32, not equal
+    assert not torch.equal(as_bf16, fp32_again)
+    torch.testing.assert_close(as_bf16.float(), fp32_again, atol=0.05, rtol=0.05)
     assert all(parameter.grad is None for parameter in encoder.parameters())
     assert decide.asked == [(len(SMALL_TREES), 3, 3, "LdTreeLSTM", "encoder, training")] * 2
 

@@ -351,19 +351,13 @@ def test_bf16_autocast_runs_fp32_where_the_encoders_own_probe_says_bf16_does_not
     model = encoder_class(input_size=3, hidden_size=8, dropout=0.3)
     x = torch.randn(2, 4, 3)
     tree = TreeBatch.from_trees([((0, 1), (2, 3)), (0, (1, (2, 3)))])
-    decide, dtypes = OwnLoopDecision(), []
+    decide = OwnLoopDecision()
     monkeypatch.setattr(gemm, "product_dtype", decide)
-    for pays in (False, True):
-        decide.pays = pays
-        torch.manual_seed(1)
-        expected = model(x, tree=tree).pooled
-        torch.manual_seed(1)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            pooled = model(x, tree=tree).pooled
-        dtypes.append(pooled.dtype)
-        if pays is False:
-            torch.testing.assert_close(pooled, expected, atol=0, rtol=0)
+    (fp32, as_fp32), (_, as_bf16) = decide.fp32_and_autocast_outputs(
+        lambda: model(x, tree=tree).pooled
+    )
+    torch.testing.assert_close(as_fp32, fp32, atol=0, rtol=0)
+    assert (as_fp32.dtype, as_bf16.dtype) == (torch.float32, torch.bfloat16)
     assert all(parameter.grad is None for parameter in model.parameters())
     name = encoder_class.__name__
     assert decide.asked == [(2, 8, 8, name, "tree, training")] * 2
-    assert dtypes == [torch.float32, torch.bfloat16]
