@@ -81,6 +81,8 @@ class TransformerEncoder(Encoder):
         self.positions = positions
         self.pooling = pooling
         self.max_length = max_length
+        self.num_layers = num_layers
+        self.ff_size = ff_size or 4 * hidden_size
 
         self.input_projection = nn.Linear(input_size, hidden_size)
         self.position_embedding = (
@@ -91,7 +93,7 @@ class TransformerEncoder(Encoder):
         layer = nn.TransformerEncoderLayer(
             d_model=hidden_size,
             nhead=num_heads,
-            dim_feedforward=ff_size or 4 * hidden_size,
+            dim_feedforward=self.ff_size,
             dropout=dropout,
             batch_first=True,
             norm_first=norm_first,
@@ -130,10 +132,9 @@ class TransformerEncoder(Encoder):
         """About the products of one forward: per real token and layer, the four (H x H)
         attention projections, the feed-forward's two (H x F) and the attention over the
         sequence's T keys and values."""
-        tokens, length = float(mask.sum()), mask.size(1)
-        hidden, ff = self.hidden_size, self.layers.layers[0].linear1.out_features
-        per_layer = 4 * hidden**2 + 2 * hidden * ff + 2 * length * hidden
-        return 2.0 * tokens * (self.input_size * hidden + len(self.layers.layers) * per_layer)
+        tokens, length, hidden = float(mask.sum()), mask.size(1), self.hidden_size
+        per_layer = 4 * hidden**2 + 2 * hidden * self.ff_size + 2 * length * hidden
+        return 2.0 * tokens * (self.input_size * hidden + self.num_layers * per_layer)
 
     def _encode(self, x: Tensor, mask: Tensor) -> EncoderOutput:
         batch, length, _ = x.shape
