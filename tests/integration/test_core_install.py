@@ -204,6 +204,7 @@ def test_the_core_install_loads_an_export_and_scores_without_the_training_stack(
         "      ___|___             |",
         "     |       X            X",
         "     |    ___|___      ___|___",
+        "     |   |       |    |       |",
         "    the cat     sees  a      dog",
     ]
     train = run([str(venv / "bin" / "treernn-train"), "task=ptb"], cwd=tmp_path, env=env)

@@ -7,9 +7,10 @@
 PTB language-modelling data was (Treebank tokenisation, lower case, numbers and ``%`` as ``N``,
 punctuation dropped: `treernn.data.raw_text`; ``--tokenized``: its words between spaces, as
 they are); every layer's greedy tree over the words (``--layer``: one) is printed as unlabeled
-brackets (``--json``: with the distances; ``--draw``: drawn, as nltk's ``Tree.pretty_print`` draws
-them, every node labeled X). The same trees come from ``treernn.load(PATH).trees(sentences)``, with
-``nltk.Tree`` objects from each result's ``nltk_trees()``."""
+brackets (``--json``: with the distances; ``--draw``: drawn by nltk's tree printer, every node
+labeled X, each word on a stem of its own). The same trees come from
+``treernn.load(PATH).trees(sentences)``, with ``nltk.Tree`` objects from each result's
+``nltk_trees()`` and the drawings from its ``drawings()``."""
 
 from __future__ import annotations
 
@@ -41,23 +42,9 @@ def induced_trees(
         record = asdict(result)
         del record["structures"]  # the brackets say the same, as text
         if drawn:
-            record["drawings"] = [draw(tree) for tree in result.nltk_trees(DRAWN_LABEL)]
+            record["drawings"] = result.drawings()
         results.append(record)
     return results
-
-
-#: every bracket's label in a drawing: nltk draws an unlabeled node as a stem that ends in
-#: nothing, so that the drawing does not show where a constituent begins
-DRAWN_LABEL = "X"
-
-
-def draw(tree: Any) -> str:
-    """An ``nltk.Tree`` drawn as text (``Tree.pretty_print``), trailing spaces cut."""
-    import io
-
-    out = io.StringIO()
-    tree.pretty_print(stream=out)
-    return "\n".join(line.rstrip() for line in out.getvalue().splitlines() if line.strip())
 
 
 def format_trees(results: Sequence[dict[str, Any]]) -> str:

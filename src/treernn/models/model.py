@@ -115,12 +115,20 @@ class SentenceTrees:
     structures: list[Any] = field(default_factory=list, repr=False)
 
     def nltk_trees(self, label: str = "") -> list[Any]:
-        """One ``nltk.Tree`` per layer in ``layers`` (draw one with ``.pretty_print()`` or
-        ``.draw()``, score it with nltk's tools), unlabeled unless ``label`` is given for every
-        bracket (``str`` of a labeled tree reads back with ``nltk.Tree.fromstring``)."""
+        """One ``nltk.Tree`` per layer in ``layers`` (score it with nltk's tools, draw it with
+        `drawings` or ``.draw()``), unlabeled unless ``label`` is given for every bracket
+        (``str`` of a labeled tree reads back with ``nltk.Tree.fromstring``)."""
         from treernn.parsing.trees import to_nltk
 
         return [to_nltk(structure, self.words, label) for structure in self.structures]
+
+    def drawings(self) -> list[str]:
+        """Each layer's tree drawn as text, every bracket labeled X, as ``python -m treernn trees
+        --draw`` prints it. nltk's own ``pretty_print`` of an `nltk_trees` tree draws a word that
+        follows a subtree before that subtree (nltk issue #2139); these drawings keep the order."""
+        from treernn.parsing.trees import drawing
+
+        return [drawing(structure, self.words) for structure in self.structures]
 
 
 @dataclass(frozen=True)

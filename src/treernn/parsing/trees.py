@@ -215,6 +215,27 @@ def to_bracketed(tree: Tree, words: Sequence[str]) -> str:
     return "".join(parts)
 
 
+#: every bracket's label in a drawing: nltk draws an unlabeled node as a stem that ends in
+#: nothing, so that the drawing would not show where a constituent begins
+DRAWN_LABEL = "X"
+
+
+def drawing(tree: Tree, words: Sequence[str], label: str = DRAWN_LABEL) -> str:
+    """The tree over ``words`` drawn as text by nltk's tree printer (``Tree.pretty_print``), every
+    bracket labeled ``label``, trailing spaces cut. Each word hangs from a stem of its own: nltk
+    draws a word that follows a subtree before that subtree (nltk issue #2139, open since 2018:
+    ``((the cat) sat)`` would read "sat the cat"), and places nodes, not words, in order."""
+    import io
+
+    from nltk import Tree as NltkTree
+
+    drawn = to_nltk(tree, [NltkTree("", [word]) for word in words], label)
+    out = io.StringIO()
+    drawn.pretty_print(stream=out)
+    # an unlabeled stem's label is a line of spaces
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines() if line.strip())
+
+
 def to_nltk(tree: Tree, words: Sequence[str], label: str = "") -> Any:
     """The tree as an ``nltk.Tree`` with ``words`` at its leaves and ``label`` on every bracket
     (default: none, an unlabeled tree); a one-word sentence is one bracket around the word.

@@ -210,8 +210,11 @@ def test_trees_command_draws(capsys):
         "      ___|___",
         "     |       X",
         "     |    ___|___",
+        "     |   |       |",
         "    the cat     sees",
     ]
+    (result,) = treernn.load(FIXTURE).trees(["the cat sees"], layer=2)
+    assert result.drawings() == ["\n".join(line[4:] for line in lines[2:])]
 
 
 # ----------------------------------------------------------------------------- BLiMP

@@ -1,5 +1,5 @@
-"""Tree utilities: the greedy top-down builder on hand-made distances, baseline shapes, spans and
-depth."""
+"""Tree utilities: the greedy top-down builder on hand-made distances, baseline shapes, spans,
+depth, and trees drawn as text."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from treernn.parsing.trees import (
     balanced,
+    drawing,
     greedy_tree,
     leaf_depths,
     leaves,
@@ -94,3 +95,25 @@ def test_bracketed_text_and_nested_helper():
     assert to_bracketed(((0, 1), (2, 3)), words) == "((the cat) (sat down))"
     assert tree_from_nested([["a", "b"], ["c", ["d"]]]) == ((0, 1), (2, 3))
     assert to_bracketed(0, ["alone"]) == "alone"
+
+
+def test_a_drawn_tree_keeps_its_words_in_order_where_a_word_follows_a_subtree():
+    # nltk's pretty_print of (X (X the (X cat (X sees the))) dog) draws "dog the cat sees the"
+    # (nltk issue #2139); the drawing hangs each word from a stem of its own
+    words = "the cat sees the dog".split()
+    assert drawing(((0, (1, (2, 3))), 4), words).splitlines() == [
+        "             X",
+        "          ___|____________",
+        "         X                |",
+        "  _______|___             |",
+        " |           X            |",
+        " |    _______|____        |",
+        " |   |            X       |",
+        " |   |        ____|___    |",
+        " |   |       |        |   |",
+        "the cat     sees     the dog",
+    ]
+    for tree in (((0, 1), 2), (0, (1, 2)), ((0, (1, 2)), (3, 4))):
+        shown = drawing(tree, words[: len(leaves(tree))]).splitlines()
+        assert shown[-1].split() == words[: len(leaves(tree))]
+    assert drawing(0, ["word"]).splitlines() == [" X", " |", " |", "word"]

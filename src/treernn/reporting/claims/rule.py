@@ -177,7 +177,7 @@ def _why_post_hoc(plan: Plan | None, index: int, sweep: Sweep, from_plan: bool) 
     if not from_plan:
         # a planned sweep under way beside the one read is said as such, not as never run
         begun = (sweep.path.parent / plan.sweep / "multirun.yaml").is_file()
-        state = "started, no job finished yet" if begun else "not run yet"
+        state = "started, not finished" if begun else "not run yet"
         return f"reads {sweep.path.name}, not the planned sweep {plan.sweep} ({state})"
     fixed = fixed_at(plan.path)
     if fixed is None:

@@ -840,13 +840,14 @@ def test_a_verdict_is_planned_only_from_jobs_that_started_after_the_plans_commit
     assert decided[8].outcomes[0].post_hoc == (
         "reads sst2-kept, not the planned sweep sst2 (not run yet)"
     )
-    # the planned sweep begun beside it, none of its jobs finished: said as started
+    # the planned sweep begun beside it, none of its jobs finished: said as started (the pages,
+    # which read complete sweeps only, say the same of one with some jobs finished)
     begun = tmp_path / "kept" / "sst2"
     begun.mkdir()
     (begun / "multirun.yaml").write_text("hydra: {}\n")
     decided = decide_claims(load_sweeps([kept]), plans=plans)
     assert decided[8].outcomes[0].post_hoc == (
-        "reads sst2-kept, not the planned sweep sst2 (started, no job finished yet)"
+        "reads sst2-kept, not the planned sweep sst2 (started, not finished)"
     )
 
 
