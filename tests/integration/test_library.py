@@ -155,6 +155,16 @@ def test_an_export_gives_the_checkpoints_numbers_in_a_new_process(tmp_path, monk
         assert str(tmp_path) not in (export / name).read_text(), name
     provenance = json.loads((export / "config.json").read_text())["provenance"]
     assert provenance["commit"] and f"at commit `{provenance['commit']}`" in card
+    # the run's seed (conf/config.yaml's 141) names the export in SyntaxGym's and LM-Zoo's
+    # outputs, <model>_<corpus>_<seed>, as it names the checkpoint
+    import treernn
+    from treernn.data.syntaxgym import model_label
+    from treernn.evaluation.lmzoo import model_name_parts
+
+    assert provenance["seed"] == 141
+    for source in (run_dir, export):
+        loaded = treernn.load(source, device="cpu")
+        assert model_label(*model_name_parts(loaded)) == "onlstm_ptb_141"
     if importlib.util.find_spec("huggingface_hub") is not None:
         from huggingface_hub import ModelCard
 

@@ -160,10 +160,14 @@ def model_spec(model: Any) -> dict[str, Any]:
 
 
 def model_name_parts(model: Any) -> tuple[Any, Any, Any]:
-    """A loaded model's name, corpus and seed (None where its files do not say)."""
+    """A loaded model's name, corpus and seed (None where its files do not say: an export
+    written before exports recorded the run's seed)."""
     seed = None
     if model.config is not None:
         seed = model.config.get("seed")
+    elif model.export_config is not None:
+        recorded = (model.export_config.get("provenance") or {}).get("seed")
+        seed = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else None
     return model.meta.get("model"), model.meta.get("dataset"), seed
 
 

@@ -236,7 +236,7 @@ def _from_checkpoint(
     for where, arguments in (("task", task_arguments), ("encoder", encoder)):
         _refuse_targets(arguments, f"the run's {where} arguments", "export")
     run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
-    provenance = _provenance(run_dir, checkpoint, commit)
+    provenance = _provenance(run_dir, checkpoint, commit, cfg.get("seed"))
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -403,7 +403,11 @@ def _refuse_targets(node: Any, what: str, source: str) -> None:
             stack.extend(item)
 
 
-def _provenance(run_dir: Path | None, checkpoint: Path, commit: str | None) -> dict[str, Any]:
+def _provenance(
+    run_dir: Path | None, checkpoint: Path, commit: str | None, seed: Any = None
+) -> dict[str, Any]:
+    """Where the checkpoint came from; ``seed``, the run's, names the model as SyntaxGym's and
+    LM-Zoo's outputs do (``<model>_<corpus>_<seed>``)."""
     from treernn.checkpoints import inspect_checkpoint
 
     info = inspect_checkpoint(checkpoint)
@@ -413,6 +417,7 @@ def _provenance(run_dir: Path | None, checkpoint: Path, commit: str | None) -> d
         "global_step": info.global_step,
         "command": None,
         "commit": commit,
+        "seed": seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
         "metrics": {},
     }
     if run_dir is not None:
