@@ -83,12 +83,30 @@ def load_data(path: str | Path, mmap: bool = False) -> Any:
 
 
 def _damaged(path: Path, error: BaseException) -> CheckpointError:
+    if _neither_zip_nor_pickle(path):
+        # a text file, a vocabulary, a config: torch's own words would speak of mmap and pickles
+        return CheckpointError(
+            f"{path} is not a torch checkpoint (torch.save writes a zip archive, and this file is "
+            "not one): give a checkpoint (.ckpt), a run directory or an exported model's directory"
+        )
     text = str(error).strip() or type(error).__name__
     first_line = text.splitlines()[0].split(". ")[0]
     return CheckpointError(
         f"checkpoint {path} cannot be read ({first_line}): it is truncated or not a torch "
         "checkpoint; use another checkpoint of the run (its checkpoints/*.ckpt)"
     )
+
+
+def _neither_zip_nor_pickle(path: Path) -> bool:
+    """Whether the file begins as no torch checkpoint does: a zip archive's ``PK`` (whole or
+    truncated) or, from torch before 1.6, a pickle's protocol byte."""
+    try:
+        with path.open("rb") as file:
+            start = file.read(2)
+    except OSError:
+        return False
+    # an empty file is a checkpoint cut short as well as anything else
+    return bool(start) and not (start.startswith(b"PK") or start.startswith(b"\x80"))
 
 
 @dataclass

@@ -179,6 +179,16 @@ def test_missing_path_is_one_line(tmp_path):
         treernn.load(tmp_path / "nothing", device="cpu")
     with pytest.raises(CheckpointError, match="holds no checkpoint"):
         treernn.load(tmp_path, device="cpu")
+    # what is not a path, and a file that is no checkpoint: said so, not in pathlib's or torch's
+    # words (torch's spoke of mmap and _use_new_zipfile_serialization)
+    for given in (123, None, ""):
+        with pytest.raises(CheckpointError, match=rf"^treernn.load\({given!r}\): give the path"):
+            treernn.load(given)
+    with pytest.raises(CheckpointError, match=r"vocab.txt is not a torch checkpoint \(torch.save"):
+        treernn.load(FIXTURE / "vocab.txt")
+    (tmp_path / "empty.ckpt").write_bytes(b"")  # a checkpoint cut short, not another file
+    with pytest.raises(CheckpointError, match="it is truncated or not a torch checkpoint"):
+        treernn.load(tmp_path / "empty.ckpt")
 
 
 def test_surprisals_command_writes_lm_zoos_table(model, tmp_path, capsys):
@@ -193,6 +203,21 @@ def test_surprisals_command_writes_lm_zoos_table(model, tmp_path, capsys):
     assert lines[1].startswith("1\t1\t")
     table = read_surprisal_table(out)
     assert table == [[(t.token, t.surprisal) for t in s] for s in model.surprisals(SENTENCES)]
+    # a blank line inside keeps its number: the ids are the lines', as lmzoo get-surprisals
+    # (which scores a blank line as its <eos> alone) numbers the same file
+    text.write_text(f"{SENTENCES[0]}\n\n{SENTENCES[1]}\n")
+    out.unlink()
+    assert (
+        main(["surprisals", "--ckpt", str(FIXTURE), "--input", str(text), "--out", str(out)]) == 0
+    )
+    ids = sorted({int(line.split("\t")[0]) for line in out.read_text().splitlines()[1:]})
+    assert ids == [1, 3]
+    capsys.readouterr()
+    assert main(["lmzoo", "get-surprisals", "--ckpt", str(FIXTURE), str(text)]) == 0
+    zoo = [line.split("\t") for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [row for row in zoo if row[0] != "2"] == [
+        line.split("\t") for line in out.read_text().splitlines()[1:]
+    ]
     assert main(["surprisals", "--ckpt", str(FIXTURE), "--input", str(tmp_path / "no")]) == 1
     assert "does not exist" in capsys.readouterr().err
 

@@ -5,7 +5,8 @@
     ... | python -m treernn surprisals --ckpt CKPT_OR_DIR --input -
 
 The input (a UTF-8 text file, or ``-``: standard input) has one sentence per line, lines ending
-at ``\\n`` only (a form feed or U+2028 inside a line is part of it); blank lines are skipped.
+at ``\\n`` only (a form feed or U+2028 inside a line is part of it); blank lines are skipped
+and keep their numbers (``sentence_id`` is the line's number, as in ``lmzoo get-surprisals``).
 Each is tokenised as the model's training data was (PTB: Treebank tokenisation, lower case,
 numbers and ``%`` as ``N``, punctuation dropped; `treernn.data.raw_text`; a line already in that
 form keeps its words; ``--tokenized``: the words between spaces, as they are) and read alone
@@ -56,7 +57,11 @@ def run(args: argparse.Namespace) -> int:
 
     out = None if args.out is None else new_result_file(args.out, "surprisals.tsv", args.force)
     text = read_input_text(args.input, "--input", standard_input=True)
-    sentences = [line for line in text_lines(text) if line.strip()]
+    # a blank line is left out and keeps its number: sentence_id is the line's, as in the
+    # table lmzoo get-surprisals writes for the same file (which scores it as its <eos> alone)
+    numbered = [(number, line) for number, line in enumerate(text_lines(text), 1) if line.strip()]
+    ids = [number for number, _ in numbered]
+    sentences = [line for _, line in numbered]
     if not sentences:
         raise DataError(f"--input {args.input} has no sentence")
     model = load(args.ckpt, args.device, kind="language_model", command="surprisals")
@@ -72,10 +77,10 @@ def run(args: argparse.Namespace) -> int:
         for sentence in results
     ]
     if out is None:
-        write_surprisal_table(rows, sys.stdout)
+        write_surprisal_table(rows, sys.stdout, ids)
         return 0
     table = io.StringIO()
-    write_surprisal_table(rows, table)
+    write_surprisal_table(rows, table, ids)
     write_result_text(out, table.getvalue())
     print(f"written: {out} ({sum(map(len, rows))} tokens)", file=sys.stderr)
     return 0

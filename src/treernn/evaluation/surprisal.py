@@ -118,11 +118,17 @@ def surprisal_rows(
     return [(token, bits(value)) for token, value in zip([*tokens, "<eos>"], log_probs)]
 
 
-def write_surprisal_table(rows: Sequence[Sequence[tuple[str, float]]], out: TextIO) -> None:
+def write_surprisal_table(
+    rows: Sequence[Sequence[tuple[str, float]]],
+    out: TextIO,
+    ids: Sequence[int] | None = None,
+) -> None:
     """LM-Zoo's table (module docstring) of ``rows[sentence] = [(token, surprisal), ...]``; the
-    surprisal is written as Python's shortest exact ``repr`` of the float."""
+    surprisal is written as Python's shortest exact ``repr`` of the float. ``ids``: each
+    sentence's ``sentence_id`` (default 1, 2, ...; an input's line numbers where lines were
+    left out)."""
     out.write("\t".join(SURPRISAL_HEADER) + "\n")
-    for sentence_id, sentence in enumerate(rows, start=1):
+    for sentence_id, sentence in zip(ids or range(1, len(rows) + 1), rows, strict=True):
         for token_id, (token, surprisal) in enumerate(sentence, start=1):
             out.write(f"{sentence_id}\t{token_id}\t{token}\t{surprisal!r}\n")
 

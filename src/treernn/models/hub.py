@@ -12,6 +12,8 @@ to install. ``treernn.models.model`` implements the mixin's two hooks with the e
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,10 @@ except ImportError:  # without it the methods exist and say how to get them
 
 class HubUnavailableError(UserError, ImportError):
     """``huggingface_hub`` is not installed (the user's set-up: one line, no traceback)."""
+
+
+class HubDownloadError(UserError, OSError):
+    """A Hub repository that could not be downloaded (not found, offline, no network)."""
 
 
 def unavailable(method: str) -> HubUnavailableError:
@@ -68,4 +74,25 @@ def download(model_id: str, files: list[str], **options: Any) -> Path:
     ``revision``, ``cache_dir``, ``force_download``, ``local_files_only``, ``token``."""
     from huggingface_hub import snapshot_download
 
-    return Path(snapshot_download(repo_id=model_id, allow_patterns=files, **options))
+    with from_the_hub(model_id):
+        return Path(snapshot_download(repo_id=model_id, allow_patterns=files, **options))
+
+
+@contextmanager
+def from_the_hub(model_id: str) -> Iterator[None]:
+    """Reading Hub repository ``model_id``: what the Hub refuses (not found, offline, no network,
+    a malformed id), in one line. A mistyped local folder, ``models/my-lm``, reads as an
+    ``owner/name`` id, so the line names both places it was looked for."""
+    from huggingface_hub.utils import HFValidationError
+
+    try:
+        yield
+    except UserError:
+        raise
+    except (OSError, HFValidationError) as error:
+        reason = (str(error).strip() or type(error).__name__).splitlines()[0]
+        raise HubDownloadError(
+            f"{model_id}: no such directory here, and the Hugging Face Hub did not give a "
+            f"repository of that name ({type(error).__name__}: {reason}). Check the path of a "
+            "saved model's directory, or the Hub's owner/name"
+        ) from None

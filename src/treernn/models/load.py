@@ -22,6 +22,7 @@ This module finds the model class through the kinds table and imports none: the 
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -57,6 +58,11 @@ def load(
     run's stored config (its data), so an export, which keeps none, is refused. Loading reads the
     model's files and never writes into its folder.
     """
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise CheckpointError(
+            f"{command}({path!r}): give the path of a checkpoint, a run directory or an "
+            "exported model, as a string or a pathlib.Path"
+        )
     return read(Path(path), device, kind, command, hint, needs_config=needs_config)
 
 

@@ -40,17 +40,27 @@ from typing import Any
 
 from treernn.errors import CheckpointError, ConfigValueError, UserError
 from treernn.models import export
-from treernn.models.hub import HubMixin, require
+from treernn.models.hub import HubMixin, from_the_hub, require
 from treernn.models.kinds import KINDS, Kind, kind_of_model
 
 
 def _own_kernels(method: Callable) -> Callable:
     """A method that computes with the model: first the model's own kernel context
     (`treernn.kernels.context.use`), so that a model loaded earlier in a process computes with
-    the kernel choices it was loaded with, whatever model was loaded since."""
+    the kernel choices it was loaded with, whatever model was loaded since; and the sizes it
+    takes (``batch_size``, ``bptt``) checked first (a batch of 0 read no sentence at all)."""
+    import inspect
+
+    signature = inspect.signature(method)
+    sizes = [name for name in _SIZES if name in signature.parameters]
 
     @functools.wraps(method)
     def computed(self: Model, *args: Any, **kwargs: Any) -> Any:
+        if sizes:
+            given = signature.bind_partial(self, *args, **kwargs).arguments
+            for name in sizes:
+                if name in given:
+                    _check_size(name, given[name])
         if self.kernel_context is not None:
             from treernn import kernels
 
@@ -58,6 +68,17 @@ def _own_kernels(method: Callable) -> Callable:
         return method(self, *args, **kwargs)
 
     return computed
+
+
+#: the sizes a model's methods take: sentences a batch, words a stretch of backpropagation
+_SIZES = {"batch_size": "sentences", "bptt": "words"}
+
+
+def _check_size(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigValueError(
+            f"{name}={value!r}: give a whole number of {_SIZES[name]}, 1 or more"
+        )
 
 
 class UnsupportedMethodError(UserError, AttributeError):
@@ -272,7 +293,10 @@ class Model(HubMixin):
                 f"{name} is not a directory: from_pretrained reads an exported model's directory "
                 "or a Hub repository id (owner/name); treernn.load reads checkpoints and runs"
             )
-        return super().from_pretrained(pretrained_model_name_or_path, **options)
+        if where.is_dir():
+            return super().from_pretrained(pretrained_model_name_or_path, **options)
+        with from_the_hub(name):
+            return super().from_pretrained(pretrained_model_name_or_path, **options)
 
     @classmethod
     def _from_pretrained(
@@ -370,7 +394,7 @@ class Model(HubMixin):
         a list of words is taken as it is."""
         if isinstance(sentence, str):
             return sentence.split()
-        return list(sentence)
+        return _given_words(sentence)
 
     def _tree_signal_kind(self) -> str | None:
         return self.encoder.tree_signal_kind
@@ -399,6 +423,20 @@ def _numbered_words(
     ]
     for number, (sentence, sentence_words) in enumerate(zip(sentences, words), start=1):
         _check_words(model, f"sentence {number}", sentence, sentence_words, allow_empty)
+    return words
+
+
+def _given_words(sentence: Any) -> list[str]:
+    """A sentence given as its words: any sequence of strings (a list, a tuple, ...)."""
+    try:
+        words = list(sentence)
+    except TypeError:
+        words = None
+    if words is None or not all(isinstance(word, str) for word in words):
+        raise ConfigValueError(
+            f"{sentence!r} is not a sentence: give each sentence as a string, or as a list of "
+            "its words (strings)"
+        )
     return words
 
 
@@ -497,7 +535,7 @@ class LanguageModel(Model):
 
         if isinstance(sentence, str):
             return sentence.split() if tokenized else ptb_words(sentence, self.vocab)
-        return list(sentence)
+        return _given_words(sentence)
 
     def _tokens(self, sentence: str | Sequence[str], tokenized: bool = False) -> list[Any]:
         """`words` with where each came from: ``(word, start, end)``, ``text[start:end]`` the
@@ -505,7 +543,7 @@ class LanguageModel(Model):
         from treernn.data.raw_text import ptb_tokens, whitespace_tokens
 
         if not isinstance(sentence, str):
-            return [(word, None, None) for word in sentence]
+            return [(word, None, None) for word in _given_words(sentence)]
         found = whitespace_tokens(sentence) if tokenized else ptb_tokens(sentence, self.vocab)
         return [tuple(token) for token in found]
 
@@ -916,7 +954,8 @@ class LanguageModel(Model):
                     tokens = self._tokens(text, tokenized=tokenized)
                     words = [word for word, _, _ in tokens]
                     label = f"{'continuation' if conditional else 'sentence'} {number}"
-                    _check_words(self, label, _shown(prefix), context, allow_empty=True)
+                    prefix_label = f"prefix {number}" if conditional else label
+                    _check_words(self, prefix_label, _shown(prefix), context, allow_empty=True)
                     _check_words(self, label, text, words, allow_empty=True)
                     read.append((item, context, tokens))
                 values = word_log_probs(

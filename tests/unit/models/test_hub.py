@@ -28,6 +28,7 @@ from tests.paths import FIXTURES
 from treernn.api import Classifier, LanguageModel, Model
 from treernn.errors import CheckpointError, OutputError
 from treernn.models import export as sharing
+from treernn.models.hub import HubDownloadError
 
 FIXTURE = FIXTURES / "exported_onlstm_lm"
 SENTENCES = json.loads((FIXTURE.parent / "exported_onlstm_lm_expected.json").read_text())[
@@ -138,6 +139,14 @@ def test_a_hub_repository_in_the_cache_loads_offline(model, tmp_path):
     )
     assert loaded.source == repo / "snapshots" / ("0" * 40)
     assert answers(loaded) == answers(model)
+    # a repository the cache lacks, or a mistyped relative folder, which reads as an owner/name
+    # id: one line naming both places looked in, not huggingface_hub's paragraph
+    for missing in ("owner/other-lm", "models/onlstm-ptbx", "a/b/c"):
+        with pytest.raises(HubDownloadError) as raised:
+            Model.from_pretrained(missing, cache_dir=tmp_path, local_files_only=True)
+        message = str(raised.value)
+        assert message.startswith(f"{missing}: no such directory here, and the Hugging Face Hub ")
+        assert "\n" not in message
 
 
 @needs_hub

@@ -132,13 +132,14 @@ def test_the_provenance_holds_the_runs_commit_and_no_local_path(tmp_path):
         run_dir,
         [{"host": "a", "commit": "0123456789ab"}, {"host": "b", "commit": "ba9876543210+changes"}],
     )
-    provenance = sharing._provenance(run_dir, checkpoint, None)
+    provenance = sharing._provenance(run_dir, checkpoint, None, 7)
     assert provenance == {
         "checkpoint": "epoch002.ckpt",
         "epoch": 2,
         "global_step": 30,
         "command": "python train.py model=onlstm",
         "commit": "ba9876543210+changes",  # the last attempt's
+        "seed": 7,
         "metrics": {"test/ppl": 91.5},
         "left_out": ["hydra.run.dir"],
     }

@@ -143,6 +143,24 @@ def test_conditional_score_is_the_continuation_given_the_prefix(model):
         model.conditional_score(["the", "a"], ["cat"])
     with pytest.raises(ConfigValueError, match=r"continuation 2 \('\.'\) has no token to score"):
         model.conditional_score(["the", "the"], ["cat", "."])
+    # an unknown word is named where it is, in the prefix
+    with pytest.raises(ConfigValueError, match=r"^prefix 1 \('the zebra'\): 'zebra' not in"):
+        model.conditional_score(["the zebra"], ["sees"])
+
+
+def test_what_is_not_a_sentence_or_a_size_is_one_line(model):
+    for sentences, shown in (([1, 2], "1"), ([None], "None"), ([["the", 3]], r"\['the', 3\]")):
+        for method in (model.log_probs, model.sequence_score, model.token_score):
+            with pytest.raises(ConfigValueError, match=rf"^{shown} is not a sentence: give each"):
+                method(sentences)
+    # a batch of 0 read no sentence: token_score returned [] and log_probs failed in range()
+    for size in (0, -1, "8", 2.0, True):
+        for method in (model.log_probs, model.token_score, model.surprisals):
+            with pytest.raises(ConfigValueError, match=rf"^batch_size={size!r}: give a whole"):
+                method(SENTENCES, batch_size=size)
+    with pytest.raises(ConfigValueError, match=r"^bptt=0: give a whole number of words"):
+        model.perplexity("the cat sees a dog", bptt=0)
+    assert model.log_probs([("the", "cat")], batch_size=1) == model.log_probs(["the cat"])
 
 
 # ----------------------------------------------------------------------------- DataFrames
