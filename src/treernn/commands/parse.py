@@ -64,8 +64,8 @@ from treernn.parsing.treefile import FORMATS, WRITE_FORMATS, read_trees, write_t
 
 OUTPUTS = ("text", "markdown", "json")
 PAPER = (
-    "Paper (full WSJ10 / WSJ test, corpus F1): ON-LSTM 2nd layer 65.1 (1.7) max 66.8 / 47.7 (1.5) "
-    "max 49.4; random 31.7 / 18.4, balanced 43.4 / 24.5, left 19.6 / 9.0, right 56.6 / 39.8."
+    "Paper (full WSJ10 / WSJ test, sentence F1): ON-LSTM 2nd layer 65.1 (1.7) max 66.8 / 47.7 "
+    "(1.5) max 49.4; random 31.7 / 18.4, balanced 43.4 / 24.5, left 19.6 / 9.0, right 56.6 / 39.8."
 )
 
 

@@ -47,11 +47,13 @@ class Run:
     config: dict[str, Any]
     overrides: dict[str, str]
     values: dict[str, float]
-    #: trivial-tree F1 (%) by row label (from tree_f1_*.json / parse_eval.json)
+    #: trivial-tree corpus F1 (%) by row label (from tree_f1_*.json / parse_eval.json)
     baselines: dict[str, float] = field(default_factory=dict)
     #: the CPU model of each attempt and the commit it ran (``<cpu> at <commit>``), as its
     #: status.json records them
     machines: tuple[str, ...] = ()
+    #: trivial-tree sentence-averaged F1 (%) by row label, from the same files
+    sentence_baselines: dict[str, float] = field(default_factory=dict)
 
     @property
     def seed(self) -> Any:
@@ -164,22 +166,24 @@ def metric_columns(metrics: Mapping[str, float]) -> dict[str, float]:
     return values
 
 
-def _baselines(run_dir: Path) -> dict[str, float]:
-    """Trivial-tree corpus F1 (%) from ``report tree-f1`` / ``parse`` files in the run."""
+def _baselines(run_dir: Path, score: str = "corpus_f1") -> dict[str, float]:
+    """Trivial-tree F1 (%) from ``report tree-f1`` / ``parse`` files in the run: ``score``
+    ``corpus_f1`` or ``sentence_f1``."""
     found: dict[str, float] = {}
     for path in sorted([*run_dir.glob("tree_f1_*.json"), *run_dir.glob("tree_f1.json")]):
         data = read_json_object(path)
         for name, scores in (data.get("baselines") or {}).items():
-            if name in BASELINE_ROWS and "corpus_f1" in scores:
-                found[BASELINE_ROWS[name]] = 100 * scores["corpus_f1"]
+            if name in BASELINE_ROWS and score in scores:
+                found[BASELINE_ROWS[name]] = 100 * scores[score]
     path = run_dir / "parse_eval.json"
     if path.is_file():
         tables = read_json_object(path).get("tables") or []
         # the gold set of the paper's column (WSJ test, or the whole nltk sample), else the last
         tables = [t for t in tables if t.get("gold", {}).get("name") in TEST_GOLD] or tables[-1:]
         for row in tables[0]["rows"] if tables else []:
-            if row.get("kind") == "baseline" and row.get("name") in BASELINE_ROWS:
-                found[BASELINE_ROWS[row["name"]]] = 100 * row["corpus_f1"]["mean"]
+            named = row.get("name") in BASELINE_ROWS
+            if row.get("kind") == "baseline" and named and score in row:
+                found[BASELINE_ROWS[row["name"]]] = 100 * row[score]["mean"]
     return found
 
 
@@ -222,7 +226,14 @@ def load_run(run_dir: Path) -> Run | str:
         for entry in record.get("machines", [])
     )
     run = Run(
-        run_dir, task, config, _parse_overrides(lines or []), values, _baselines(run_dir), machines
+        run_dir,
+        task,
+        config,
+        _parse_overrides(lines or []),
+        values,
+        _baselines(run_dir),
+        machines,
+        _baselines(run_dir, "sentence_f1"),
     )
     if run.split in SYSGEN_SPLITS:  # only the partition's accuracy compares across models
         run.values = {k: v for k, v in values.items() if k.startswith("sysgen_")}

@@ -55,6 +55,9 @@ from treernn.reporting.syneval_table import has_syneval, syneval_markdown
 
 #: the keys of --paper; "auto" picks from the runs' task, "none" leaves the papers out
 PAPER_CHOICES = ("auto", *PAPERS, "none")
+#: a trivial tree's F1 in a paper's rows, the same under every layer's column: corpus F1
+#: (``parse_f1/layer<k>``) and sentence-averaged F1 (``parse_f1_sentence/layer<k>``)
+TRIVIAL_F1 = ("parse_f1", "parse_f1_sentence")
 
 
 @dataclass(frozen=True)
@@ -236,25 +239,33 @@ def build_table(runs: Sequence[Run], paper: str = "auto", skipped=()) -> Table:
         sections.append(hu_section)
     # Marvin & Linzen: the short/long-range means here, every construction in a table of its own
     column_keys = {k for row in rows for k in row.cells if _main_column(k)}
-    column_keys |= {k for _, cells in paper_rows for k in cells if k != "parse_f1"}
-    f1_columns = sorted(k for k in column_keys if k.startswith("parse_f1/"))
+    column_keys |= {k for _, cells in paper_rows for k in cells if k not in TRIVIAL_F1}
+    # a trivial tree's F1 is the same under every layer: each score's layer columns
+    layer_columns = {
+        score: sorted(k for k in column_keys if k.startswith(f"{score}/")) for score in TRIVIAL_F1
+    }
 
-    # the trivial trees' F1 rows, under the F1 columns (none: e.g. the systematic-generalisation
-    # table, whose only columns are the partitions' accuracies)
-    baselines: dict[str, list[float]] = {}
-    for run in runs if f1_columns else ():
-        for name, value in run.baselines.items():
-            baselines.setdefault(name, []).append(value)
-    for name, values in baselines.items():
-        cell = Cell.of(values)
-        rows.append(Row(name, "baseline", dict.fromkeys(f1_columns, cell), cell.n or 0))
+    # the trivial trees' F1 rows, corpus and sentence F1 each under its layers' columns (none:
+    # e.g. the systematic-generalisation table, whose only columns are the partitions' accuracies)
+    baselines: dict[str, dict[str, list[float]]] = {}
+    for score, found in (("parse_f1", "baselines"), ("parse_f1_sentence", "sentence_baselines")):
+        for run in runs if layer_columns[score] else ():
+            for name, value in getattr(run, found).items():
+                baselines.setdefault(name, {}).setdefault(score, []).append(value)
+    for name, by_score in baselines.items():
+        cells = {
+            column: Cell.of(values)
+            for score, values in by_score.items()
+            for column in layer_columns[score]
+        }
+        rows.append(Row(name, "baseline", cells, max(len(v) for v in by_score.values())))
 
     merged: dict[str, dict[str, Cell]] = {}
     for model, cells in paper_rows:
         row = merged.setdefault(f"{model} (paper)", {})
         for key, reported in cells.items():
             cell = Cell(reported.mean, reported.std, reported.max, None)
-            for column in f1_columns if key == "parse_f1" else [key]:
+            for column in layer_columns[key] if key in TRIVIAL_F1 else [key]:
                 row[column] = cell
     rows += [Row(label, "paper", cells) for label, cells in merged.items()]
     columns = [_column(k) for k in sorted(column_keys, key=_column_order)]

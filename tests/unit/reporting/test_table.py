@@ -199,7 +199,8 @@ def test_perplexity_and_parsing_rows_of_on_lstm(tmp_path):
                             {
                                 "name": "right_branching",
                                 "kind": "baseline",
-                                "corpus_f1": {"mean": 0.398},
+                                "corpus_f1": {"mean": 0.394},
+                                "sentence_f1": {"mean": 0.399},
                             },
                             {"name": "layer2", "kind": "system", "corpus_f1": {"mean": 0.4}},
                         ],
@@ -214,11 +215,18 @@ def test_perplexity_and_parsing_rows_of_on_lstm(tmp_path):
     assert onlstm.cells["ppl"].mean == 61.0 and onlstm.cells["val_ppl"].max == 64.0
     assert onlstm.cells["parse_f1/layer2"].mean == 41.5  # PTB: the validation parse F1
     assert row(table, "ON-LSTM (paper)").cells["ppl"].mean == 56.17
-    # trivial trees: a row with the same number under every layer
+    # trivial trees: a row with the same number under every layer, corpus and sentence F1 each
+    # under its own columns
     right = row(table, "right-branching")
     assert right.kind == "baseline"
-    assert right.cells["parse_f1/layer1"].mean == pytest.approx(39.8)
-    assert row(table, "right-branching (paper)").cells["parse_f1/layer3"].mean == 39.8
+    assert right.cells["parse_f1/layer2"].mean == pytest.approx(39.4)
+    assert right.cells["parse_f1_sentence/layer3"].mean == pytest.approx(39.9)
+    # the paper's Table 2 is sentence-averaged F1 (the authors' script): its rows sit under the
+    # sentence F1 columns, and leave the corpus F1 columns empty
+    paper = row(table, "right-branching (paper)")
+    assert paper.cells["parse_f1_sentence/layer3"].mean == 39.8
+    assert not any(key.startswith("parse_f1/") for key in paper.cells)
+    assert row(table, "ON-LSTM (paper)").cells["parse_f1_sentence/layer2"].mean == 47.7
     assert "| test ppl |" in to_markdown(table)
 
 
