@@ -2,15 +2,18 @@
 
 Two F1 scores, both over the filtered words (ON-LSTM paper, Table 2; see REFERENCE.md):
 
-- **corpus F1** (`corpus_f1`, what the paper reports): EVALB's unlabeled bracket scoring
-  summed over the corpus. Every internal node is a bracket, the whole-sentence bracket included;
-  single words are not. Brackets match as a multiset per sentence; precision = matched / predicted,
-  recall = matched / gold, F1 = 2PR / (P + R), all over corpus totals.
-- **sentence-averaged F1** (`sentence_f1`, printed by the authors'
-  ``test_phrase_grammar.py``): per sentence over the set of spans without the whole-sentence span,
-  averaged over sentences. Edge cases as the authors' script: a sentence whose gold tree has no
-  span below the root (one or two words, or a flat gold tree) scores 1.0 only if the predicted tree
-  has none either, and 0.0 otherwise (a flat gold tree of 3+ words against any binary tree).
+- **corpus F1** (`corpus_f1`): EVALB's unlabeled bracket scoring summed over the corpus. Every
+  internal node is a bracket, the whole-sentence bracket included; single words are not.
+  Brackets match as a multiset per sentence (the trees read from the WSJ and from tree files are
+  span sets: a unary chain, ``(S (VP ...))``, is one bracket, as unsupervised-parsing evaluation
+  counts it; EVALB itself would count two); precision = matched / predicted, recall = matched /
+  gold, F1 = 2PR / (P + R), all over corpus totals.
+- **sentence-averaged F1** (`sentence_f1`, what the paper reports: the authors'
+  ``test_phrase_grammar.py`` returns it and computes no other): per sentence over the set of
+  spans without the whole-sentence span, averaged over sentences. Edge cases as the authors'
+  script: a sentence whose gold tree has no span below the root (one or two words, or a flat
+  gold tree) scores 1.0 only if the predicted tree has none either, and 0.0 otherwise (a flat
+  gold tree of 3+ words against any binary tree).
   ``include_whole_sentence=True`` counts the whole-sentence span too (a common variant).
 
 Gold ``((a b) (c d))`` against predicted ``(a (b (c d)))``: corpus F1 = 2/3 (66.67), sentence

@@ -15,10 +15,11 @@ Protocol (ON-LSTM Table 2; details in REFERENCE.md), see `Protocol` for the opti
   and quotes dropped), lower-case it, replace digit runs by ``N``. ``punctuation="keep"`` keeps
   everything but traces.
 - corpus F1: EVALB's unlabeled bracket F1 summed over the corpus (the whole-sentence bracket counts,
-  single words do not). This is the number the paper reports.
+  single words do not; a unary chain is one bracket).
 - sentence F1: the authors' per-sentence F1 averaged over sentences, on span sets without the
   whole-sentence span (``sentence_f1_whole_span=True`` keeps it); a gold tree without any span
-  scores 1 only if the prediction has none either.
+  scores 1 only if the prediction has none either. This is the number the paper reports (the
+  authors' script computes no other; `treernn.reporting.paper` gives the evidence).
 - per-label recall: the fraction of gold constituents of a label (two or more words) that are
   predicted brackets. depth: the mean number of brackets above a word, averaged over sentences.
 - Baselines: left- and right-branching, random (mean, std and max over seeds 0-4) and balanced in

@@ -311,7 +311,10 @@ def load_split(
         )
     if treebank == "wsj":
         if wsj_dir is None:
-            raise TreebankError("treebank 'wsj' needs wsj_dir, the directory of the full WSJ trees")
+            raise TreebankError(
+                "treebank 'wsj' needs the directory of the full WSJ trees (LDC's Penn Treebank "
+                "3, its .mrg files): set TREERNN_WSJ_DIR, or give parse --wsj-dir"
+            )
         directory = Path(wsj_dir)
     else:
         if data_dir is None:
