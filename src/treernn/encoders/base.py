@@ -98,8 +98,11 @@ class Encoder(nn.Module):
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, state: Any = None
-    ) -> EncoderOutput:  # pragma: no cover - interface
-        raise NotImplementedError
+    ) -> EncoderOutput:
+        raise NotImplementedError(
+            f"{type(self).__name__} defines no forward(x, mask=None, state=None) returning an "
+            "EncoderOutput, which every encoder must (docs/how-to/new-model.md)"
+        )
 
     def set_eval_stage(self, stage: EvalStage) -> None:
         """Which kind of evaluation the next eval-mode passes are: ``"validation"`` while the
