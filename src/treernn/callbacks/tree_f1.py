@@ -7,7 +7,8 @@ trees from `treernn.parsing.induce.trees_from_signal` and is scored with EVALB's
 unlabeled bracket F1 and the authors' sentence-averaged F1 (`treernn.parsing.metrics`), summed
 across processes by `treernn.metrics.BracketF1`. Keys: ``{stage}/parse_f1/layer{k}``
 (corpus) and ``{stage}/parse_f1_sentence/layer{k}`` (k from 1). An encoder without a tree signal
-(LSTM, Transformer, a model given the gold trees) is skipped with one warning.
+(LSTM, Transformer, a model given the gold trees) is skipped with one warning; one that declares a
+``tree_signal_kind`` and returns no signal stops the run.
 
 Where the gold trees come from (``gold``):
 
@@ -161,6 +162,20 @@ class TreeF1Callback(Callback):
         rank_zero_warn(f"TreeF1Callback is skipped ({self.gold} gold trees): {reason}.")
         self._disabled = True
 
+    def _no_signal(self, pl_module: pl.LightningModule, reason: str) -> None:
+        """Skip where the encoder has no tree signal; one that declares a kind
+        (``tree_signal_kind``) and returned none is a bug in it, which stops the run: its trees
+        were asked for, and a warning would let it finish without them."""
+        encoder = getattr(pl_module, "encoder", None)
+        declared = getattr(encoder, "tree_signal_kind", None)
+        if declared is not None:
+            raise RuntimeError(
+                f"{type(encoder).__name__} declares tree_signal_kind={declared!r} but its forward "
+                "returned no tree_signal: return one in its EncoderOutput, or declare "
+                "tree_signal_kind = None"
+            )
+        self._skip(reason)
+
     def _log_scores(self, stage: str, pl_module: pl.LightningModule) -> None:
         scores = {
             f"layer{layer}": bracket_scores(metric)
@@ -206,9 +221,10 @@ class TreeF1Callback(Callback):
             )
         signal = outputs.output.tree_signal
         if signal is None:
-            self._skip(
+            self._no_signal(
+                pl_module,
                 f"{type(pl_module.encoder).__name__} induces no trees (no tree signal: neither "
-                "syntactic distances nor Ordered Memory attention)"
+                "syntactic distances nor Ordered Memory attention)",
             )
             return
         if not self._metrics:  # one tree per layer of the signal
@@ -285,7 +301,7 @@ class TreeF1Callback(Callback):
             try:
                 trees, unknown = model_trees(pl_module, gold, self.batch_size)
             except NoDistancesError as error:
-                self._skip(str(error))
+                self._no_signal(pl_module, str(error))
                 return
             board = score_layers([trees], gold, model_name([pl_module]), "the tested weights")
             print("\n" + to_text(board), flush=True)
@@ -363,7 +379,7 @@ class TreeF1Callback(Callback):
                 [vocab.encode(sentence.words) for sentence in shard], self.batch_size
             )
         except NoDistancesError as error:
-            self._skip(str(error))
+            self._no_signal(pl_module, str(error))
             return
         trees = trees_from_sentence_signals(signals)  # [layer][sentence]
         # a process with no sentence must still join every layer's reduction

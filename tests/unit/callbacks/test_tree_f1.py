@@ -140,6 +140,12 @@ def test_every_n_epochs_and_skipping_without_distances():
         callback.on_validation_epoch_end(fake_trainer(epoch=1), module)
     assert module.logged == {}
 
+    # an encoder that declares a tree signal and returns none is a bug in it: the run stops,
+    # where a warning let it finish with exit status 0 and no parse F1
+    module.encoder.tree_signal_kind = "distances"
+    with pytest.raises(RuntimeError, match="LSTMEncoder declares tree_signal_kind='distances' but"):
+        callback_with(gold_sentences()).on_validation_epoch_end(fake_trainer(), module)
+
 
 def _free_port() -> int:
     with socket.socket() as sock:

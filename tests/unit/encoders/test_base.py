@@ -15,6 +15,6 @@ class Forwardless(Encoder):
 
 
 def test_an_encoder_without_forward_says_what_it_must_define():
-    # nn.Module's own call would end in a bare NotImplementedError
+    # the base class ended it in a bare NotImplementedError
     with pytest.raises(NotImplementedError, match=r"^Forwardless defines no forward\(x, mask="):
         Forwardless()(torch.zeros(1, 2, 4))
