@@ -85,6 +85,8 @@ PAPER_RESULTS: dict[str, dict[str, dict[str, Reported]]] = {
         "Ordered Memory": {"acc": Reported(52.2)},
         "Tree-LSTM": {"acc": Reported(51.0)},
     },
+    # (Ordered Memory's parse F1s above are EVALB's corpus F1: its listops.py scores the trees
+    # with EVALB.)
     # ON-LSTM (Shen et al., 2019), Table 2: unlabeled F1 (%) on the WSJ test set (section 23),
     # mean (std) and max over 5 seeds, per layer of the 3-layer PTB model, and the trivial trees.
     # (WSJ10: layers 35.2 (4.1) / 65.1 (1.7) / 54.0 (3.9); random 31.7, balanced 43.4, left

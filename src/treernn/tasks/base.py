@@ -54,7 +54,18 @@ def build_encoder(factory: EncoderFactory, **sizes: Any) -> Encoder:
     the key, before any of the constructor runs."""
     if isinstance(factory, functools.partial) and inspect.isclass(factory.func):
         check_encoder_keywords(factory.func, {**factory.keywords, **sizes})
-    return factory(**sizes)
+    encoder = factory(**sizes)
+    # a plug-in's slip, said here rather than as an AttributeError deep in the task
+    name = type(encoder).__name__
+    if not isinstance(encoder, Encoder):
+        raise TypeError(
+            f"{name} is not a treernn.encoders.base.Encoder: subclass it "
+            "(docs/how-to/new-model.md)"
+        )
+    for size in ("input_size", "output_size"):
+        if not isinstance(getattr(encoder, size, None), int):
+            raise TypeError(f"{name} sets no {size} (an int) in its constructor, as encoders must")
+    return encoder
 
 
 def check_encoder_keywords(encoder_class: type, keywords: dict[str, Any]) -> None:

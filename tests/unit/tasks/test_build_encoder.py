@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import partial
 
 import pytest
+import torch
 
 from tests.fixtures.example_model.gru import GRUEncoder
 from treernn.encoders.lstm import LSTMEncoder
@@ -39,3 +40,23 @@ def test_the_task_reports_it_when_it_builds_the_encoder():
         ClassificationTask(
             partial(LSTMEncoder, hidden_size=4, chunk_size=2), vocab_size=9, num_classes=2
         )
+
+
+class NoOutputSize(LSTMEncoder):
+    def __init__(self, **sizes) -> None:
+        super().__init__(**sizes)
+        del self.output_size
+
+
+class NotAnEncoder(torch.nn.Module):
+    def __init__(self, input_size: int) -> None:
+        super().__init__()
+        self.input_size = self.output_size = input_size
+
+
+def test_an_encoder_that_breaks_the_contract_is_named_with_what_it_lacks():
+    # each was an AttributeError from inside the task ("'NoOutputSize' object has no attribute")
+    with pytest.raises(TypeError, match=r"^NoOutputSize sets no output_size \(an int\)"):
+        build_encoder(partial(NoOutputSize, hidden_size=6), input_size=4)
+    with pytest.raises(TypeError, match=r"^NotAnEncoder is not a treernn.encoders.base.Encoder"):
+        build_encoder(NotAnEncoder, input_size=4)
