@@ -96,9 +96,7 @@ class Encoder(nn.Module):
     input_view: InputView = "tokens"
     tree_signal_kind: TreeSignalKind | None = None
 
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, state: Any = None
-    ) -> EncoderOutput:
+    def forward(self, x: Tensor, mask: Tensor | None = None, state: Any = None) -> EncoderOutput:
         raise NotImplementedError(
             f"{type(self).__name__} defines no forward(x, mask=None, state=None) returning an "
             "EncoderOutput, which every encoder must (docs/how-to/new-model.md)"

@@ -146,7 +146,7 @@ class SentenceTrees:
     def drawings(self) -> list[str]:
         """Each layer's tree drawn as text, every bracket labeled X, as ``python -m treernn trees
         --draw`` prints it. nltk's own ``pretty_print`` of an `nltk_trees` tree draws a word that
-        follows a subtree before that subtree (nltk issue #2139); these drawings keep the order."""
+        follows a subtree before that subtree (a bug of nltk's printer); these keep the order."""
         from treernn.parsing.trees import drawing
 
         return [drawing(structure, self.words) for structure in self.structures]

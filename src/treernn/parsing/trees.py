@@ -223,7 +223,7 @@ DRAWN_LABEL = "X"
 def drawing(tree: Tree, words: Sequence[str], label: str = DRAWN_LABEL) -> str:
     """The tree over ``words`` drawn as text by nltk's tree printer (``Tree.pretty_print``), every
     bracket labeled ``label``, trailing spaces cut. Each word hangs from a stem of its own: nltk
-    draws a word that follows a subtree before that subtree (nltk issue #2139, open since 2018:
+    draws a word that follows a subtree before that subtree (a bug of nltk's printer since 2018:
     ``((the cat) sat)`` would read "sat the cat"), and places nodes, not words, in order."""
     import io
 

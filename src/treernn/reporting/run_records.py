@@ -166,25 +166,33 @@ def metric_columns(metrics: Mapping[str, float]) -> dict[str, float]:
     return values
 
 
-def _baselines(run_dir: Path, score: str = "corpus_f1") -> dict[str, float]:
-    """Trivial-tree F1 (%) from ``report tree-f1`` / ``parse`` files in the run: ``score``
-    ``corpus_f1`` or ``sentence_f1``."""
-    found: dict[str, float] = {}
+def _baselines(run_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """Trivial-tree corpus F1 and sentence-averaged F1 (%) by row label, from the ``report
+    tree-f1`` / ``parse`` files in the run (each read once)."""
+    corpus: dict[str, float] = {}
+    sentence: dict[str, float] = {}
+    found = {"corpus_f1": corpus, "sentence_f1": sentence}
+
+    def keep(name: Any, scores: dict[str, Any], mean: bool) -> None:
+        if name not in BASELINE_ROWS:
+            return
+        for score, kept in found.items():
+            if score in scores:
+                value = scores[score]["mean"] if mean else scores[score]
+                kept[BASELINE_ROWS[name]] = 100 * value
+
     for path in sorted([*run_dir.glob("tree_f1_*.json"), *run_dir.glob("tree_f1.json")]):
-        data = read_json_object(path)
-        for name, scores in (data.get("baselines") or {}).items():
-            if name in BASELINE_ROWS and score in scores:
-                found[BASELINE_ROWS[name]] = 100 * scores[score]
+        for name, scores in (read_json_object(path).get("baselines") or {}).items():
+            keep(name, scores, mean=False)
     path = run_dir / "parse_eval.json"
     if path.is_file():
         tables = read_json_object(path).get("tables") or []
         # the gold set of the paper's column (WSJ test, or the whole nltk sample), else the last
         tables = [t for t in tables if t.get("gold", {}).get("name") in TEST_GOLD] or tables[-1:]
         for row in tables[0]["rows"] if tables else []:
-            named = row.get("name") in BASELINE_ROWS
-            if row.get("kind") == "baseline" and named and score in row:
-                found[BASELINE_ROWS[row["name"]]] = 100 * row[score]["mean"]
-    return found
+            if row.get("kind") == "baseline":
+                keep(row.get("name"), row, mean=True)
+    return corpus, sentence
 
 
 def load_run(run_dir: Path) -> Run | str:
@@ -225,15 +233,9 @@ def load_run(run_dir: Path) -> Run | str:
         str(entry.get("cpu", "?")) + (f" at {entry['commit']}" if entry.get("commit") else "")
         for entry in record.get("machines", [])
     )
+    corpus, sentence = _baselines(run_dir)
     run = Run(
-        run_dir,
-        task,
-        config,
-        _parse_overrides(lines or []),
-        values,
-        _baselines(run_dir),
-        machines,
-        _baselines(run_dir, "sentence_f1"),
+        run_dir, task, config, _parse_overrides(lines or []), values, corpus, machines, sentence
     )
     if run.split in SYSGEN_SPLITS:  # only the partition's accuracy compares across models
         run.values = {k: v for k, v in values.items() if k.startswith("sysgen_")}

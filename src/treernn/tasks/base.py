@@ -59,8 +59,7 @@ def build_encoder(factory: EncoderFactory, **sizes: Any) -> Encoder:
     name = type(encoder).__name__
     if not isinstance(encoder, Encoder):
         raise TypeError(
-            f"{name} is not a treernn.encoders.base.Encoder: subclass it "
-            "(docs/how-to/new-model.md)"
+            f"{name} is not a treernn.encoders.base.Encoder: subclass it (docs/how-to/new-model.md)"
         )
     for size in ("input_size", "output_size"):
         if not isinstance(getattr(encoder, size, None), int):

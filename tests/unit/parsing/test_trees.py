@@ -99,8 +99,8 @@ def test_bracketed_text_and_nested_helper():
 
 def test_a_drawn_tree_keeps_its_words_in_order_where_a_word_follows_a_subtree():
     # nltk's pretty_print of (X (X the (X cat (X sees the))) dog) draws "dog the cat sees the"
-    # (nltk issue #2139); the drawing hangs each word from a stem of its own
-    words = "the cat sees the dog".split()
+    # (a bug of nltk's printer); the drawing hangs each word from a stem of its own
+    words = ["the", "cat", "sees", "the", "dog"]
     assert drawing(((0, (1, (2, 3))), 4), words).splitlines() == [
         "             X",
         "          ___|____________",
