@@ -4,6 +4,8 @@ The same program as the ``treernn-train`` console script of an installed treernn
 (`treernn.train_entry`), reading ``conf/`` beside this file.
 """
 
+from pathlib import Path
+
 from treernn.train_entry import check_arguments, require_training, train
 
 require_training()  # an install without the train extra: one line that says what to install
@@ -24,5 +26,5 @@ def main(cfg: DictConfig):
 
 
 if __name__ == "__main__":
-    check_arguments()
+    check_arguments(Path(__file__).resolve().parent / "conf")
     main()

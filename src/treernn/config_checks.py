@@ -25,6 +25,7 @@ import signal
 import sys
 import typing
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -257,6 +258,112 @@ def check_command_line(arguments: list[str]) -> str | None:
                     "double quotes for Hydra)"
                 )
     return None
+
+
+def check_override_keys(arguments: list[str], configs: Path) -> str | None:
+    """Overrides of keys the config lacks (``tsk=sst``, ``task.module.optimizer.lrr=2``), each
+    with the nearest key it has, as the message to print; None where every key exists or the
+    command line fails in another way (Hydra reports that itself).
+
+    Hydra's own answer names neither a near key nor the typo: it suggests adding the misspelt key
+    (``+tsk=sst``). The check composes the config as Hydra would, a sweep by its first value,
+    and drops each override Hydra cannot apply until the rest compose."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    parsed = get_args_parser().parse_args(arguments)
+    if parsed.config_name or parsed.config_path or parsed.config_dir:
+        return None  # another primary config: Hydra composes and reports it
+    try:
+        overrides = OverridesParser.create().parse_overrides(parsed.overrides)
+    except HydraException:
+        return None
+    lines = [_first_of_sweep(override) for override in overrides]
+    unknown = []
+    with initialize_config_dir(config_dir=str(Path(configs).resolve()), version_base="1.3"):
+        while True:
+            try:
+                cfg = compose("config", overrides=lines, return_hydra_config=True)
+                break
+            except HydraException as error:
+                cause = error.__cause__
+                key = getattr(cause, "full_key", None)
+                failed = [line for line in lines if _overrides(line, key)]
+                if not isinstance(cause, (ConfigKeyError, ConfigAttributeError)) or not failed:
+                    return None
+                unknown.append(failed[0].partition("=")[0])
+                lines.remove(failed[0])
+    if not unknown:
+        return None
+    from treernn.invocation import trainer_name
+
+    return (
+        "; ".join(_unknown_key_message(key, cfg) for key in unknown)
+        + f". A new key is added with a plus (+key=value); {trainer_name()} [overrides] --cfg "
+        "job prints the config"
+    )
+
+
+def _overrides(line: str, key: Any) -> bool:
+    """Whether the override ``line`` sets ``key`` or a key under it."""
+    target = line.partition("=")[0].lstrip("+~")
+    return isinstance(key, str) and (target == key or target.startswith(f"{key}."))
+
+
+def _first_of_sweep(override: Any) -> str:
+    """An override as a single run would read it: a sweep by its first value (a sweep that
+    cannot be listed, ``interval(...)`` of an Optuna search, by null)."""
+    if not override.is_sweep_override():
+        return override.input_line
+    try:
+        first = next(iter(override.sweep_string_iterator()))
+    except Exception:  # hydra raises a bare HydraException for sweeps it cannot list
+        first = "null"
+    return f"{override.get_key_element()}={first}"
+
+
+def _unknown_key_message(key: str, cfg: DictConfig) -> str:
+    parts = key.split(".")
+    node: Any = cfg
+    depth = 0  # nodes are read without resolving: hydra's interpolations need its resolvers
+    while depth < len(parts) and isinstance(node, DictConfig) and parts[depth] in node:
+        node, depth = node._get_node(parts[depth]), depth + 1
+    near, cutoff = None, 0.75  # 0.75: model.chunk_size of an LSTM is not model.hidden_size
+    if isinstance(node, DictConfig):
+        close = difflib.get_close_matches(parts[depth], [str(k) for k in node], 1, cutoff)
+        guess = ".".join([*parts[:depth], *close, *parts[depth + 1 :]])
+        near = guess if close and _has(cfg, guess) else None
+    if near is None:
+        # a misspelt or missing key on the way (task.optimizer.lr): a key that ends the same
+        same_leaf = [path for path in _paths(cfg, "") if path.rsplit(".", 1)[-1] == parts[-1]]
+        close = difflib.get_close_matches(key, same_leaf, 1, cutoff)
+        near = close[0] if close else None
+    choices = cfg.hydra.runtime.choices
+    choice = choices.get(parts[0]) if len(parts) > 1 else None
+    where = f"{parts[0]}={choice}" if choice else "the config"
+    return f"{key} is not a key of {where}" + (f" (did you mean {near}?)" if near else "")
+
+
+def _has(cfg: DictConfig, key: str) -> bool:
+    """Whether the dotted ``key`` is in ``cfg``, read without resolving interpolations."""
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return False
+        node = node._get_node(part)
+    return True
+
+
+def _paths(node: Any, prefix: str) -> Iterator[str]:
+    """The dotted key of every node and leaf under a config node."""
+    if isinstance(node, DictConfig):
+        for key in node:
+            path = f"{prefix}.{key}" if prefix else str(key)
+            yield path
+            yield from _paths(node._get_node(key), path)
 
 
 def check_choices(cfg: DictConfig) -> None:

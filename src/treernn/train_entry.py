@@ -50,12 +50,15 @@ def train(cfg: DictConfig):
     return entry.main(cfg)
 
 
-def check_arguments() -> None:
-    """What Hydra's override parser would answer without saying how to fix it (an unquoted
-    character outside ASCII): one line and exit status 1."""
-    from treernn.config_checks import check_command_line
+def check_arguments(configs: Path | None = None) -> None:
+    """What Hydra would answer without saying how to fix it (an unquoted character outside
+    ASCII, a misspelt key) against the config tree ``configs`` (default `config_dir`): one line
+    and exit status 1."""
+    from treernn.config_checks import check_command_line, check_override_keys
 
-    problem = check_command_line(sys.argv[1:])
+    problem = check_command_line(sys.argv[1:]) or check_override_keys(
+        sys.argv[1:], configs or config_dir()
+    )
     if problem:
         sys.exit(f"error: {problem}")
 

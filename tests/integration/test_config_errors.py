@@ -104,6 +104,10 @@ def test_a_changed_listops_file_fails_its_check_and_the_named_switch_lets_it_thr
             "+task.module.optimizer.lrr=1",
             ("task.module.optimizer.lrr is not a setting of SGD", "task.module.optimizer.lr?"),
         ),
+        (
+            "task.module.optimizer.lrr=1",  # Hydra's own answer: "+task.module.optimizer.lrr=1"
+            ("task.module.optimizer.lrr is not a key of task=ptb", "task.module.optimizer.lr?"),
+        ),
     ],
 )
 def test_a_wrong_choice_or_key_is_one_line_before_any_data(override, needles, tmp_path):

@@ -1,17 +1,25 @@
 """Values that reached a library's own traceback (or ran without a word) are answered before torch
 loads: the seed's type and range, the joblib launcher's job count, a path with a character
-outside ASCII; more threads than CPUs and a fit with nothing to train are warned about. None of
-them leaves a run or sweep directory behind."""
+outside ASCII, a key the config lacks; more threads than CPUs and a fit with nothing to train are
+warned about. None of them leaves a run or sweep directory behind."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from tests.integration.helpers import run_cli
-from treernn.config_checks import check_command_line, doubtful, usable_cpus
+from tests.integration.helpers import CONF_DIR, run_cli
+from treernn.config_checks import (
+    check_command_line,
+    check_override_keys,
+    doubtful,
+    usable_cpus,
+)
+
+CONF = Path(CONF_DIR)
 
 
 def _no_directory_left(log_dir) -> None:
@@ -72,6 +80,43 @@ def test_the_command_line_check_reads_quotes_as_hydra_does():
     assert check_command_line(['tags=["ä","b"]']) is None
     assert "has 'é'" in check_command_line(['tags=["a",é]'])
     assert check_command_line(["--cfg", "job", "é"]) is None  # not an override
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (["tsk=sst"], ["tsk is not a key of the config (did you mean task?)"]),
+        (  # a typo on the way to the key, and a key missing on the way
+            ["task.modul.optimizer.lr=2", "task.optimizer.lr=3"],
+            [
+                "task.modul.optimizer.lr is not a key of task=ptb (did you mean "
+                "task.module.optimizer.lr?)",
+                "task.optimizer.lr is not a key of task=ptb (did you mean "
+                "task.module.optimizer.lr?)",
+            ],
+        ),
+        (  # a sweep is read by its first value; the group chosen names where the key is missing
+            ["-m", "model=lstm,onlstm", "model.dropot=0.1,0.2", "hydra.run.dirr=x"],
+            [
+                "model.dropot is not a key of model=lstm (did you mean model.dropout?)",
+                "hydra.run.dirr is not a key of hydra=default (did you mean hydra.run.dir?)",
+            ],
+        ),
+        # an LSTM has no chunks: no key of it is near enough to be offered
+        (["model=lstm", "model.chunk_size=5"], ["model.chunk_size is not a key of model=lstm"]),
+    ],
+)
+def test_a_key_the_config_lacks_is_named_with_the_nearest_key_it_has(arguments, expected):
+    message = check_override_keys(arguments, CONF)
+    assert message.split(". A new key is added")[0].split("; ") == expected
+
+
+def test_keys_the_config_has_or_adds_are_left_to_hydra():
+    assert check_override_keys(["model=onlstm", "model.chunk_size=5", "seed=3"], CONF) is None
+    assert check_override_keys(["+tsk=sst", "task.module.optimizer.lr=2"], CONF) is None
+    assert check_override_keys(["-m", "task.module.optimizer.lr=interval(1,2)"], CONF) is None
+    assert check_override_keys(["task=sstt", "tsk=1"], CONF) is None  # Hydra lists the tasks
+    assert check_override_keys(["--config-name", "other", "tsk=1"], CONF) is None
 
 
 def test_more_threads_than_cpus_and_nothing_to_train_are_warned_about():
