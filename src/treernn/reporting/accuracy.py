@@ -127,14 +127,15 @@ def plot_accuracy_by_bucket(results: Mapping[str, Any], path: str | Path, label:
 
 
 def save_figure(figure: Any, path: str | Path) -> Path:
-    """Legend, tight layout, ``path`` written at 120 dpi (its folder made), figure closed."""
+    """Tight layout, the legend beside the axes (inside, it covered curves and bands of the
+    many-series plots), ``path`` written at 120 dpi (its folder made), figure closed."""
     import matplotlib.pyplot as plt
 
-    figure.axes[0].legend(fontsize=7)
-    figure.tight_layout()
+    figure.tight_layout()  # before the legend, so that the axes keep their size
+    figure.axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, bbox_inches="tight")  # the figure grows to hold the legend
     plt.close(figure)
     return path
 
