@@ -327,15 +327,12 @@ def _first_of_sweep(override: Any) -> str:
 
 def _unknown_key_message(key: str, cfg: DictConfig) -> str:
     parts = key.split(".")
-    node: Any = cfg
-    depth = 0  # nodes are read without resolving: hydra's interpolations need its resolvers
-    while depth < len(parts) and isinstance(node, DictConfig) and parts[depth] in node:
-        node, depth = node._get_node(parts[depth]), depth + 1
+    node, depth = _deepest(cfg, parts)
     near, cutoff = None, 0.75  # 0.75: model.chunk_size of an LSTM is not model.hidden_size
     if isinstance(node, DictConfig):
         close = difflib.get_close_matches(parts[depth], [str(k) for k in node], 1, cutoff)
-        guess = ".".join([*parts[:depth], *close, *parts[depth + 1 :]])
-        near = guess if close and _has(cfg, guess) else None
+        guess = [*parts[:depth], *close, *parts[depth + 1 :]]
+        near = ".".join(guess) if close and _deepest(cfg, guess)[1] == len(guess) else None
     if near is None:
         # a misspelt or missing key on the way (task.optimizer.lr): a key that ends the same
         same_leaf = [path for path in _paths(cfg, "") if path.rsplit(".", 1)[-1] == parts[-1]]
@@ -347,14 +344,15 @@ def _unknown_key_message(key: str, cfg: DictConfig) -> str:
     return f"{key} is not a key of {where}" + (f" (did you mean {near}?)" if near else "")
 
 
-def _has(cfg: DictConfig, key: str) -> bool:
-    """Whether the dotted ``key`` is in ``cfg``, read without resolving interpolations."""
+def _deepest(cfg: DictConfig, parts: list[str]) -> tuple[Any, int]:
+    """The deepest node of the dotted key ``parts`` that ``cfg`` has, and how many parts lead to
+    it (all of them: the key is there). Nodes are read without resolving: Hydra's interpolations
+    need its resolvers."""
     node: Any = cfg
-    for part in key.split("."):
-        if not isinstance(node, DictConfig) or part not in node:
-            return False
-        node = node._get_node(part)
-    return True
+    depth = 0
+    while depth < len(parts) and isinstance(node, DictConfig) and parts[depth] in node:
+        node, depth = node._get_node(parts[depth]), depth + 1
+    return node, depth
 
 
 def _paths(node: Any, prefix: str) -> Iterator[str]:
